@@ -1,0 +1,77 @@
+# kubetrail — see README.md. `make run` and `make test` are the two commands a newcomer needs.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+export GOTOOLCHAIN ?= local
+export GOFLAGS ?= -trimpath
+export KUBETRAIL_CACHE ?= $(HOME)/.cache/kubetrail
+
+OCB_VERSION   := v0.162.0
+OCB           := $(KUBETRAIL_CACHE)/bin/ocb-$(OCB_VERSION)/builder
+DIST_DIR      := build/otelcol-kubetrail
+COLLECTOR     := bin/otelcol-kubetrail
+GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
+FUZZTIME      ?= 20s
+
+.PHONY: build run test unit fuzz e2e lint bench redis binaries cluster-up cluster-down record help
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+## ---- the collector distribution -------------------------------------------------------------
+
+$(OCB):
+	@mkdir -p $(dir $(OCB))
+	GOBIN=$(dir $(OCB)) go install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
+
+$(COLLECTOR): builder-config.yaml $(GO_SOURCES) | $(OCB)
+	@mkdir -p bin
+	$(OCB) --config builder-config.yaml
+	cp $(DIST_DIR)/otelcol-kubetrail $(COLLECTOR)
+
+build: $(COLLECTOR) ## build bin/otelcol-kubetrail with ocb
+
+run: build ## run the collector on distribution/config.yaml and replay a recorded audit capture into it
+	testbed/hack/run-demo.sh
+
+## ---- tests -----------------------------------------------------------------------------------
+
+test: lint redis unit fuzz e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, end-to-end
+
+redis: ## make sure a redis-server answers on 127.0.0.1:6379 (installs and starts one if not)
+	testbed/hack/ensure-redis.sh
+
+unit: redis ## unit, golden and Redis tests of every package
+	go test -count=1 ./...
+
+fuzz: ## run each fuzz target for FUZZTIME
+	@for target in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$target/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$target $$f"; go test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$target; \
+	  done; \
+	done
+
+e2e: build binaries ## end-to-end: real control plane + collector + Jaeger
+	testbed/hack/e2e.sh
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+bench: ## benchmarks of every component (figures in README.md)
+	go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+## ---- the testbed -----------------------------------------------------------------------------
+
+binaries: ## build (or reuse) kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, jaeger
+	testbed/hack/build-binaries.sh all
+
+cluster-up: binaries ## start a real control plane on 127.0.0.1 (state in testbed/.state)
+	testbed/hack/cluster-up.sh
+
+cluster-down: ## stop the control plane started by cluster-up
+	testbed/hack/cluster-down.sh
+
+record: binaries ## record fixtures of one scenario: make record SCENARIO=deployment
+	testbed/hack/record.sh $(SCENARIO)

@@ -1,0 +1,76 @@
+package model
+
+// Resource attributes.
+const (
+	AttrClusterName = "k8s.cluster.name"
+	AttrServiceName = "service.name"
+)
+
+// Object identity, on every span a receiver emits (DESIGN §3.1).
+const (
+	AttrObjectAPIGroup        = "k8s.object.api_group"
+	AttrObjectAPIVersion      = "k8s.object.api_version"
+	AttrObjectResource        = "k8s.object.resource"
+	AttrObjectKind            = "k8s.object.kind"
+	AttrNamespaceName         = "k8s.namespace.name"
+	AttrObjectName            = "k8s.object.name"
+	AttrObjectUID             = "k8s.object.uid"
+	AttrOwnerAPIVersion       = "k8s.object.owner.api_version"
+	AttrOwnerKind             = "k8s.object.owner.kind"
+	AttrOwnerName             = "k8s.object.owner.name"
+	AttrOwnerUID              = "k8s.object.owner.uid"
+	AttrObjectResourceVersion = "k8s.object.resource_version"
+	AttrObjectNewRV           = "k8s.object.new_resource_version"
+)
+
+// AttrSpanType says which kind of span this is; its values are the SpanType* constants.
+const (
+	AttrSpanType   = "kubetrail.span.type"
+	SpanTypeObject = "object"
+	SpanTypeAudit  = "audit"
+	SpanTypeEvent  = "event"
+)
+
+// Audit spans (DESIGN §3.3).
+const (
+	AttrAuditID               = "k8s.audit.id"
+	AttrAuditVerb             = "k8s.audit.verb"
+	AttrAuditLevel            = "k8s.audit.level"
+	AttrAuditStage            = "k8s.audit.stage"
+	AttrAuditSubresource      = "k8s.audit.subresource"
+	AttrAuditUserGroups       = "k8s.audit.user.groups"
+	AttrAuditImpersonatedUser = "k8s.audit.impersonated_user.name"
+	AttrAuditPatch            = "k8s.audit.patch"
+	AttrUserName              = "user.name"
+	AttrUserAgent             = "user_agent.original"
+	AttrClientAddress         = "client.address"
+	AttrHTTPStatusCode        = "http.response.status_code"
+	AttrURLPath               = "url.path"
+
+	EventObjectDiff     = "k8s.object.diff"
+	EventObjectSnapshot = "k8s.object.snapshot"
+	EventAuditError     = "k8s.audit.error"
+)
+
+// Event spans (DESIGN §3.3).
+const (
+	AttrEventReason            = "k8s.event.reason"
+	AttrEventAction            = "k8s.event.action"
+	AttrEventType              = "k8s.event.type"
+	AttrEventNote              = "k8s.event.note"
+	AttrEventReportingCtrl     = "k8s.event.reporting_controller"
+	AttrEventReportingInstance = "k8s.event.reporting_instance"
+	AttrEventCount             = "k8s.event.count"
+	AttrEventUID               = "k8s.event.uid"
+	AttrEventName              = "k8s.event.name"
+	AttrEventRelatedKind       = "k8s.event.related.kind"
+	AttrEventRelatedName       = "k8s.event.related.name"
+	AttrEventRelatedNamespace  = "k8s.event.related.namespace"
+	AttrEventRelatedUID        = "k8s.event.related.uid"
+)
+
+// Object spans emitted by the processor.
+const (
+	// AttrWindowStart is the window's start as an RFC 3339 string, so backends can search by it.
+	AttrWindowStart = "kubetrail.window.start"
+)

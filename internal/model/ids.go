@@ -1,0 +1,79 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// IDs are derived, not random (DESIGN §3.2): two collector replicas that see the same object in
+// the same window, or the same audit event twice, compute the same IDs without talking to each
+// other. Each kind of ID hashes a distinct domain tag so that, say, an audit ID can never collide
+// with an object key that happens to have the same bytes.
+const (
+	domainObjectSpan  = "kubetrail/object-span/v1\x00"
+	domainObjectTrace = "kubetrail/object-trace/v1\x00"
+	domainAuditSpan   = "kubetrail/audit-span/v1\x00"
+	domainEventSpan   = "kubetrail/event-span/v1\x00"
+)
+
+// ObjectSpanID is the span ID of the object span of key in the window starting at window.
+func ObjectSpanID(key Key, window time.Time) pcommon.SpanID {
+	return spanID(hashKeyWindow(domainObjectSpan, key, window))
+}
+
+// ObjectTraceID is the per-object trace ID of key in the window starting at window: the trace a
+// receiver puts an activity span in before the processor moves it to its root ancestor's trace.
+func ObjectTraceID(key Key, window time.Time) pcommon.TraceID {
+	return traceID(hashKeyWindow(domainObjectTrace, key, window))
+}
+
+// AuditSpanID is the span ID of the audit event with the given audit ID: the apiserver may
+// deliver an event twice (batch retries, webhook plus log file), and both copies get one ID.
+func AuditSpanID(auditID string) pcommon.SpanID {
+	var buf [128]byte
+	b := append(buf[:0], domainAuditSpan...)
+	b = append(b, auditID...)
+	return spanID(sha256.Sum256(b))
+}
+
+// EventSpanID is the span ID of one occurrence of a Kubernetes Event. occurrence is the series
+// count (or the deprecated count) when the Event has one, else its resourceVersion.
+func EventSpanID(eventUID, occurrence string) pcommon.SpanID {
+	var buf [160]byte
+	b := append(buf[:0], domainEventSpan...)
+	b = append(b, eventUID...)
+	b = append(b, 0)
+	b = append(b, occurrence...)
+	return spanID(sha256.Sum256(b))
+}
+
+func hashKeyWindow(domain string, key Key, window time.Time) [32]byte {
+	var buf [256]byte
+	b := append(buf[:0], domain...)
+	b = append(b, key...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(window.UnixNano()))
+	return sha256.Sum256(b)
+}
+
+// spanID and traceID never return the all-zero ID, which OTLP treats as "no ID".
+func spanID(sum [32]byte) pcommon.SpanID {
+	var id pcommon.SpanID
+	copy(id[:], sum[:8])
+	if id.IsEmpty() {
+		id[7] = 1
+	}
+	return id
+}
+
+func traceID(sum [32]byte) pcommon.TraceID {
+	var id pcommon.TraceID
+	copy(id[:], sum[:16])
+	if id.IsEmpty() {
+		id[15] = 1
+	}
+	return id
+}

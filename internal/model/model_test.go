@@ -1,0 +1,192 @@
+package model
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestWindowStart(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tests := []struct {
+		name string
+		t    string
+		size time.Duration
+		want string
+	}{
+		{"inside the first half hour", "2026-11-21T10:29:59.999Z", 30 * time.Minute, "2026-11-21T10:00:00Z"},
+		{"exactly on a boundary starts the next window", "2026-11-21T10:30:00Z", 30 * time.Minute, "2026-11-21T10:30:00Z"},
+		{"other time zones align to the same UTC boundary", "2026-11-21T12:45:00+02:00", 30 * time.Minute, "2026-11-21T10:30:00Z"},
+		{"zero size falls back to the default", "2026-11-21T10:44:00Z", 0, "2026-11-21T10:30:00Z"},
+		{"hour windows", "2026-11-21T10:44:00Z", time.Hour, "2026-11-21T10:00:00Z"},
+		{"before the epoch floors downwards", "1969-12-31T23:59:00Z", 30 * time.Minute, "1969-12-31T23:30:00Z"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := WindowStart(at(tt.t), tt.size)
+			if !got.Equal(at(tt.want)) {
+				t.Fatalf("WindowStart(%s, %s) = %s, want %s", tt.t, tt.size, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIDsAreDerivedAndDistinct(t *testing.T) {
+	w1 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	w2 := w1.Add(DefaultWindow)
+	k := UIDKey("prod", "0b0e5a54-1c4f-4b0a-9d2e-1f1d0c7b7a11")
+	if ObjectSpanID(k, w1) != ObjectSpanID(k, w1) || ObjectTraceID(k, w1) != ObjectTraceID(k, w1) {
+		t.Fatal("the same key and window must give the same IDs")
+	}
+	if ObjectSpanID(k, w1) == ObjectSpanID(k, w2) || ObjectTraceID(k, w1) == ObjectTraceID(k, w2) {
+		t.Fatal("different windows must give different IDs")
+	}
+	if ObjectSpanID(k, w1) == ObjectSpanID(UIDKey("dev", "0b0e5a54-1c4f-4b0a-9d2e-1f1d0c7b7a11"), w1) {
+		t.Fatal("the cluster must be part of the key")
+	}
+	if AuditSpanID("a") != AuditSpanID("a") || AuditSpanID("a") == AuditSpanID("b") {
+		t.Fatal("audit span IDs must be a function of the audit ID")
+	}
+	if EventSpanID("u", "1") == EventSpanID("u", "2") || EventSpanID("u1", "") == EventSpanID("u", "1") {
+		t.Fatal("event span IDs must separate UID and occurrence")
+	}
+	for _, id := range []pcommon.SpanID{ObjectSpanID(k, w1), AuditSpanID(""), EventSpanID("", "")} {
+		if id.IsEmpty() {
+			t.Fatal("derived span IDs must never be empty")
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	pod := Object{Cluster: "c1", Resource: "pods", Kind: "Pod", Namespace: "default", Name: "web-1"}
+	if got := pod.Key(); got != "c1/name//pods/default/web-1" || got.HasUIDKey() {
+		t.Fatalf("name key = %q", got)
+	}
+	pod.UID = "u-1"
+	if got := pod.Key(); got != "c1/uid/u-1" || !got.HasUIDKey() {
+		t.Fatalf("uid key = %q", got)
+	}
+	if pod.NameKey() != "c1/name//pods/default/web-1" {
+		t.Fatalf("name key must not depend on the UID, got %q", pod.NameKey())
+	}
+	recreated := pod
+	recreated.UID = "u-2"
+	if recreated.Key() == pod.Key() {
+		t.Fatal("a recreated object with a new UID must be a new object")
+	}
+}
+
+func TestDisplayName(t *testing.T) {
+	for _, tt := range []struct {
+		o    Object
+		want string
+	}{
+		{Object{Kind: "Deployment", Namespace: "default", Name: "demo"}, "Deployment default/demo"},
+		{Object{Kind: "Node", Name: "kwok-node-0"}, "Node kwok-node-0"},
+		{Object{Resource: "widgets", Namespace: "ns", Name: "w"}, "widgets ns/w"},
+	} {
+		if got := tt.o.DisplayName(); got != tt.want {
+			t.Errorf("DisplayName() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestAttributesRoundTrip(t *testing.T) {
+	o := Object{
+		Cluster: "c1", Group: "apps", Version: "v1", Resource: "replicasets", Kind: "ReplicaSet",
+		Namespace: "default", Name: "demo-6d4b", UID: "rs-uid",
+		Owner: Owner{APIVersion: "apps/v1", Kind: "Deployment", Name: "demo", UID: "d-uid"},
+	}
+	res, attrs := pcommon.NewMap(), pcommon.NewMap()
+	res.PutStr(AttrClusterName, "c1")
+	o.PutAttributes(attrs)
+	if v, _ := attrs.Get(AttrObjectAPIVersion); v.Str() != "apps/v1" {
+		t.Fatalf("api_version = %q", v.Str())
+	}
+	got, ok := ObjectFromAttributes(res, attrs)
+	if !ok || got != o {
+		t.Fatalf("round trip = %+v, %v; want %+v", got, ok, o)
+	}
+
+	core := Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod", Namespace: "default", Name: "p"}
+	attrs = pcommon.NewMap()
+	core.PutAttributes(attrs)
+	if v, ok := attrs.Get(AttrObjectAPIGroup); !ok || v.Str() != "" {
+		t.Fatal("the core group must be written as an empty api_group")
+	}
+	if _, ok := attrs.Get(AttrOwnerUID); ok {
+		t.Fatal("no owner attributes without an owner")
+	}
+	if _, ok := ObjectFromAttributes(res, pcommon.NewMap()); ok {
+		t.Fatal("a span without identity must not yield an object")
+	}
+}
+
+func TestOwnerObject(t *testing.T) {
+	pod := Object{Cluster: "c1", Namespace: "default", Name: "p",
+		Owner: Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs-uid"}}
+	owner, ok := pod.OwnerObject(BuiltinMapper())
+	if !ok || owner.Resource != "replicasets" || owner.Group != "apps" || owner.Namespace != "default" || owner.Key() != "c1/uid/rs-uid" {
+		t.Fatalf("owner = %+v", owner)
+	}
+	lease := Object{Cluster: "c1", Namespace: "kube-node-lease", Name: "n",
+		Owner: Owner{APIVersion: "v1", Kind: "Node", Name: "n", UID: "node-uid"}}
+	if owner, _ := lease.OwnerObject(BuiltinMapper()); owner.Namespace != "" || owner.Resource != "nodes" {
+		t.Fatalf("a cluster-scoped owner must have no namespace: %+v", owner)
+	}
+	if _, ok := (Object{Name: "x"}).OwnerObject(nil); ok {
+		t.Fatal("no owner reference, no owner")
+	}
+}
+
+func TestMapper(t *testing.T) {
+	m := BuiltinMapper()
+	if KindFor(m, "apps", "deployments") != "Deployment" || KindFor(m, "", "endpoints") != "Endpoints" {
+		t.Fatal("built-in kinds")
+	}
+	if KindFor(m, "example.com", "widgets") != "widgets" {
+		t.Fatal("unknown resources fall back to the resource name, not a guessed singular")
+	}
+	crd := NewTableMapper([]ResourceInfo{{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true}})
+	if KindFor(Chain(m, crd), "example.com", "widgets") != "Widget" {
+		t.Fatal("a chained mapper must be asked in turn")
+	}
+	if info, ok := m.ByKind("batch", "CronJob"); !ok || info.Resource != "cronjobs" {
+		t.Fatal("by kind")
+	}
+}
+
+func TestTracesBuilderGroupsByClusterAndKind(t *testing.T) {
+	b := NewTracesBuilder("scope", "v0")
+	b.AppendSpan("c1", "Pod")
+	b.AppendSpan("c1", "Pod")
+	b.AppendSpan("c1", "Deployment")
+	b.AppendSpan("c2", "Pod")
+	td := b.Traces()
+	if td.ResourceSpans().Len() != 3 || td.SpanCount() != 4 {
+		t.Fatalf("resources = %d, spans = %d", td.ResourceSpans().Len(), td.SpanCount())
+	}
+	rs := td.ResourceSpans().At(0)
+	if v, _ := rs.Resource().Attributes().Get(AttrServiceName); v.Str() != "Pod" || rs.ScopeSpans().At(0).Spans().Len() != 2 {
+		t.Fatal("first resource must hold both c1 pods")
+	}
+}
+
+func BenchmarkObjectSpanID(b *testing.B) {
+	k := UIDKey("prod-eu-1", "0b0e5a54-1c4f-4b0a-9d2e-1f1d0c7b7a11")
+	w := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = ObjectSpanID(k, w)
+	}
+}

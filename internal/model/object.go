@@ -1,0 +1,190 @@
+package model
+
+import (
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// Owner is an object's controlling owner, as its ownerReference names it.
+type Owner struct {
+	APIVersion string
+	Kind       string
+	Name       string
+	UID        string
+}
+
+// IsZero reports whether no owner is known.
+func (o Owner) IsZero() bool { return o.UID == "" && o.Name == "" }
+
+// Object is the identity of one Kubernetes object as seen by one cluster.
+type Object struct {
+	Cluster   string
+	Group     string // "" for the core group
+	Version   string
+	Resource  string // plural, lower case: "pods", "replicasets"
+	Kind      string // "Pod", "ReplicaSet"
+	Namespace string // "" for cluster-scoped objects
+	Name      string
+	UID       string // "" when not known
+	Owner     Owner  // zero when no controlling owner is known
+}
+
+// Key identifies an object within all clusters. It is UID-based when the UID is known, so an
+// object deleted and recreated under the same name is a different object; otherwise it is the
+// object's name path, which the processor resolves to a UID through its name index.
+type Key string
+
+// Key returns the object's key: "<cluster>/uid/<uid>" or
+// "<cluster>/name/<group>/<resource>/<namespace>/<name>".
+func (o Object) Key() Key {
+	if o.UID != "" {
+		return UIDKey(o.Cluster, o.UID)
+	}
+	return Key(o.NameKey())
+}
+
+// UIDKey is the key of the object with the given UID in the given cluster.
+func UIDKey(cluster, uid string) Key {
+	return Key(cluster + "/uid/" + uid)
+}
+
+// NameKey is the object's name path, the key of the processor's name index.
+func (o Object) NameKey() string {
+	var b strings.Builder
+	b.Grow(len(o.Cluster) + len(o.Group) + len(o.Resource) + len(o.Namespace) + len(o.Name) + 10)
+	b.WriteString(o.Cluster)
+	b.WriteString("/name/")
+	b.WriteString(o.Group)
+	b.WriteByte('/')
+	b.WriteString(o.Resource)
+	b.WriteByte('/')
+	b.WriteString(o.Namespace)
+	b.WriteByte('/')
+	b.WriteString(o.Name)
+	return b.String()
+}
+
+// HasUIDKey reports whether the key is UID-based.
+func (k Key) HasUIDKey() bool {
+	i := strings.IndexByte(string(k), '/')
+	return i >= 0 && strings.HasPrefix(string(k[i:]), "/uid/")
+}
+
+// APIVersion is "group/version", or "version" for the core group.
+func (o Object) APIVersion() string {
+	if o.Group == "" {
+		return o.Version
+	}
+	return o.Group + "/" + o.Version
+}
+
+// DisplayName is the object span's name: "<Kind> <namespace>/<name>", or "<Kind> <name>" for a
+// cluster-scoped object. The kind falls back to the resource name when unknown.
+func (o Object) DisplayName() string {
+	kind := o.Kind
+	if kind == "" {
+		kind = o.Resource
+	}
+	if o.Namespace == "" {
+		return kind + " " + o.Name
+	}
+	return kind + " " + o.Namespace + "/" + o.Name
+}
+
+// OwnerObject returns the identity of o's controlling owner, and false when none is known.
+// Owner references carry a UID but no resource name, so the resource comes from the mapper; a
+// namespaced object's owner is in the same namespace unless the mapper knows the owner's kind
+// to be cluster-scoped.
+func (o Object) OwnerObject(m Mapper) (Object, bool) {
+	if o.Owner.IsZero() {
+		return Object{}, false
+	}
+	group, version := SplitAPIVersion(o.Owner.APIVersion)
+	owner := Object{
+		Cluster:   o.Cluster,
+		Group:     group,
+		Version:   version,
+		Kind:      o.Owner.Kind,
+		Namespace: o.Namespace,
+		Name:      o.Owner.Name,
+		UID:       o.Owner.UID,
+	}
+	if m != nil {
+		if info, ok := m.ByKind(group, o.Owner.Kind); ok {
+			owner.Resource = info.Resource
+			if !info.Namespaced {
+				owner.Namespace = ""
+			}
+		}
+	}
+	if owner.Resource == "" {
+		owner.Resource = strings.ToLower(o.Owner.Kind)
+	}
+	return owner, true
+}
+
+// SplitAPIVersion splits "apps/v1" into ("apps", "v1") and "v1" into ("", "v1").
+func SplitAPIVersion(apiVersion string) (group, version string) {
+	if i := strings.LastIndexByte(apiVersion, '/'); i >= 0 {
+		return apiVersion[:i], apiVersion[i+1:]
+	}
+	return "", apiVersion
+}
+
+// PutAttributes writes the object's identity onto span attributes (DESIGN §3.1). Empty optional
+// fields are left out rather than written as empty strings; the API group is always written,
+// since "" is the meaningful name of the core group.
+func (o Object) PutAttributes(attrs pcommon.Map) {
+	attrs.PutStr(AttrObjectAPIGroup, o.Group)
+	putNonEmpty(attrs, AttrObjectAPIVersion, o.APIVersion())
+	putNonEmpty(attrs, AttrObjectResource, o.Resource)
+	putNonEmpty(attrs, AttrObjectKind, o.Kind)
+	putNonEmpty(attrs, AttrNamespaceName, o.Namespace)
+	putNonEmpty(attrs, AttrObjectName, o.Name)
+	putNonEmpty(attrs, AttrObjectUID, o.UID)
+	if !o.Owner.IsZero() {
+		putNonEmpty(attrs, AttrOwnerAPIVersion, o.Owner.APIVersion)
+		putNonEmpty(attrs, AttrOwnerKind, o.Owner.Kind)
+		putNonEmpty(attrs, AttrOwnerName, o.Owner.Name)
+		putNonEmpty(attrs, AttrOwnerUID, o.Owner.UID)
+	}
+}
+
+// ObjectFromAttributes reads an object's identity back from a span's resource and span
+// attributes. It reports false when the span carries no object identity: neither a UID nor a
+// name with a resource or kind.
+func ObjectFromAttributes(resource, attrs pcommon.Map) (Object, bool) {
+	var o Object
+	o.Cluster = str(resource, AttrClusterName)
+	o.Group = str(attrs, AttrObjectAPIGroup)
+	_, o.Version = SplitAPIVersion(str(attrs, AttrObjectAPIVersion))
+	o.Resource = str(attrs, AttrObjectResource)
+	o.Kind = str(attrs, AttrObjectKind)
+	o.Namespace = str(attrs, AttrNamespaceName)
+	o.Name = str(attrs, AttrObjectName)
+	o.UID = str(attrs, AttrObjectUID)
+	o.Owner = Owner{
+		APIVersion: str(attrs, AttrOwnerAPIVersion),
+		Kind:       str(attrs, AttrOwnerKind),
+		Name:       str(attrs, AttrOwnerName),
+		UID:        str(attrs, AttrOwnerUID),
+	}
+	if o.UID == "" && (o.Name == "" || (o.Resource == "" && o.Kind == "")) {
+		return Object{}, false
+	}
+	return o, true
+}
+
+func str(m pcommon.Map, key string) string {
+	if v, ok := m.Get(key); ok {
+		return v.Str()
+	}
+	return ""
+}
+
+func putNonEmpty(m pcommon.Map, key, value string) {
+	if value != "" {
+		m.PutStr(key, value)
+	}
+}

@@ -1,0 +1,24 @@
+package model
+
+import "time"
+
+// DefaultWindow is the span length of an object span. Thirty minutes bounds the size of one
+// trace (a busy Deployment writes thousands of audit events a day) while keeping a typical
+// rollout inside a single trace.
+const DefaultWindow = 30 * time.Minute
+
+// WindowStart returns the start of the window of the given size that contains t. Windows are
+// aligned to the Unix epoch, so every replica computes the same boundaries without coordination.
+// A non-positive size is treated as DefaultWindow.
+func WindowStart(t time.Time, size time.Duration) time.Time {
+	if size <= 0 {
+		size = DefaultWindow
+	}
+	ns := t.UnixNano()
+	s := int64(size)
+	start := ns - ns%s
+	if ns%s < 0 { // before the epoch: floor, not truncation towards zero
+		start -= s
+	}
+	return time.Unix(0, start).UTC()
+}

@@ -1,0 +1,46 @@
+//go:build tools
+
+// Package tools pins the modules the components import while they are being written, so that
+// parallel work does not race on go.mod. It is never compiled into a binary.
+package tools
+
+import (
+	_ "github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	_ "github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	_ "github.com/redis/go-redis/v9"
+	_ "go.opentelemetry.io/collector/component"
+	_ "go.opentelemetry.io/collector/component/componentstatus"
+	_ "go.opentelemetry.io/collector/component/componenttest"
+	_ "go.opentelemetry.io/collector/config/confighttp"
+	_ "go.opentelemetry.io/collector/config/configoptional"
+	_ "go.opentelemetry.io/collector/confmap"
+	_ "go.opentelemetry.io/collector/confmap/confmaptest"
+	_ "go.opentelemetry.io/collector/confmap/xconfmap"
+	_ "go.opentelemetry.io/collector/consumer"
+	_ "go.opentelemetry.io/collector/consumer/consumererror"
+	_ "go.opentelemetry.io/collector/consumer/consumertest"
+	_ "go.opentelemetry.io/collector/extension/xextension/storage"
+	_ "go.opentelemetry.io/collector/pdata/ptrace"
+	_ "go.opentelemetry.io/collector/processor"
+	_ "go.opentelemetry.io/collector/processor/processorhelper"
+	_ "go.opentelemetry.io/collector/processor/processortest"
+	_ "go.opentelemetry.io/collector/receiver"
+	_ "go.opentelemetry.io/collector/receiver/receiverhelper"
+	_ "go.opentelemetry.io/collector/receiver/receivertest"
+	_ "go.opentelemetry.io/otel/metric"
+	_ "go.opentelemetry.io/otel/sdk/metric"
+	_ "go.uber.org/goleak"
+	_ "go.uber.org/zap"
+	_ "go.uber.org/zap/zaptest"
+	_ "k8s.io/api/core/v1"
+	_ "k8s.io/api/events/v1"
+	_ "k8s.io/apimachinery/pkg/apis/meta/v1"
+	_ "k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/kubernetes/fake"
+	_ "k8s.io/client-go/metadata"
+	_ "k8s.io/client-go/tools/cache"
+	_ "k8s.io/client-go/tools/clientcmd"
+	_ "k8s.io/client-go/tools/leaderelection"
+	_ "k8s.io/client-go/discovery"
+	_ "sigs.k8s.io/yaml"
+)
