@@ -1,0 +1,153 @@
+package k8sauditreceiver
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/confighttp"
+)
+
+// Config configures the k8s_audit receiver: a webhook server for the apiserver's audit webhook
+// backend, tailing of audit log files, or both.
+type Config struct {
+	// ServerConfig is the webhook server (endpoint, tls, auth, max_request_body_size, …). An
+	// empty endpoint turns the webhook off, for file-only setups.
+	ServerConfig confighttp.ServerConfig `mapstructure:",squash"`
+
+	// Cluster names the cluster of events posted to /audit and of every file. Events posted to
+	// /audit/{cluster} take the cluster from the path instead.
+	Cluster string `mapstructure:"cluster"`
+
+	// Files are audit log files (--audit-log-path, JSON lines) to tail.
+	Files []string `mapstructure:"files"`
+	// Storage is the storage extension that keeps file read positions across restarts.
+	Storage *component.ID `mapstructure:"storage"`
+	// PollInterval is how often files are checked for new lines and rotation.
+	PollInterval time.Duration `mapstructure:"poll_interval"`
+	// StartAt is where a file without a checkpoint is read from: "end" (default) or
+	// "beginning". A file that appears after start is always read from its beginning.
+	StartAt string `mapstructure:"start_at"`
+
+	// IncludeReadVerbs turns get, list and watch requests into spans too.
+	IncludeReadVerbs bool `mapstructure:"include_read_verbs"`
+	// ExcludeResources are resources whose audit events never become spans.
+	ExcludeResources []GroupResource `mapstructure:"exclude_resources"`
+	// ExcludeUserAgents are user-agent prefixes whose audit events never become spans.
+	ExcludeUserAgents []string `mapstructure:"exclude_user_agents"`
+
+	// DiffCacheSize is the number of objects whose last body is kept for k8s.object.diff.
+	// Zero turns diffs (and conflict links) off.
+	DiffCacheSize int `mapstructure:"diff_cache_size"`
+	// RedactResources are resources whose data and stringData values, and whose
+	// last-applied-configuration annotation, are never exported.
+	RedactResources []GroupResource `mapstructure:"redact_resources"`
+
+	// Window is the object-span window; it must equal the k8s_object_link processor's window so
+	// that both derive the same IDs.
+	Window time.Duration `mapstructure:"window"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+const (
+	startAtEnd       = "end"
+	startAtBeginning = "beginning"
+)
+
+// GroupResource names an API resource. Resource "*" matches every resource of the group; a
+// resource with a subresource ("pods/status") matches only that subresource.
+type GroupResource struct {
+	Group    string `mapstructure:"group"`
+	Resource string `mapstructure:"resource"`
+}
+
+func (gr GroupResource) String() string {
+	if gr.Group == "" {
+		return gr.Resource
+	}
+	return gr.Resource + "." + gr.Group
+}
+
+// clusterNamePattern keeps cluster names usable as one URL path segment and as a label value:
+// the path /audit/{cluster} carries it, and the k8s.cluster.name resource attribute shows it.
+var clusterNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+func validClusterName(s string) bool { return clusterNamePattern.MatchString(s) }
+
+// Validate checks the configuration. A missing cluster is an error only where nothing else
+// can supply it: files carry no cluster, so file mode needs `cluster`; the webhook without
+// `cluster` serves only /audit/{cluster} and answers 404 on /audit.
+func (cfg *Config) Validate() error {
+	var errs []error
+	webhook := cfg.webhookEnabled()
+	if !webhook && len(cfg.Files) == 0 {
+		errs = append(errs, errors.New("endpoint: empty and no files: the receiver would have nothing to read"))
+	}
+	if cfg.Cluster != "" && !validClusterName(cfg.Cluster) {
+		errs = append(errs, fmt.Errorf("cluster: %q is not a valid cluster name (1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit)", cfg.Cluster))
+	}
+	if len(cfg.Files) > 0 && cfg.Cluster == "" {
+		errs = append(errs, errors.New("cluster: required when files is set (audit log lines do not name their cluster)"))
+	}
+	seen := map[string]bool{}
+	for i, f := range cfg.Files {
+		switch {
+		case strings.TrimSpace(f) == "":
+			errs = append(errs, fmt.Errorf("files[%d]: empty path", i))
+		case seen[f]:
+			errs = append(errs, fmt.Errorf("files[%d]: %q is listed twice", i, f))
+		}
+		seen[f] = true
+	}
+	if cfg.Storage != nil && len(cfg.Files) == 0 {
+		errs = append(errs, errors.New("storage: set but files is empty (storage only keeps file positions)"))
+	}
+	if cfg.StartAt != startAtEnd && cfg.StartAt != startAtBeginning {
+		errs = append(errs, fmt.Errorf("start_at: must be %q or %q, got %q", startAtEnd, startAtBeginning, cfg.StartAt))
+	}
+	if cfg.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("poll_interval: must be positive, got %s", cfg.PollInterval))
+	}
+	for i, gr := range cfg.ExcludeResources {
+		if err := gr.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("exclude_resources[%d]: %w", i, err))
+		}
+	}
+	for i, gr := range cfg.RedactResources {
+		if err := gr.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("redact_resources[%d]: %w", i, err))
+		}
+	}
+	for i, ua := range cfg.ExcludeUserAgents {
+		if ua == "" {
+			errs = append(errs, fmt.Errorf("exclude_user_agents[%d]: an empty prefix would exclude every event", i))
+		}
+	}
+	if cfg.DiffCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("diff_cache_size: must not be negative, got %d", cfg.DiffCacheSize))
+	}
+	if cfg.Window <= 0 {
+		errs = append(errs, fmt.Errorf("window: must be positive, got %s", cfg.Window))
+	}
+	return errors.Join(errs...)
+}
+
+func (cfg *Config) webhookEnabled() bool { return cfg.ServerConfig.NetAddr.Endpoint != "" }
+
+func (gr GroupResource) validate() error {
+	if gr.Resource == "" {
+		return errors.New("resource: empty (use \"*\" for every resource of the group)")
+	}
+	if strings.Count(gr.Resource, "/") > 1 || strings.HasPrefix(gr.Resource, "/") || strings.HasSuffix(gr.Resource, "/") {
+		return fmt.Errorf("resource: %q must be a resource or resource/subresource", gr.Resource)
+	}
+	if strings.Contains(gr.Group, "/") {
+		return fmt.Errorf("group: %q is a group, not an apiVersion (leave the version out)", gr.Group)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package k8sauditreceiver
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storageID := component.MustNewID("file_storage")
+	tests := []struct {
+		name    string
+		id      component.ID
+		check   func(t *testing.T, cfg *Config)
+		wantErr string // substring naming the bad key; empty means valid
+	}{
+		{name: "the defaults listen on localhost:9880 and exclude leases and events", id: component.NewID(metadata.Type), check: func(t *testing.T, cfg *Config) {
+			if cfg.ServerConfig.NetAddr.Endpoint != "localhost:9880" {
+				t.Errorf("endpoint = %q", cfg.ServerConfig.NetAddr.Endpoint)
+			}
+			if len(cfg.ExcludeResources) != 3 || cfg.ExcludeResources[0] != (GroupResource{Group: "coordination.k8s.io", Resource: "leases"}) {
+				t.Errorf("exclude_resources = %v", cfg.ExcludeResources)
+			}
+			if len(cfg.RedactResources) != 1 || cfg.RedactResources[0].Resource != "secrets" {
+				t.Errorf("redact_resources = %v", cfg.RedactResources)
+			}
+			if cfg.DiffCacheSize != 100_000 || cfg.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.IncludeReadVerbs {
+				t.Errorf("defaults = %+v", cfg)
+			}
+		}},
+		{name: "every key can be set", id: component.MustNewIDWithName("k8s_audit", "full"), check: func(t *testing.T, cfg *Config) {
+			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 {
+				t.Errorf("server = %+v", cfg.ServerConfig)
+			}
+			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
+				t.Errorf("cluster/files/storage = %q %v %v", cfg.Cluster, cfg.Files, cfg.Storage)
+			}
+			if cfg.PollInterval != time.Second || cfg.StartAt != "beginning" || !cfg.IncludeReadVerbs || cfg.Window != time.Hour {
+				t.Errorf("poll/start/reads/window = %+v", cfg)
+			}
+			if len(cfg.ExcludeResources) != 2 || cfg.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
+				t.Errorf("exclude_resources = %v", cfg.ExcludeResources)
+			}
+			if len(cfg.ExcludeUserAgents) != 1 || cfg.DiffCacheSize != 5000 || len(cfg.RedactResources) != 2 {
+				t.Errorf("user agents/cache/redact = %+v", cfg)
+			}
+		}},
+		{name: "tls settings come from confighttp", id: component.MustNewIDWithName("k8s_audit", "tls"), check: func(t *testing.T, cfg *Config) {
+			if !cfg.ServerConfig.TLS.HasValue() || cfg.ServerConfig.TLS.Get().ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
+				t.Errorf("tls = %+v", cfg.ServerConfig.TLS)
+			}
+		}},
+		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
+			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
+				t.Errorf("webhook = %v, files = %v", cfg.webhookEnabled(), cfg.Files)
+			}
+		}},
+		{name: "an empty exclusion list and a zero cache turn the defaults off", id: component.MustNewIDWithName("k8s_audit", "no_diffs"), check: func(t *testing.T, cfg *Config) {
+			if len(cfg.ExcludeResources) != 0 || cfg.DiffCacheSize != 0 {
+				t.Errorf("exclude = %v, cache = %d", cfg.ExcludeResources, cfg.DiffCacheSize)
+			}
+		}},
+		{name: "a cluster name that is not one path segment is refused", id: component.MustNewIDWithName("k8s_audit", "bad_cluster"), wantErr: "cluster:"},
+		{name: "files need a cluster", id: component.MustNewIDWithName("k8s_audit", "files_without_cluster"), wantErr: "cluster: required when files is set"},
+		{name: "no webhook and no files is refused", id: component.MustNewIDWithName("k8s_audit", "nothing_to_read"), wantErr: "endpoint:"},
+		{name: "storage without files is refused", id: component.MustNewIDWithName("k8s_audit", "storage_without_files"), wantErr: "storage:"},
+		{name: "an apiVersion where a group belongs is refused", id: component.MustNewIDWithName("k8s_audit", "bad_exclude"), wantErr: "exclude_resources[0]: group:"},
+		{name: "a redaction entry without resource is refused", id: component.MustNewIDWithName("k8s_audit", "empty_redact"), wantErr: "redact_resources[0]: resource:"},
+		{name: "a negative cache size is refused", id: component.MustNewIDWithName("k8s_audit", "negative_cache"), wantErr: "diff_cache_size:"},
+		{name: "start_at accepts only end and beginning", id: component.MustNewIDWithName("k8s_audit", "bad_start_at"), wantErr: "start_at:"},
+		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
+		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
+		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Unmarshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			err = confmap.Validate(cfg)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("valid config refused: %v", err)
+				}
+				tt.check(t, cfg.(*Config))
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error = %v, want one naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestClusterNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"prod-eu-1": true, "kind": true, "a": true, "dev.local": true, "a_b": true,
+		"": false, "prod/eu": false, "-lead": false, "trail-": false, "with space": false,
+		"..": false, "%2F": false, strings.Repeat("x", 63): true, strings.Repeat("x", 64): false,
+	} {
+		if got := validClusterName(name); got != want {
+			t.Errorf("validClusterName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,389 @@
+package k8sauditreceiver
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// Attributes of this receiver's span events and links; the object and audit attributes shared
+// with the other components live in internal/model.
+const (
+	attrDiffPaths     = "k8s.object.diff.paths"
+	attrDiffOld       = "k8s.object.diff.old"
+	attrDiffNew       = "k8s.object.diff.new"
+	attrDiffCount     = "k8s.object.diff.count"
+	attrDiffTruncated = "k8s.object.diff.truncated"
+	attrObjectBody    = "k8s.object.body"
+	attrBodyTruncated = "k8s.object.body.truncated"
+	attrErrorCode     = "k8s.audit.error.code"
+	attrErrorReason   = "k8s.audit.error.reason"
+	attrErrorMessage  = "k8s.audit.error.message"
+	attrErrorCauses   = "k8s.audit.error.causes"
+	attrLinkType      = "kubetrail.link.type"
+	linkTypeConflict  = "conflict"
+	eventAuditPatch   = "k8s.audit.patch"
+)
+
+const (
+	stageResponseComplete = "ResponseComplete"
+	stagePanic            = "Panic"
+	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
+	maxBodyBytes = 64 << 10
+)
+
+var (
+	writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
+	readVerbs  = map[string]bool{"get": true, "list": true, "watch": true}
+)
+
+// converter turns decoded audit events into spans (DESIGN §3.3). It is safe for concurrent
+// use: its only mutable state is the object cache, which has its own lock.
+type converter struct {
+	mapper       model.Mapper
+	window       time.Duration
+	includeReads bool
+	exclude      grSet
+	excludeUA    []string
+	redact       grSet
+	cache        *objectCache // nil when diffs are off
+	tags         tagger
+	scopeVersion string
+}
+
+func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *converter {
+	c := &converter{
+		mapper:       model.BuiltinMapper(),
+		window:       cfg.Window,
+		includeReads: cfg.IncludeReadVerbs,
+		exclude:      newGRSet(cfg.ExcludeResources),
+		excludeUA:    cfg.ExcludeUserAgents,
+		redact:       newGRSet(cfg.RedactResources),
+		tags:         newTagger(),
+		scopeVersion: scopeVersion,
+	}
+	if cfg.DiffCacheSize > 0 {
+		c.cache = newObjectCache(cfg.DiffCacheSize, onCacheSize)
+	}
+	return c
+}
+
+// batchStats counts what a batch lost on the way, by reason.
+type batchStats struct {
+	filtered map[string]int
+	dropped  map[string]int
+}
+
+func (s *batchStats) filter(reason string) {
+	if s.filtered == nil {
+		s.filtered = map[string]int{}
+	}
+	s.filtered[reason]++
+}
+
+func (s *batchStats) drop(reason string, n int) {
+	if s.dropped == nil {
+		s.dropped = map[string]int{}
+	}
+	s.dropped[reason] += n
+}
+
+// convert turns the events of one cluster into spans, one ResourceSpans per kind.
+func (c *converter) convert(cluster string, events []auditEvent, st *batchStats) ptrace.Traces {
+	b := model.NewTracesBuilder(metadata.ScopeName, c.scopeVersion)
+	for i := range events {
+		c.convertEvent(b, cluster, &events[i], st)
+	}
+	return b.Traces()
+}
+
+func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
+	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
+		st.filter(metadata.ReasonStage)
+		return false
+	}
+	ref := ev.ObjectRef
+	if ref == nil || ref.Resource == "" {
+		st.filter(metadata.ReasonNonResource)
+		return false
+	}
+	switch {
+	case writeVerbs[ev.Verb]:
+	case readVerbs[ev.Verb]:
+		if !c.includeReads {
+			st.filter(metadata.ReasonReadVerb)
+			return false
+		}
+	default:
+		st.filter(metadata.ReasonVerb)
+		return false
+	}
+	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
+		st.filter(metadata.ReasonExcludedResource)
+		return false
+	}
+	for _, p := range c.excludeUA {
+		if strings.HasPrefix(ev.UserAgent, p) {
+			st.filter(metadata.ReasonExcludedUserAgent)
+			return false
+		}
+	}
+	if ev.AuditID == "" || ev.RequestReceivedTimestamp.IsZero() {
+		st.drop(metadata.ReasonInvalidEvent, 1)
+		return false
+	}
+	return true
+}
+
+func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *auditEvent, st *batchStats) {
+	if !c.keep(ev, st) {
+		return
+	}
+	ref := ev.ObjectRef
+	code := 0
+	if ev.ResponseStatus != nil {
+		code = ev.ResponseStatus.Code
+	}
+	failed := code >= 400 || ev.Stage == stagePanic
+	redact := c.redact.match(ref.APIGroup, ref.Resource, "")
+
+	obj := model.Object{
+		Cluster: cluster, Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource,
+		Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID,
+	}
+
+	// The response body, when audited and when it is the object itself (not a Status, a
+	// Scale or a Binding), completes the identity: generated names, UIDs of creates, kind
+	// and controlling owner.
+	var resp tree
+	var respMeta objectMeta
+	if hasBody(ev.ResponseObject) {
+		if t, ok := parseTree(ev.ResponseObject); ok {
+			if m := metaOf(t); c.describes(ref, m) {
+				resp, respMeta = t, m
+			}
+		}
+	}
+	var req tree
+	if resp != nil {
+		fillObject(&obj, respMeta)
+	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
+		// Below RequestResponse level the request body still names the owner a controller
+		// set; it cannot know a generated name or a new UID.
+		if t, ok := parseTree(ev.RequestObject); ok {
+			if m := metaOf(t); c.describes(ref, m) {
+				req = t
+				m.ResourceVersion = ""
+				fillObject(&obj, m)
+			}
+		}
+	}
+	if obj.Kind == "" || obj.Version == "" {
+		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok {
+			if obj.Kind == "" {
+				obj.Kind = info.Kind
+			}
+			if obj.Version == "" {
+				obj.Version = info.Version
+			}
+		}
+	}
+	if obj.Kind == "" {
+		obj.Kind = obj.Resource
+	}
+
+	start := ev.RequestReceivedTimestamp
+	end := ev.StageTimestamp
+	if end.Before(start) {
+		end = start
+	}
+	window := model.WindowStart(start, c.window)
+	key := obj.Key()
+
+	span := b.AppendSpan(cluster, obj.Kind)
+	span.SetTraceID(model.ObjectTraceID(key, window))
+	span.SetParentSpanID(model.ObjectSpanID(key, window))
+	span.SetSpanID(model.AuditSpanID(ev.AuditID))
+	span.SetName(spanName(ev, code, failed))
+	span.SetKind(ptrace.SpanKindServer)
+	span.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+	span.SetEndTimestamp(pcommon.NewTimestampFromTime(end))
+	endTS := span.EndTimestamp()
+
+	attrs := span.Attributes()
+	attrs.EnsureCapacity(24)
+	attrs.PutStr(model.AttrSpanType, model.SpanTypeAudit)
+	obj.PutAttributes(attrs)
+	attrs.PutStr(model.AttrAuditID, ev.AuditID)
+	attrs.PutStr(model.AttrAuditVerb, ev.Verb)
+	attrs.PutStr(model.AttrAuditLevel, ev.Level)
+	attrs.PutStr(model.AttrAuditStage, ev.Stage)
+	putNonEmpty(attrs, model.AttrAuditSubresource, ref.Subresource)
+	attrs.PutStr(model.AttrUserName, ev.User.Username)
+	if len(ev.User.Groups) > 0 {
+		groups := attrs.PutEmptySlice(model.AttrAuditUserGroups)
+		groups.EnsureCapacity(len(ev.User.Groups))
+		for _, g := range ev.User.Groups {
+			groups.AppendEmpty().SetStr(g)
+		}
+	}
+	if ev.ImpersonatedUser != nil {
+		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username)
+	}
+	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
+	if len(ev.SourceIPs) > 0 {
+		attrs.PutStr(model.AttrClientAddress, ev.SourceIPs[0])
+	}
+	if code != 0 {
+		attrs.PutInt(model.AttrHTTPStatusCode, int64(code))
+	}
+	if p, _, _ := strings.Cut(ev.RequestURI, "?"); p != "" {
+		attrs.PutStr(model.AttrURLPath, p)
+	}
+	putNonEmpty(attrs, model.AttrObjectResourceVersion, ref.ResourceVersion)
+	if !failed && resp != nil {
+		putNonEmpty(attrs, model.AttrObjectNewRV, respMeta.ResourceVersion)
+	}
+
+	if failed {
+		setError(span, ev, code, endTS)
+	}
+	if ev.Verb == "patch" && hasBody(ev.RequestObject) {
+		putPatch(span, ev.RequestObject, redact, endTS)
+	}
+
+	// From here on bodies are kept or shown: managedFields go, and redacted values are
+	// tagged (for the cache) before anything is marshalled.
+	for _, t := range []tree{resp, req} {
+		if t != nil {
+			stripNoise(t)
+			if redact {
+				redactTree(t, c.tags.mask)
+			}
+		}
+	}
+	var respJSON string
+	if resp != nil {
+		respJSON = marshalJSON(resp)
+	}
+
+	var cached string
+	if c.cache != nil && obj.Name != "" {
+		cached = c.remember(span, ev, ref, obj, failed, code, resp, respJSON, respMeta.ResourceVersion, redact, endTS)
+	}
+
+	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
+		switch {
+		case respJSON != "":
+			putSnapshot(span, respJSON, redact, endTS)
+		case req != nil && ev.Verb == "create":
+			putSnapshot(span, marshalJSON(req), redact, endTS)
+		case cached != "" && ev.Verb == "delete":
+			putSnapshot(span, cached, redact, endTS)
+		}
+	}
+}
+
+// remember updates the object cache with this event and adds what the cache knows to the
+// span: the field diff of an update or patch, and the link from a 409 Conflict to the write
+// that won the race. It returns the previously cached body of a deleted object.
+func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object,
+	failed bool, code int, resp tree, respJSON, newRV string, redact bool, ts pcommon.Timestamp,
+) (deletedBody string) {
+	key := obj.NameKey()
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+
+	if failed {
+		if code == http.StatusConflict && ref.ResourceVersion != "" && ev.Verb != "create" &&
+			(ev.ResponseStatus == nil || ev.ResponseStatus.Reason != "AlreadyExists") {
+			if e := c.cache.get(key); e != nil && (obj.UID == "" || e.uid == "" || e.uid == obj.UID) {
+				if w, ok := e.conflictWinner(ref.ResourceVersion); ok {
+					link := span.Links().AppendEmpty()
+					link.SetTraceID(w.traceID)
+					link.SetSpanID(w.spanID)
+					la := link.Attributes()
+					la.PutStr(attrLinkType, linkTypeConflict)
+					la.PutStr(model.AttrAuditID, w.auditID)
+					putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
+				}
+			}
+		}
+		return ""
+	}
+
+	var e *cacheEntry
+	if ev.Verb == "create" && ref.Subresource == "" {
+		// A create is a new object even when the name was used before.
+		if old := c.cache.get(key); old != nil {
+			c.cache.remove(old)
+		}
+	}
+	if ev.Verb == "delete" && resp == nil {
+		// The object is gone: keep nothing, but hand its last body to the snapshot.
+		if old := c.cache.get(key); old != nil && (obj.UID == "" || old.uid == "" || old.uid == obj.UID) {
+			deletedBody = string(old.body)
+			c.cache.remove(old)
+		}
+		return deletedBody
+	}
+	e = c.cache.entry(key, obj.UID)
+	e.record(write{auditID: ev.AuditID, baseRV: ref.ResourceVersion, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
+	if resp == nil {
+		return ""
+	}
+
+	isChange := ev.Verb == "update" || ev.Verb == "patch"
+	var d *diffResult
+	switch {
+	case e.body == nil:
+		// First sight of this object's body: nothing to compare with.
+	case newRV != "" && newRV == e.rv:
+		// The same write delivered again: show the diff it had, never an empty one.
+		if e.lastDiff != nil && isChange {
+			putDiff(span, *e.lastDiff, redact, ts)
+		}
+		return ""
+	case rvOlder(newRV, e.rv):
+		return "" // arrived out of order: never move the cache backwards
+	default:
+		if old, ok := parseTree(e.body); ok {
+			res := diffTrees(old, resp)
+			d = &res
+		}
+	}
+	e.lastDiff = d
+	e.body = []byte(respJSON)
+	e.rv = newRV
+	if d != nil && isChange {
+		putDiff(span, *d, redact, ts)
+	}
+	return ""
+}
+
+// describes reports whether a body is the audited object itself. Subresources answer with
+// other kinds (Scale, Binding, Status, Eviction); only the status subresource returns the
+// object, and a deletion usually returns a Status.
+func (c *converter) describes(ref *objectReference, m objectMeta) bool {
+	if m.Kind == "" || m.Kind == "Status" || strings.HasSuffix(m.Kind, "List") {
+		return false
+	}
+	if group, _ := model.SplitAPIVersion(m.APIVersion); group != ref.APIGroup {
+		return false
+	}
+	if ref.Name != "" && m.Name != "" && ref.Name != m.Name {
+		return false
+	}
+	switch ref.Subresource {
+	case "", "status":
+		return true
+	}
+	info, ok := c.mapper.ByResource(ref.APIGroup, ref.Resource)
+	return ok && info.Kind == m.Kind
+}

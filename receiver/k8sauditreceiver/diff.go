@@ -1,0 +1,186 @@
+package k8sauditreceiver
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	// maxDiffPaths bounds one diff event: a rewrite of a whole object would otherwise put
+	// thousands of attribute values on one span.
+	maxDiffPaths = 128
+	// maxValueBytes bounds each old or new value; longer values are cut and marked.
+	maxValueBytes = 512
+)
+
+// change is one changed path. Old and New are JSON texts; "" means the path is absent on that
+// side (a JSON text is never empty, so absent and the empty string "" stay distinct).
+type change struct {
+	Path, Old, New string
+}
+
+// diffResult is the outcome of comparing two bodies of one object.
+type diffResult struct {
+	Changes []change // sorted by path, at most maxDiffPaths
+	Total   int      // every changed path, including those beyond maxDiffPaths
+}
+
+// noisePaths change on every write and say nothing a reader wants to see in a diff.
+var noisePaths = map[string]bool{
+	"metadata.managedFields":   true,
+	"metadata.resourceVersion": true,
+	"metadata.generation":      true,
+}
+
+// diffTrees compares two bodies leaf by leaf. Objects are compared key by key in sorted order
+// and arrays index by index, so the result is stable; a subtree that appears or disappears as
+// a whole is one change carrying the whole subtree.
+func diffTrees(old, cur tree) diffResult {
+	var d diffResult
+	var path []byte
+	diffValue(&d, path, old, cur, true, true)
+	return d
+}
+
+func diffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
+	if len(path) > 0 && noisePaths[string(path)] {
+		return
+	}
+	if hasA && hasB {
+		am, aok := a.(map[string]any)
+		bm, bok := b.(map[string]any)
+		if aok && bok {
+			keys := slices.Collect(maps.Keys(am))
+			for k := range bm {
+				if _, dup := am[k]; !dup {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				av, ha := am[k]
+				bv, hb := bm[k]
+				diffValue(d, appendKey(path, k), av, bv, ha, hb)
+			}
+			return
+		}
+		as, aok := a.([]any)
+		bs, bok := b.([]any)
+		if aok && bok {
+			for i := 0; i < max(len(as), len(bs)); i++ {
+				var av, bv any
+				if i < len(as) {
+					av = as[i]
+				}
+				if i < len(bs) {
+					bv = bs[i]
+				}
+				diffValue(d, appendIndex(path, i), av, bv, i < len(as), i < len(bs))
+			}
+			return
+		}
+		if scalarEqual(a, b) {
+			return
+		}
+	}
+	d.Total++
+	if len(d.Changes) >= maxDiffPaths {
+		return
+	}
+	c := change{Path: string(path)}
+	if hasA {
+		c.Old = marshalJSON(a)
+	}
+	if hasB {
+		c.New = marshalJSON(b)
+	}
+	d.Changes = append(d.Changes, c)
+}
+
+func scalarEqual(a, b any) bool {
+	switch av := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		bv, ok := b.(string)
+		return ok && av == bv
+	case bool:
+		bv, ok := b.(bool)
+		return ok && av == bv
+	case json.Number:
+		bv, ok := b.(json.Number)
+		return ok && av == bv
+	}
+	return false
+}
+
+// appendKey extends a path the way people write them: spec.replicas for plain keys, and
+// metadata.labels["app.kubernetes.io/name"] for keys a dot would make ambiguous.
+func appendKey(path []byte, key string) []byte {
+	if plainKey(key) {
+		if len(path) > 0 {
+			path = append(path, '.')
+		}
+		return append(path, key...)
+	}
+	path = append(path, '[')
+	path = strconv.AppendQuote(path, key)
+	return append(path, ']')
+}
+
+func appendIndex(path []byte, i int) []byte {
+	path = append(path, '[')
+	path = strconv.AppendInt(path, int64(i), 10)
+	return append(path, ']')
+}
+
+func plainKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) <= maxValueBytes {
+		return s
+	}
+	cut := maxValueBytes
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// exported prepares a diff for export: redaction tags become the constant mask first, then
+// long values are clipped, so a clip can never cut a tag in half and leave part of it behind.
+func (d diffResult) exported(tagged bool) []change {
+	out := make([]change, len(d.Changes))
+	for i, c := range d.Changes {
+		if tagged {
+			c.Old, c.New = untag(c.Old), untag(c.New)
+		}
+		out[i] = change{Path: c.Path, Old: clip(c.Old), New: clip(c.New)}
+	}
+	return out
+}
+
+// paths is a convenience for tests and logs.
+func (d diffResult) paths() string {
+	ps := make([]string, len(d.Changes))
+	for i, c := range d.Changes {
+		ps[i] = c.Path
+	}
+	return strings.Join(ps, ",")
+}

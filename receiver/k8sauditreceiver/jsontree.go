@@ -1,0 +1,102 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// A body parsed into a tree: map[string]any, []any, string, json.Number, bool or nil. Numbers
+// stay json.Number so that diffs print them exactly as the apiserver wrote them.
+type tree = map[string]any
+
+func parseTree(raw []byte) (tree, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var t tree
+	if err := dec.Decode(&t); err != nil || t == nil {
+		return nil, false
+	}
+	return t, true
+}
+
+// marshalJSON encodes v without HTML escaping: the values end up in span attributes read by
+// people, where "\u003credacted\u003e" would only obscure "<redacted>".
+func marshalJSON(v any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return ""
+	}
+	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+func child(t tree, key string) tree {
+	m, _ := t[key].(map[string]any)
+	return m
+}
+
+func str(t tree, key string) string {
+	s, _ := t[key].(string)
+	return s
+}
+
+// objectMeta is the part of a body's metadata that identifies the object.
+type objectMeta struct {
+	Kind            string
+	APIVersion      string
+	Name            string
+	Namespace       string
+	UID             string
+	ResourceVersion string
+	Owner           ownerRef
+}
+
+type ownerRef struct {
+	APIVersion, Kind, Name, UID string
+}
+
+func metaOf(t tree) objectMeta {
+	md := child(t, "metadata")
+	m := objectMeta{
+		Kind:            str(t, "kind"),
+		APIVersion:      str(t, "apiVersion"),
+		Name:            str(md, "name"),
+		Namespace:       str(md, "namespace"),
+		UID:             str(md, "uid"),
+		ResourceVersion: str(md, "resourceVersion"),
+	}
+	refs, _ := md["ownerReferences"].([]any)
+	for _, r := range refs {
+		ref, _ := r.(map[string]any)
+		if c, _ := ref["controller"].(bool); c {
+			m.Owner = ownerRef{APIVersion: str(ref, "apiVersion"), Kind: str(ref, "kind"), Name: str(ref, "name"), UID: str(ref, "uid")}
+			break
+		}
+	}
+	return m
+}
+
+// stripNoise removes what changes on every write without meaning anything to a reader:
+// managedFields (large, rewritten by every field manager) is dropped from bodies we keep or
+// show; resourceVersion and generation are left in snapshots but skipped by the diff.
+func stripNoise(t tree) {
+	if md := child(t, "metadata"); md != nil {
+		delete(md, "managedFields")
+	}
+}
+
+func jsonUnmarshalNumbers(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// compactJSON returns raw JSON without insignificant space, or raw as is when it is not JSON.
+func compactJSON(raw []byte) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}

@@ -1,0 +1,224 @@
+package k8sauditreceiver
+
+import (
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// fillObject completes an identity from a body's metadata, never overriding what objectRef
+// already said.
+func fillObject(o *model.Object, m objectMeta) {
+	if o.Name == "" {
+		o.Name = m.Name
+	}
+	if o.Namespace == "" {
+		o.Namespace = m.Namespace
+	}
+	if o.UID == "" {
+		o.UID = m.UID
+	}
+	o.Kind = m.Kind
+	if o.Version == "" {
+		_, o.Version = model.SplitAPIVersion(m.APIVersion)
+	}
+	if m.Owner.UID != "" || m.Owner.Name != "" {
+		o.Owner = model.Owner{APIVersion: m.Owner.APIVersion, Kind: m.Owner.Kind, Name: m.Owner.Name, UID: m.Owner.UID}
+	}
+}
+
+// spanName is "<actor> <verb>[ <subresource>][ (<status text>)]".
+func spanName(ev *auditEvent, code int, failed bool) string {
+	var b strings.Builder
+	b.WriteString(shortActor(ev.User.Username))
+	b.WriteByte(' ')
+	b.WriteString(ev.Verb)
+	if ev.ObjectRef.Subresource != "" {
+		b.WriteByte(' ')
+		b.WriteString(ev.ObjectRef.Subresource)
+	}
+	if failed {
+		b.WriteString(" (")
+		b.WriteString(statusText(ev, code))
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// shortActor names who made a request the way people say it: the service account's name for
+// controllers (system:serviceaccount:kube-system:replicaset-controller → replicaset-controller),
+// the component for system users (system:kube-scheduler → kube-scheduler), anyone else as is.
+func shortActor(user string) string {
+	if rest, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
+		if i := strings.LastIndexByte(rest, ':'); i >= 0 && i+1 < len(rest) {
+			return rest[i+1:]
+		}
+		return rest
+	}
+	if rest, ok := strings.CutPrefix(user, "system:"); ok && rest != "" {
+		return rest
+	}
+	if user == "" {
+		return "anonymous"
+	}
+	return user
+}
+
+func statusText(ev *auditEvent, code int) string {
+	if ev.ResponseStatus != nil && ev.ResponseStatus.Reason != "" {
+		return ev.ResponseStatus.Reason
+	}
+	if ev.Stage == stagePanic {
+		return "Panic"
+	}
+	if t := http.StatusText(code); t != "" {
+		return t
+	}
+	return "Error"
+}
+
+func setError(span ptrace.Span, ev *auditEvent, code int, ts pcommon.Timestamp) {
+	reason := statusText(ev, code)
+	msg := reason
+	var st status
+	if ev.ResponseStatus != nil {
+		st = *ev.ResponseStatus
+	}
+	if st.Message != "" {
+		msg = reason + ": " + st.Message
+	}
+	span.Status().SetCode(ptrace.StatusCodeError)
+	span.Status().SetMessage(msg)
+
+	e := span.Events().AppendEmpty()
+	e.SetName(model.EventAuditError)
+	e.SetTimestamp(ts)
+	a := e.Attributes()
+	if code != 0 {
+		a.PutInt(attrErrorCode, int64(code))
+	}
+	a.PutStr(attrErrorReason, reason)
+	putNonEmpty(a, attrErrorMessage, st.Message)
+	if st.Details != nil && len(st.Details.Causes) > 0 {
+		causes := a.PutEmptySlice(attrErrorCauses)
+		for _, c := range st.Details.Causes {
+			s := c.Message
+			if c.Field != "" {
+				s = c.Field + ": " + s
+			}
+			if c.Type != "" {
+				s += " (" + c.Type + ")"
+			}
+			causes.AppendEmpty().SetStr(s)
+		}
+	}
+}
+
+func putPatch(span ptrace.Span, raw []byte, redact bool, ts pcommon.Timestamp) {
+	var text string
+	if redact {
+		text = redactPatch(raw)
+	} else {
+		text = compactJSON(raw)
+	}
+	e := span.Events().AppendEmpty()
+	e.SetName(eventAuditPatch)
+	e.SetTimestamp(ts)
+	text, cut := clipBody(text)
+	e.Attributes().PutStr(model.AttrAuditPatch, text)
+	if cut {
+		e.Attributes().PutBool(attrBodyTruncated, true)
+	}
+}
+
+func putSnapshot(span ptrace.Span, body string, redact bool, ts pcommon.Timestamp) {
+	if redact {
+		body = untag(body)
+	}
+	e := span.Events().AppendEmpty()
+	e.SetName(model.EventObjectSnapshot)
+	e.SetTimestamp(ts)
+	body, cut := clipBody(body)
+	e.Attributes().PutStr(attrObjectBody, body)
+	if cut {
+		e.Attributes().PutBool(attrBodyTruncated, true)
+	}
+}
+
+// putDiff encodes a diff as three parallel string arrays (paths, old values, new values; JSON
+// texts, "" where a side is absent) plus the count. Parallel arrays keep one attribute per
+// role instead of one per path, so backends index three keys however many paths change.
+func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) {
+	if d.Total == 0 {
+		return
+	}
+	changes := d.exported(redact)
+	e := span.Events().AppendEmpty()
+	e.SetName(model.EventObjectDiff)
+	e.SetTimestamp(ts)
+	a := e.Attributes()
+	paths := a.PutEmptySlice(attrDiffPaths)
+	olds := a.PutEmptySlice(attrDiffOld)
+	news := a.PutEmptySlice(attrDiffNew)
+	paths.EnsureCapacity(len(changes))
+	olds.EnsureCapacity(len(changes))
+	news.EnsureCapacity(len(changes))
+	for _, c := range changes {
+		paths.AppendEmpty().SetStr(c.Path)
+		olds.AppendEmpty().SetStr(c.Old)
+		news.AppendEmpty().SetStr(c.New)
+	}
+	a.PutInt(attrDiffCount, int64(d.Total))
+	if d.Total > len(changes) {
+		a.PutBool(attrDiffTruncated, true)
+	}
+}
+
+func clipBody(s string) (string, bool) {
+	if len(s) <= maxBodyBytes {
+		return s, false
+	}
+	cut := maxBodyBytes
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut], true
+}
+
+func putNonEmpty(m pcommon.Map, key, value string) {
+	if value != "" {
+		m.PutStr(key, value)
+	}
+}
+
+// grSet is a set of group/resource entries as the exclusion and redaction lists spell them.
+type grSet map[[2]string]struct{}
+
+func newGRSet(grs []GroupResource) grSet {
+	s := make(grSet, len(grs))
+	for _, gr := range grs {
+		s[[2]string{gr.Group, gr.Resource}] = struct{}{}
+	}
+	return s
+}
+
+func (s grSet) match(group, resource, subresource string) bool {
+	if len(s) == 0 {
+		return false
+	}
+	if _, ok := s[[2]string{group, resource}]; ok {
+		return true
+	}
+	if _, ok := s[[2]string{group, "*"}]; ok {
+		return true
+	}
+	if subresource != "" {
+		_, ok := s[[2]string{group, resource + "/" + subresource}]
+		return ok
+	}
+	return false
+}

@@ -1,0 +1,354 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+const (
+	// maxBatchLines matches the apiserver's own webhook batches (--audit-webhook-batch-max-size
+	// defaults to 400): file mode then loads the pipeline the way webhook mode does.
+	maxBatchLines = 400
+	readChunk     = 256 << 10
+	// maxLineBytes bounds one audit log line. A RequestResponse event of a large ConfigMap
+	// can be a few MiB; a line without a newline beyond this is not an audit event.
+	maxLineBytes = 16 << 20
+	// fingerprintBytes of a file's head tell a file from another one that reused its inode.
+	fingerprintBytes = 256
+	minRetryDelay    = 100 * time.Millisecond
+	maxRetryDelay    = 5 * time.Second
+)
+
+// checkpoint is what the storage extension keeps per file: which file (inode and a hash of
+// its head) and how far its complete, accepted lines go.
+type checkpoint struct {
+	Inode       uint64 `json:"inode"`
+	Offset      int64  `json:"offset"`
+	Fingerprint string `json:"fingerprint"` // hex sha256 of the first min(offset, 256) bytes
+}
+
+// tailer follows one audit log file: new lines, rename-and-create rotation, truncation. Its
+// offset only ever covers lines the pipeline accepted (or that can never be accepted), so a
+// restart from the checkpoint neither loses nor, beyond a batch in flight, repeats events.
+type tailer struct {
+	path    string
+	r       *auditReceiver
+	client  storage.Client // nil: no checkpoints
+	key     string
+	logger  *zap.Logger
+	sleep   func(ctx context.Context, d time.Duration) bool
+	started bool // whether the file has been opened once since start
+
+	f       *os.File
+	info    fs.FileInfo
+	offset  int64  // file offset of the first byte not yet accepted
+	pending []byte // bytes read after offset: complete lines not yet flushed and a partial line
+	skip    bool   // discarding an over-long line up to its newline
+}
+
+func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
+	return &tailer{
+		path:   path,
+		r:      r,
+		client: client,
+		key:    "file:" + path,
+		logger: r.set.Logger.With(zap.String("file", path)),
+		sleep:  sleepCtx,
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (t *tailer) run(ctx context.Context) {
+	defer t.close()
+	tick := time.NewTicker(t.r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		t.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (t *tailer) close() {
+	if t.f != nil {
+		_ = t.f.Close()
+		t.f = nil
+	}
+}
+
+// poll reads what was appended since the last poll and follows rotation and truncation.
+func (t *tailer) poll(ctx context.Context) {
+	if t.f == nil && !t.open(ctx) {
+		return
+	}
+	if !t.readAll(ctx) {
+		return
+	}
+	cur, err := os.Stat(t.path)
+	switch {
+	case err == nil && os.SameFile(cur, t.info):
+		if cur.Size() < t.offset {
+			// Truncated in place (copytruncate): what is there now is new.
+			t.logger.Info("Audit log truncated, reading from the start", zap.Int64("old_offset", t.offset), zap.Int64("size", cur.Size()))
+			t.offset, t.pending, t.skip = 0, t.pending[:0], false
+			if _, err := t.f.Seek(0, io.SeekStart); err != nil {
+				t.logger.Warn("Seeking to the start after truncation failed", zap.Error(err))
+				t.close()
+				return
+			}
+			t.save(ctx)
+			t.readAll(ctx)
+		}
+		t.info = cur
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		// Renamed away (and maybe already replaced): the old file is complete, so its last
+		// partial line, if any, is all there will ever be of it.
+		if !t.readAll(ctx) {
+			return
+		}
+		if len(t.pending) > 0 && !t.skip {
+			events := t.decodeLines([][]byte{t.pending})
+			if !t.flush(ctx, events, t.offset+int64(len(t.pending))) {
+				return
+			}
+		}
+		t.logger.Info("Audit log rotated, following the new file")
+		t.close()
+		t.offset, t.pending, t.skip = 0, t.pending[:0], false
+		if err == nil {
+			t.open(ctx)
+			t.readAll(ctx)
+		}
+	default:
+		t.logger.Warn("Checking the audit log for rotation failed", zap.Error(err))
+	}
+}
+
+// open opens the file and decides where to start: at the checkpoint when it names this very
+// file, at the end when there is no storage and the file existed at start, else at the start.
+func (t *tailer) open(ctx context.Context) bool {
+	f, err := os.Open(t.path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.logger.Warn("Opening the audit log failed", zap.Error(err))
+		}
+		t.started = true // a file created later is new: read it whole
+		return false
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		t.logger.Warn("Reading the audit log's metadata failed", zap.Error(err))
+		return false
+	}
+	first := !t.started
+	t.started = true
+	t.f, t.info, t.pending, t.skip = f, info, t.pending[:0], false
+	t.offset = 0
+	if first {
+		cp, ok := checkpoint{}, false
+		if t.client != nil {
+			cp, ok = t.load(ctx)
+		}
+		switch {
+		case ok && t.matches(cp, info):
+			t.offset = cp.Offset
+			t.logger.Info("Resuming the audit log from its checkpoint", zap.Int64("offset", cp.Offset))
+		case ok:
+			t.logger.Info("The checkpointed audit log was rotated away while stopped, reading the current file from its start")
+		case t.r.cfg.StartAt == startAtEnd:
+			t.offset = info.Size()
+			t.logger.Info("No checkpoint for the audit log, reading from its end", zap.Int64("offset", t.offset))
+		}
+	}
+	if _, err := f.Seek(t.offset, io.SeekStart); err != nil {
+		t.logger.Warn("Seeking in the audit log failed", zap.Error(err))
+		t.close()
+		return false
+	}
+	return true
+}
+
+// readAll reads and flushes complete lines until the end of the file. It returns false when
+// the pipeline kept refusing until shutdown.
+func (t *tailer) readAll(ctx context.Context) bool {
+	buf := make([]byte, readChunk)
+	for {
+		n, err := t.f.Read(buf)
+		if n > 0 {
+			t.pending = append(t.pending, buf[:n]...)
+			if !t.flushLines(ctx) {
+				return false
+			}
+		}
+		if err != nil || n == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.logger.Warn("Reading the audit log failed", zap.Error(err))
+			}
+			return true
+		}
+	}
+}
+
+// flushLines hands every complete line in pending to the pipeline, maxBatchLines at a time,
+// and keeps the trailing partial line for the next read.
+func (t *tailer) flushLines(ctx context.Context) bool {
+	for {
+		var lines [][]byte
+		consumed := 0
+		rest := t.pending
+		for len(lines) < maxBatchLines {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			line := rest[:i]
+			rest = rest[i+1:]
+			consumed += i + 1
+			if t.skip {
+				t.skip = false // the over-long line ends here
+				continue
+			}
+			if len(bytes.TrimSpace(line)) > 0 {
+				lines = append(lines, line)
+			}
+		}
+		if consumed == 0 {
+			if len(t.pending) > maxLineBytes {
+				metadata.Add(ctx, t.r.telemetry.DroppedEvents, 1, metadata.ReasonLineTooLong)
+				t.logger.Warn("Dropping an audit log line longer than the limit", zap.Int("limit", maxLineBytes))
+				t.offset += int64(len(t.pending))
+				t.pending, t.skip = t.pending[:0], true
+			}
+			return true
+		}
+		events := t.decodeLines(lines)
+		if !t.flush(ctx, events, t.offset+int64(consumed)) {
+			return false
+		}
+		t.pending = append(t.pending[:0], t.pending[consumed:]...)
+	}
+}
+
+func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
+	t.r.telemetry.FileLines.Add(context.Background(), int64(len(lines)))
+	events := make([]auditEvent, 0, len(lines))
+	bad := 0
+	for _, line := range lines {
+		ev, err := decodeLine(line)
+		if err != nil {
+			bad++
+			t.logger.Debug("Skipping an audit log line that is not an audit event", zap.Error(err))
+			continue
+		}
+		events = append(events, ev)
+	}
+	metadata.Add(context.Background(), t.r.telemetry.DroppedEvents, bad, metadata.ReasonMalformedLine)
+	return events
+}
+
+// flush hands events to the pipeline, retrying with backoff while it refuses, and advances
+// the checkpoint to end once they are accepted. A permanent refusal also advances it: the
+// same events would be refused forever.
+func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool {
+	delay := minRetryDelay
+	for len(events) > 0 {
+		_, err := t.r.consume(ctx, t.r.obsFile, t.r.cfg.Cluster, events)
+		if err == nil {
+			break
+		}
+		if consumererror.IsPermanent(err) {
+			t.logger.Warn("The pipeline refused audit events permanently, skipping them", zap.Int("events", len(events)), zap.Error(err))
+			break
+		}
+		t.logger.Debug("The pipeline refused audit events, retrying", zap.Duration("delay", delay), zap.Error(err))
+		if !t.sleep(ctx, delay) {
+			return false
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
+	t.offset = end
+	t.save(ctx)
+	return true
+}
+
+func (t *tailer) load(ctx context.Context) (checkpoint, bool) {
+	data, err := t.client.Get(ctx, t.key)
+	if err != nil {
+		t.logger.Warn("Reading the audit log checkpoint failed, starting at the beginning", zap.Error(err))
+		return checkpoint{}, false
+	}
+	if data == nil {
+		return checkpoint{}, false
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		t.logger.Warn("Ignoring an unreadable audit log checkpoint", zap.Error(err))
+		return checkpoint{}, false
+	}
+	return cp, true
+}
+
+func (t *tailer) matches(cp checkpoint, info fs.FileInfo) bool {
+	if ino, ok := inode(info); ok && cp.Inode != 0 && ino != cp.Inode {
+		return false
+	}
+	if info.Size() < cp.Offset {
+		return false
+	}
+	fp, err := t.fingerprint(cp.Offset)
+	return err == nil && fp == cp.Fingerprint
+}
+
+func (t *tailer) fingerprint(upTo int64) (string, error) {
+	n := min(upTo, fingerprintBytes)
+	head := make([]byte, n)
+	if _, err := t.f.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	sum := sha256.Sum256(head)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func (t *tailer) save(ctx context.Context) {
+	if t.client == nil || t.f == nil {
+		return
+	}
+	fp, err := t.fingerprint(t.offset)
+	if err != nil {
+		t.logger.Warn("Fingerprinting the audit log failed, checkpoint not saved", zap.Error(err))
+		return
+	}
+	ino, _ := inode(t.info)
+	data, _ := json.Marshal(checkpoint{Inode: ino, Offset: t.offset, Fingerprint: fp})
+	if err := t.client.Set(ctx, t.key, data); err != nil {
+		t.logger.Warn("Saving the audit log checkpoint failed", zap.Error(err))
+	}
+}
