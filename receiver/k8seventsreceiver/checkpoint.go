@@ -1,0 +1,185 @@
+package k8seventsreceiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+)
+
+// The checkpoint remembers, per Event, the last occurrence whose span the next consumer
+// accepted: UID, resourceVersion, occurrence count and occurrence time in nanoseconds. A 1-second
+// high-water mark (what Kelemetry keeps) cannot tell two occurrences in the same second apart,
+// and no single timestamp can say how many of a series' occurrences were already emitted.
+//
+// Entries are written to append-only buckets: each flush rewrites only the open bucket, and a
+// bucket is deleted once its newest entry is older than checkpoint_ttl, by which time the
+// apiserver has deleted those Events too (--event-ttl). An Event updated again is written to
+// the open bucket; on load the newest entry per UID wins. This keeps both the write per batch
+// and the total size proportional to recent activity, and needs nothing beyond Get/Set/Delete
+// from the storage extension.
+const (
+	checkpointStateKey = "state"
+	bucketPrefix       = "bucket/"
+	// bucketSpan is how long a bucket stays open: short enough that rewriting it per flush is
+	// cheap, long enough that a day of checkpoint_ttl is a few thousand keys at most.
+	bucketSpan = time.Minute
+)
+
+// checkpointEntry is one Event's progress.
+type checkpointEntry struct {
+	UID       string
+	Namespace string
+	RV        string
+	Count     int32
+	Last      int64 // Unix nanoseconds
+}
+
+type checkpointState struct {
+	Version int           `json:"version"`
+	Next    int64         `json:"next"`
+	Buckets []bucketState `json:"buckets"`
+}
+
+type bucketState struct {
+	Key     string `json:"key"`
+	Written int64  `json:"written"` // Unix nanoseconds of the last write
+}
+
+type checkpoint struct {
+	client storage.Client
+	ttl    time.Duration
+	now    func() time.Time
+
+	state     checkpointState
+	open      map[string]checkpointEntry // entries of the open bucket, the last in state.Buckets
+	openSince time.Time
+}
+
+func newCheckpoint(client storage.Client, ttl time.Duration, now func() time.Time) *checkpoint {
+	return &checkpoint{client: client, ttl: ttl, now: now, state: checkpointState{Version: 1}}
+}
+
+// load reads every bucket. It returns a nil map when no checkpoint exists yet, which is what
+// makes max_event_age apply.
+func (c *checkpoint) load(ctx context.Context) (map[string]checkpointEntry, error) {
+	raw, err := c.client.Get(ctx, checkpointStateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoint key %q: %w", checkpointStateKey, err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	if err := json.Unmarshal(raw, &c.state); err != nil {
+		return nil, fmt.Errorf("decoding checkpoint key %q: %w", checkpointStateKey, err)
+	}
+	ops := make([]*storage.Operation, len(c.state.Buckets))
+	for i, b := range c.state.Buckets {
+		ops[i] = storage.GetOperation(b.Key)
+	}
+	if len(ops) > 0 {
+		if err := c.client.Batch(ctx, ops...); err != nil {
+			return nil, fmt.Errorf("reading %d checkpoint buckets: %w", len(ops), err)
+		}
+	}
+	entries := make(map[string]checkpointEntry)
+	for _, op := range ops { // oldest first, so a newer entry replaces an older one
+		if err := decodeBucket(op.Value, func(e checkpointEntry) {
+			if old, ok := entries[e.UID]; !ok || e.Count >= old.Count {
+				entries[e.UID] = e
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("decoding checkpoint bucket %q: %w", op.Key, err)
+		}
+	}
+	// Never append to a bucket written by an earlier run: its entries are not in c.open.
+	c.open = nil
+	return entries, nil
+}
+
+// commit records entries whose spans were accepted (or that need no span) and expires old
+// buckets, in one storage batch.
+func (c *checkpoint) commit(ctx context.Context, entries []*checkpointEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	now := c.now()
+	if c.open == nil || now.Sub(c.openSince) >= bucketSpan {
+		c.open = make(map[string]checkpointEntry)
+		c.openSince = now
+		c.state.Buckets = append(c.state.Buckets, bucketState{Key: bucketPrefix + strconv.FormatInt(c.state.Next, 10)})
+		c.state.Next++
+	}
+	for _, e := range entries {
+		c.open[e.UID] = *e
+	}
+	c.state.Buckets[len(c.state.Buckets)-1].Written = now.UnixNano()
+
+	var ops []*storage.Operation
+	expired := 0
+	for _, b := range c.state.Buckets[:len(c.state.Buckets)-1] {
+		if now.Sub(time.Unix(0, b.Written)) <= c.ttl {
+			break
+		}
+		ops = append(ops, storage.DeleteOperation(b.Key))
+		expired++
+	}
+	c.state.Buckets = c.state.Buckets[expired:]
+	state, err := json.Marshal(c.state)
+	if err != nil {
+		return err
+	}
+	open := c.state.Buckets[len(c.state.Buckets)-1].Key
+	ops = append(ops, storage.SetOperation(open, encodeBucket(c.open)), storage.SetOperation(checkpointStateKey, state))
+	if err := c.client.Batch(ctx, ops...); err != nil {
+		return fmt.Errorf("writing checkpoint bucket %q (%d entries): %w", open, len(c.open), err)
+	}
+	return nil
+}
+
+// A bucket is text, one entry per line: uid, namespace, resourceVersion, count, time. None of
+// these can contain a tab or a newline.
+func encodeBucket(entries map[string]checkpointEntry) []byte {
+	var b bytes.Buffer
+	b.Grow(len(entries) * 96)
+	for _, e := range entries {
+		b.WriteString(e.UID)
+		b.WriteByte('\t')
+		b.WriteString(e.Namespace)
+		b.WriteByte('\t')
+		b.WriteString(e.RV)
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(int64(e.Count), 10))
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(e.Last, 10))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func decodeBucket(data []byte, fn func(checkpointEntry)) error {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		if len(f) != 5 {
+			return fmt.Errorf("entry %q has %d fields, want 5", line, len(f))
+		}
+		count, err := strconv.ParseInt(f[3], 10, 32)
+		if err != nil {
+			return fmt.Errorf("entry %q: count: %w", line, err)
+		}
+		last, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil {
+			return fmt.Errorf("entry %q: time: %w", line, err)
+		}
+		fn(checkpointEntry{UID: f[0], Namespace: f[1], RV: f[2], Count: int32(count), Last: last})
+	}
+	return nil
+}

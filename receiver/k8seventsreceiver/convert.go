@@ -1,0 +1,105 @@
+package k8seventsreceiver
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// regardingObject is the identity of the object an Event is about (DESIGN §3.3). Events name a
+// kind, spans also carry the resource, so the mapper translates; an unknown kind leaves the
+// resource out rather than guessing a plural.
+func regardingObject(cluster string, m model.Mapper, ref *corev1.ObjectReference) model.Object {
+	group, version := model.SplitAPIVersion(ref.APIVersion)
+	o := model.Object{
+		Cluster:   cluster,
+		Group:     group,
+		Version:   version,
+		Kind:      ref.Kind,
+		Namespace: ref.Namespace,
+		Name:      ref.Name,
+		UID:       string(ref.UID),
+	}
+	if m != nil {
+		if info, ok := m.ByKind(group, ref.Kind); ok {
+			o.Resource = info.Resource
+			if !info.Namespaced {
+				o.Namespace = ""
+			}
+		}
+	}
+	return o
+}
+
+// hasRegarding reports whether the Event names an object it can be attached to.
+func hasRegarding(ev *eventsv1.Event) bool {
+	r := &ev.Regarding
+	return r.Kind != "" && (r.UID != "" || r.Name != "")
+}
+
+// occurrenceSpan describes one span to emit: which occurrence of which Event.
+type occurrenceSpan struct {
+	count int32
+	id    string
+	at    time.Time
+}
+
+// converter turns stripped Events into spans.
+type converter struct {
+	cluster string
+	mapper  model.Mapper
+	window  time.Duration
+}
+
+// appendSpan writes the span of one occurrence of ev into b.
+func (c *converter) appendSpan(b *model.TracesBuilder, ev *eventsv1.Event, occ occurrenceSpan) {
+	obj := regardingObject(c.cluster, c.mapper, &ev.Regarding)
+	kind := obj.Kind
+	span := b.AppendSpan(c.cluster, kind)
+
+	window := model.WindowStart(occ.at, c.window)
+	key := obj.Key()
+	span.SetTraceID(model.ObjectTraceID(key, window))
+	span.SetParentSpanID(model.ObjectSpanID(key, window))
+	span.SetSpanID(model.EventSpanID(string(ev.UID), occ.id))
+	span.SetName(ev.Reason)
+	span.SetKind(ptrace.SpanKindInternal)
+	ts := pcommon.NewTimestampFromTime(occ.at)
+	span.SetStartTimestamp(ts)
+	span.SetEndTimestamp(ts)
+	if ev.Type == corev1.EventTypeWarning {
+		span.Status().SetCode(ptrace.StatusCodeError)
+		span.Status().SetMessage(ev.Note)
+	}
+
+	attrs := span.Attributes()
+	attrs.EnsureCapacity(20)
+	attrs.PutStr(model.AttrSpanType, model.SpanTypeEvent)
+	obj.PutAttributes(attrs)
+	putStr(attrs, model.AttrEventReason, ev.Reason)
+	putStr(attrs, model.AttrEventAction, ev.Action)
+	putStr(attrs, model.AttrEventType, ev.Type)
+	putStr(attrs, model.AttrEventNote, ev.Note)
+	putStr(attrs, model.AttrEventReportingCtrl, ev.ReportingController)
+	putStr(attrs, model.AttrEventReportingInstance, ev.ReportingInstance)
+	attrs.PutInt(model.AttrEventCount, int64(occ.count))
+	putStr(attrs, model.AttrEventUID, string(ev.UID))
+	putStr(attrs, model.AttrEventName, ev.Name)
+	if r := ev.Related; r != nil {
+		putStr(attrs, model.AttrEventRelatedKind, r.Kind)
+		putStr(attrs, model.AttrEventRelatedName, r.Name)
+		putStr(attrs, model.AttrEventRelatedNamespace, r.Namespace)
+		putStr(attrs, model.AttrEventRelatedUID, string(r.UID))
+	}
+}
+
+func putStr(m pcommon.Map, key, value string) {
+	if value != "" {
+		m.PutStr(key, value)
+	}
+}

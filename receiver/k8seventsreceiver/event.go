@@ -1,0 +1,129 @@
+package k8seventsreceiver
+
+import (
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// strip reduces a watched Event (events.k8s.io/v1 or core/v1) to the fields conversion and
+// occurrence tracking read, as an events.k8s.io/v1 Event so both API groups share one code path.
+// It keeps ObjectMeta's identity because client-go's watch-list stores key objects by
+// namespace/name; labels, annotations and managedFields, often most of an Event's bytes, go.
+func strip(obj any) (*eventsv1.Event, bool) {
+	switch ev := obj.(type) {
+	case *eventsv1.Event:
+		return &eventsv1.Event{
+			ObjectMeta:               stripMeta(&ev.ObjectMeta),
+			EventTime:                ev.EventTime,
+			Series:                   ev.Series,
+			ReportingController:      ev.ReportingController,
+			ReportingInstance:        ev.ReportingInstance,
+			Action:                   ev.Action,
+			Reason:                   ev.Reason,
+			Regarding:                ev.Regarding,
+			Related:                  ev.Related,
+			Note:                     ev.Note,
+			Type:                     ev.Type,
+			DeprecatedFirstTimestamp: ev.DeprecatedFirstTimestamp,
+			DeprecatedLastTimestamp:  ev.DeprecatedLastTimestamp,
+			DeprecatedCount:          ev.DeprecatedCount,
+		}, true
+	case *corev1.Event:
+		// The mapping mirrors the apiserver's own conversion between the two API groups.
+		out := &eventsv1.Event{
+			ObjectMeta:               stripMeta(&ev.ObjectMeta),
+			EventTime:                ev.EventTime,
+			ReportingController:      ev.ReportingController,
+			ReportingInstance:        ev.ReportingInstance,
+			Action:                   ev.Action,
+			Reason:                   ev.Reason,
+			Regarding:                ev.InvolvedObject,
+			Related:                  ev.Related,
+			Note:                     ev.Message,
+			Type:                     ev.Type,
+			DeprecatedFirstTimestamp: ev.FirstTimestamp,
+			DeprecatedLastTimestamp:  ev.LastTimestamp,
+			DeprecatedCount:          ev.Count,
+		}
+		if out.ReportingController == "" {
+			out.ReportingController = ev.Source.Component
+		}
+		if out.ReportingInstance == "" {
+			out.ReportingInstance = ev.Source.Host
+		}
+		if ev.Series != nil {
+			out.Series = &eventsv1.EventSeries{Count: ev.Series.Count, LastObservedTime: ev.Series.LastObservedTime}
+		}
+		return out, true
+	case eventsv1.Event:
+		return strip(&ev)
+	}
+	return nil, false
+}
+
+func stripMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp,
+	}
+}
+
+// transform is the cache.TransformFunc the reflector applies inside its watch-list buffer, so
+// that even the initial stream of a large cluster is held stripped.
+func transform(obj any) (any, error) {
+	if ev, ok := strip(obj); ok {
+		return ev, nil
+	}
+	return obj, nil
+}
+
+// occurrenceCount is how many times the Event has happened: the series count, the deprecated
+// count of core/v1-style recorders, and 1 for an Event that carries neither (a single
+// occurrence reported through events.k8s.io/v1). hasCount tells the last case apart, because
+// then the occurrence is identified by the resourceVersion (DESIGN §3.2).
+func occurrenceCount(ev *eventsv1.Event) (count int32, hasCount bool) {
+	if ev.Series != nil && ev.Series.Count > 0 {
+		return ev.Series.Count, true
+	}
+	if ev.DeprecatedCount > 0 {
+		return ev.DeprecatedCount, true
+	}
+	return 1, false
+}
+
+// occurrenceTime is when the Event's latest occurrence happened: the series' last observation,
+// the deprecated last timestamp for a repeated core/v1 Event, else the first occurrence's time.
+// It is zero when the Event carries no time at all.
+func occurrenceTime(ev *eventsv1.Event) time.Time {
+	if ev.Series != nil && !ev.Series.LastObservedTime.IsZero() {
+		return ev.Series.LastObservedTime.Time
+	}
+	if ev.DeprecatedCount > 1 && !ev.DeprecatedLastTimestamp.IsZero() {
+		return ev.DeprecatedLastTimestamp.Time
+	}
+	switch {
+	case !ev.EventTime.IsZero():
+		return ev.EventTime.Time
+	case !ev.DeprecatedLastTimestamp.IsZero():
+		return ev.DeprecatedLastTimestamp.Time
+	case !ev.DeprecatedFirstTimestamp.IsZero():
+		return ev.DeprecatedFirstTimestamp.Time
+	}
+	return time.Time{}
+}
+
+// occurrenceID is the occurrence part of an event span ID: the occurrence's count, or the
+// resourceVersion for an Event without one.
+func occurrenceID(ev *eventsv1.Event, count int32, hasCount bool) string {
+	if hasCount {
+		return strconv.FormatInt(int64(count), 10)
+	}
+	return ev.ResourceVersion
+}

@@ -1,0 +1,131 @@
+package k8seventsreceiver
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+const (
+	// maxBatchItems bounds one ConsumeTraces call; a relist of a big cluster is split.
+	maxBatchItems = 1000
+	// queueItems bounds what waits for the consumer. When it is full the reflector blocks, the
+	// watch stream backs up into the apiserver, and a watch that falls too far behind is closed
+	// and relisted — which the tracker turns into no duplicates.
+	queueItems = 4096
+	obsFormat  = "k8s_event"
+)
+
+// pipeline carries work items, in the order the tracker produced them, to the next consumer,
+// and advances the checkpoint only past items the consumer accepted.
+type pipeline struct {
+	logger  *zap.Logger
+	tel     *metadata.TelemetryBuilder
+	obs     *receiverhelper.ObsReport
+	next    consumer.Traces
+	conv    *converter
+	ckpt    *checkpoint // nil without storage
+	clock   clock.Clock
+	backoff BackoffConfig
+	version string
+
+	queue chan workItem
+}
+
+// enqueue hands an item to the pipeline, waiting while the consumer is behind.
+func (p *pipeline) enqueue(ctx context.Context, item workItem) error {
+	select {
+	case p.queue <- item:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pipeline) run(ctx context.Context) {
+	batch := make([]workItem, 0, maxBatchItems)
+	for {
+		select {
+		case item := <-p.queue:
+			batch = append(batch, item)
+		case <-ctx.Done():
+			return
+		}
+	drain:
+		for len(batch) < maxBatchItems {
+			select {
+			case item := <-p.queue:
+				batch = append(batch, item)
+			default:
+				break drain
+			}
+		}
+		if !p.flush(ctx, batch) {
+			return
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// flush delivers one batch, retrying a refusal with capped exponential backoff. It returns false
+// when ctx ended first; the batch is then neither emitted nor checkpointed, so the next start
+// emits it.
+func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
+	delay := p.backoff.InitialInterval
+	for {
+		b := model.NewTracesBuilder(metadata.ScopeName, p.version)
+		for _, item := range batch {
+			for _, occ := range item.spans {
+				p.conv.appendSpan(b, item.ev, occ)
+			}
+		}
+		n := b.SpanCount()
+		if n == 0 {
+			break
+		}
+		obsCtx := p.obs.StartTracesOp(ctx)
+		err := p.next.ConsumeTraces(obsCtx, b.Traces())
+		p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
+		if err == nil {
+			p.tel.SpansEmitted.Add(ctx, int64(n))
+			break
+		}
+		if consumererror.IsPermanent(err) {
+			p.tel.Dropped.Add(ctx, int64(n), metadata.WithReason(metadata.ReasonConsumerPermanent))
+			p.logger.Error("Next consumer permanently refused event spans; dropping them", zap.Int("spans", n), zap.Error(err))
+			break
+		}
+		p.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorConsumer))
+		p.logger.Warn("Next consumer refused event spans; retrying", zap.Int("spans", n), zap.Duration("backoff", delay), zap.Error(err))
+		select {
+		case <-p.clock.After(delay):
+		case <-ctx.Done():
+			return false
+		}
+		delay = min(2*delay, p.backoff.MaxInterval)
+	}
+	if p.ckpt == nil {
+		return true
+	}
+	entries := make([]*checkpointEntry, 0, len(batch))
+	for _, item := range batch {
+		if item.entry != nil {
+			entries = append(entries, item.entry)
+		}
+	}
+	if err := p.ckpt.commit(ctx, entries); err != nil {
+		// The spans are out; a failed write only means a restart may emit them again with the
+		// same span IDs.
+		p.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorCheckpointWrite))
+		p.logger.Warn("Writing the restart checkpoint failed", zap.Error(err))
+	}
+	return true
+}

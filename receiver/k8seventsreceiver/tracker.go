@@ -1,0 +1,218 @@
+package k8seventsreceiver
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	eventsv1 "k8s.io/api/events/v1"
+
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+// maxSpansPerUpdate bounds the spans one Event version can produce. A crash-looping Pod's
+// BackOff Event can jump by thousands of occurrences across a long disconnection; all of them
+// would carry the same timestamp anyway, so past this many the older ones are counted and
+// dropped instead of flooding the trace.
+const maxSpansPerUpdate = 100
+
+// eventState is what the receiver remembers of one Event: enough to tell a new occurrence from
+// a replay, about 100 bytes instead of the full object.
+type eventState struct {
+	namespace string
+	rv        string
+	count     int32
+	last      int64 // occurrence time, Unix nanoseconds
+	// restored marks state read from the checkpoint and not yet seen again from the apiserver.
+	restored bool
+}
+
+// workItem is the outcome of one Event version, carried in arrival order to the pipeline:
+// the spans to emit (none for a replay or a drop) and the checkpoint entry to write once they
+// are accepted.
+type workItem struct {
+	ev    *eventsv1.Event
+	spans []occurrenceSpan
+	entry *checkpointEntry
+}
+
+// tracker decides which Event versions carry new occurrences. It is the receiver's only memory
+// of Events: the reflector hands it each version and keeps nothing itself.
+type tracker struct {
+	logger *zap.Logger
+	tel    *metadata.TelemetryBuilder
+	now    func() time.Time
+	// maxAge applies to Events first seen in an initial list when there was no checkpoint.
+	maxAge  time.Duration
+	dropOld bool
+
+	mu         sync.Mutex
+	states     map[string]eventState
+	namespaces map[string]string // interned, so 100k Events in ten namespaces share ten strings
+}
+
+func newTracker(logger *zap.Logger, tel *metadata.TelemetryBuilder, now func() time.Time, maxAge time.Duration, restored map[string]checkpointEntry) *tracker {
+	t := &tracker{
+		logger:     logger,
+		tel:        tel,
+		now:        now,
+		maxAge:     maxAge,
+		dropOld:    restored == nil && maxAge > 0,
+		states:     make(map[string]eventState, len(restored)),
+		namespaces: make(map[string]string),
+	}
+	for uid, e := range restored {
+		t.states[uid] = eventState{namespace: t.intern(e.Namespace), rv: e.RV, count: e.Count, last: e.Last, restored: true}
+	}
+	t.tel.TrackedEvents.Add(context.Background(), int64(len(t.states)))
+	return t
+}
+
+func (t *tracker) intern(ns string) string {
+	if s, ok := t.namespaces[ns]; ok {
+		return s
+	}
+	t.namespaces[ns] = ns
+	return ns
+}
+
+// observe decides what one Event version means. initial is true for the items of a reflector's
+// first list, the only place max_event_age applies. It reports false when nothing needs to
+// reach the pipeline.
+func (t *tracker) observe(ev *eventsv1.Event, initial bool) (workItem, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.observeLocked(ev, initial)
+}
+
+func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, bool) {
+	ctx := context.Background()
+	t.tel.EventsReceived.Add(ctx, 1)
+	uid := string(ev.UID)
+	if uid == "" {
+		// Without a UID there is no stable span ID and no way to recognise the Event again.
+		t.drop(ev, metadata.ReasonMissingUID, 1)
+		return workItem{}, false
+	}
+	count, hasCount := occurrenceCount(ev)
+	at := occurrenceTime(ev)
+	prev, known := t.states[uid]
+
+	if known {
+		if prev.rv == ev.ResourceVersion {
+			reason := metadata.DuplicateSameResourceVersion
+			if prev.restored {
+				reason = metadata.DuplicateCheckpointed
+				prev.restored = false
+				t.states[uid] = prev
+			}
+			t.duplicate(ev, prev, reason)
+			return workItem{}, false
+		}
+		if count <= prev.count {
+			// A newer version without a new occurrence (a relabel, or a version older than one
+			// already seen arriving late): remember the version, emit nothing.
+			prev.rv = ev.ResourceVersion
+			reason := metadata.DuplicateNoNewOccurrence
+			if prev.restored {
+				reason = metadata.DuplicateCheckpointed
+				prev.restored = false
+			}
+			t.states[uid] = prev
+			t.duplicate(ev, prev, reason)
+			return workItem{}, false
+		}
+	} else {
+		t.tel.TrackedEvents.Add(ctx, 1)
+	}
+
+	state := eventState{namespace: t.intern(ev.Namespace), rv: ev.ResourceVersion, count: count, last: at.UnixNano()}
+	if at.IsZero() {
+		state.last = 0
+	}
+	t.states[uid] = state
+	item := workItem{ev: ev, entry: &checkpointEntry{UID: uid, Namespace: state.namespace, RV: state.rv, Count: count, Last: state.last}}
+
+	first := count // a new Event is one span, for its current occurrence
+	if known {
+		first = prev.count + 1
+	}
+	switch {
+	case !hasRegarding(ev):
+		t.drop(ev, metadata.ReasonMissingRegarding, int64(count-first+1))
+		return item, true
+	case at.IsZero():
+		t.drop(ev, metadata.ReasonMissingTime, int64(count-first+1))
+		return item, true
+	case !known && initial && t.dropOld && t.now().Sub(at) > t.maxAge:
+		t.drop(ev, metadata.ReasonTooOld, 1)
+		return item, true
+	}
+	if n := count - first + 1; n > maxSpansPerUpdate {
+		t.drop(ev, metadata.ReasonCoalesced, int64(n-maxSpansPerUpdate))
+		first = count - maxSpansPerUpdate + 1
+	}
+	item.spans = make([]occurrenceSpan, 0, count-first+1)
+	for c := first; c <= count; c++ {
+		item.spans = append(item.spans, occurrenceSpan{count: c, id: occurrenceID(ev, c, hasCount), at: at})
+	}
+	t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
+		zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)))
+	return item, true
+}
+
+// replace applies a full list of the Events in scope ("" = all namespaces): each item is
+// observed, and Events in scope that the list no longer has were deleted meanwhile.
+func (t *tracker) replace(scope string, evs []*eventsv1.Event, initial bool) []workItem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	listed := make(map[string]struct{}, len(evs))
+	var items []workItem
+	for _, ev := range evs {
+		listed[string(ev.UID)] = struct{}{}
+		if item, ok := t.observeLocked(ev, initial); ok {
+			items = append(items, item)
+		}
+	}
+	var gone int64
+	for uid, st := range t.states {
+		if scope != "" && st.namespace != scope {
+			continue
+		}
+		if _, ok := listed[uid]; !ok {
+			delete(t.states, uid)
+			gone++
+		}
+	}
+	t.tel.TrackedEvents.Add(context.Background(), -gone)
+	return items
+}
+
+// forget drops a deleted Event's state. Its checkpoint entry expires with checkpoint_ttl.
+func (t *tracker) forget(ev *eventsv1.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.states[string(ev.UID)]; ok {
+		delete(t.states, string(ev.UID))
+		t.tel.TrackedEvents.Add(context.Background(), -1)
+	}
+}
+
+func (t *tracker) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.states)
+}
+
+func (t *tracker) duplicate(ev *eventsv1.Event, st eventState, reason string) {
+	t.tel.Duplicates.Add(context.Background(), 1, metadata.WithReason(reason))
+	t.logger.Debug("Event version carries no new occurrence", zap.String("event", ev.Namespace+"/"+ev.Name),
+		zap.String("resource_version", ev.ResourceVersion), zap.Int32("emitted_count", st.count), zap.String("reason", reason))
+}
+
+func (t *tracker) drop(ev *eventsv1.Event, reason string, n int64) {
+	t.tel.Dropped.Add(context.Background(), n, metadata.WithReason(reason))
+	t.logger.Debug("Event occurrence dropped", zap.String("event", ev.Namespace+"/"+ev.Name),
+		zap.String("uid", string(ev.UID)), zap.String("reason", reason))
+}

@@ -1,0 +1,321 @@
+package k8seventsreceiver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+// apiSource is the Events API the receiver watches: events.k8s.io/v1, or core/v1 on an
+// apiserver that does not serve it.
+type apiSource struct {
+	groupResource string // for messages: "events.events.k8s.io"
+	expected      runtime.Object
+	listWatch     func(namespace string) cache.ListerWatcher
+}
+
+func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
+	return apiSource{
+		groupResource: "events.events.k8s.io",
+		expected:      &eventsv1.Event{},
+		listWatch: func(ns string) cache.ListerWatcher {
+			return &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					selectors(cfg, &o)
+					return client.EventsV1().Events(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					selectors(cfg, &o)
+					return client.EventsV1().Events(ns).Watch(ctx, o)
+				},
+			}
+		},
+	}
+}
+
+func coreV1Source(client kubernetes.Interface, cfg *Config) apiSource {
+	return apiSource{
+		groupResource: "events (core/v1)",
+		expected:      &corev1.Event{},
+		listWatch: func(ns string) cache.ListerWatcher {
+			return &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					selectors(cfg, &o)
+					return client.CoreV1().Events(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					selectors(cfg, &o)
+					return client.CoreV1().Events(ns).Watch(ctx, o)
+				},
+			}
+		},
+	}
+}
+
+func selectors(cfg *Config, o *metav1.ListOptions) {
+	o.LabelSelector = cfg.LabelSelector
+	o.FieldSelector = cfg.FieldSelector
+}
+
+// chooseSource asks discovery whether events.k8s.io/v1 is served. Any answer other than "not
+// found" (the apiserver unreachable, say) is an error, so that an outage at start does not
+// silently pick the older API.
+func chooseSource(client kubernetes.Interface, cfg *Config) (apiSource, error) {
+	_, err := client.Discovery().ServerResourcesForGroupVersion(eventsv1.SchemeGroupVersion.String())
+	switch {
+	case err == nil:
+		return eventsV1Source(client, cfg), nil
+	case apierrors.IsNotFound(err):
+		return coreV1Source(client, cfg), nil
+	}
+	return apiSource{}, fmt.Errorf("discovering %s: %w", eventsv1.SchemeGroupVersion, err)
+}
+
+// scopeStore is the reflector's store for one namespace (or all): it keeps nothing itself and
+// hands every Event version to the tracker, whose verdicts go to the pipeline in order.
+type scopeStore struct {
+	ctx       context.Context
+	namespace string
+	tracker   *tracker
+	pipeline  *pipeline
+	onSynced  func()
+
+	synced   bool
+	progress atomic.Int64 // bumped by every call, bookmarks included: the stall guard's pulse
+}
+
+var (
+	_ cache.TransformingStore      = (*scopeStore)(nil)
+	_ cache.ReflectorBookmarkStore = (*scopeStore)(nil)
+)
+
+func (s *scopeStore) Add(obj any) error    { return s.observe(obj) }
+func (s *scopeStore) Update(obj any) error { return s.observe(obj) }
+
+func (s *scopeStore) observe(obj any) error {
+	s.progress.Add(1)
+	ev, ok := strip(obj)
+	if !ok {
+		return fmt.Errorf("unexpected object %T in the Events watch", obj)
+	}
+	if item, ok := s.tracker.observe(ev, false); ok {
+		return s.pipeline.enqueue(s.ctx, item)
+	}
+	return nil
+}
+
+func (s *scopeStore) Delete(obj any) error {
+	s.progress.Add(1)
+	if ev, ok := strip(obj); ok {
+		s.tracker.forget(ev)
+	}
+	return nil
+}
+
+// Replace is a full list: the first one after start, or a relist after an expired (410) or
+// broken watch. Versions already seen are recognised by the tracker, so a relist emits only
+// occurrences that happened while the watch was down.
+func (s *scopeStore) Replace(list []any, _ string) error {
+	s.progress.Add(1)
+	evs := make([]*eventsv1.Event, 0, len(list))
+	for _, obj := range list {
+		if ev, ok := strip(obj); ok {
+			evs = append(evs, ev)
+		}
+	}
+	items := s.tracker.replace(s.namespace, evs, !s.synced)
+	s.synced = true
+	for _, item := range items {
+		if err := s.pipeline.enqueue(s.ctx, item); err != nil {
+			return err
+		}
+	}
+	if s.onSynced != nil {
+		s.onSynced()
+	}
+	return nil
+}
+
+func (s *scopeStore) Resync() error { return nil }
+
+func (s *scopeStore) Bookmark(string) error {
+	s.progress.Add(1)
+	return nil
+}
+
+func (s *scopeStore) Transformer() cache.TransformFunc { return transform }
+
+// watchRunner runs the list-watches of one receiver start (or one leadership term).
+type watchRunner struct {
+	logger   *zap.Logger
+	tel      *metadata.TelemetryBuilder
+	cfg      *Config
+	clock    clock.WithTicker
+	host     component.Host
+	tracker  *tracker
+	pipeline *pipeline
+
+	degraded atomic.Bool
+}
+
+// run picks the Events API and list-watches every configured namespace until ctx ends.
+func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
+	var src apiSource
+	delay := w.cfg.Backoff.InitialInterval
+	for {
+		var err error
+		if src, err = chooseSource(client, w.cfg); err == nil {
+			break
+		}
+		w.failed(ctx, err, "")
+		select {
+		case <-w.clock.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		delay = min(2*delay, w.cfg.Backoff.MaxInterval)
+	}
+	w.logger.Info("Watching Kubernetes Events", zap.String("api", src.groupResource), zap.Strings("namespaces", w.cfg.Namespaces))
+	scopes := w.cfg.Namespaces
+	if len(scopes) == 0 {
+		scopes = []string{metav1.NamespaceAll}
+	}
+	var wg sync.WaitGroup
+	for _, ns := range scopes {
+		wg.Go(func() { w.watchScope(ctx, src, ns) })
+	}
+	wg.Wait()
+}
+
+// watchScope list-watches one namespace (or all) with one reflector, restarting it with capped
+// exponential backoff on errors and at once when the watch closes or stalls.
+func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) {
+	store := &scopeStore{ctx: ctx, namespace: ns, tracker: w.tracker, pipeline: w.pipeline, onSynced: w.synced}
+	backoff := wait.Backoff{Duration: w.cfg.Backoff.InitialInterval, Cap: w.cfg.Backoff.MaxInterval, Factor: 2, Jitter: 0.1, Steps: 1 << 30}
+	refl := cache.NewReflectorWithOptions(src.listWatch(ns), src.expected, store, cache.ReflectorOptions{
+		Name:    "k8s_event_spans/" + scopeName(ns),
+		Clock:   w.clock,
+		Backoff: &backoff,
+	})
+	delay := w.cfg.Backoff.InitialInterval
+	for {
+		runCtx, cancel := context.WithCancel(ctx)
+		var stalled atomic.Bool
+		var guard sync.WaitGroup
+		if w.cfg.StalledWatchTimeout > 0 {
+			guard.Go(func() {
+				if w.stallGuard(runCtx, &store.progress) {
+					stalled.Store(true)
+					cancel()
+				}
+			})
+		}
+		start := w.clock.Now()
+		err := refl.ListAndWatchWithContext(runCtx)
+		cancel()
+		guard.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case stalled.Load():
+			w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartStalled))
+			w.logger.Warn("Events watch delivered nothing, not even a bookmark; relisting",
+				zap.String("namespace", scopeName(ns)), zap.Duration("stalled_watch_timeout", w.cfg.StalledWatchTimeout))
+			continue
+		case err == nil:
+			// The watch ended without an error to report: expired (410 Gone) or closed by the
+			// server. Relisting at once is what the reflector would do; the tracker dedups.
+			w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartWatchClosed))
+			w.logger.Debug("Events watch closed; relisting", zap.String("namespace", scopeName(ns)))
+			delay = w.cfg.Backoff.InitialInterval
+			continue
+		}
+		w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartError))
+		if w.clock.Since(start) > w.cfg.Backoff.MaxInterval {
+			delay = w.cfg.Backoff.InitialInterval
+		}
+		w.failed(ctx, err, ns)
+		select {
+		case <-w.clock.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		delay = min(2*delay, w.cfg.Backoff.MaxInterval)
+	}
+}
+
+// stallGuard returns true when progress did not move for StalledWatchTimeout, false when ctx ends.
+func (w *watchRunner) stallGuard(ctx context.Context, progress *atomic.Int64) bool {
+	timeout := w.cfg.StalledWatchTimeout
+	ticker := w.clock.NewTicker(timeout / 4)
+	defer ticker.Stop()
+	last, lastChange := progress.Load(), w.clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C():
+		}
+		if p := progress.Load(); p != last {
+			last, lastChange = p, w.clock.Now()
+			continue
+		}
+		if w.clock.Since(lastChange) >= timeout {
+			return true
+		}
+	}
+}
+
+// failed reports a list-watch failure: a permanent status for RBAC, naming what to grant,
+// a recoverable one otherwise.
+func (w *watchRunner) failed(ctx context.Context, err error, ns string) {
+	w.degraded.Store(true)
+	if apierrors.IsForbidden(err) {
+		w.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorForbidden))
+		perr := fmt.Errorf("RBAC forbids reading Events in %s: grant verbs list and watch on resource events in API group events.k8s.io (and get on the API discovery endpoints): %w",
+			scopeName(ns), err)
+		w.logger.Error("Cannot list-watch Kubernetes Events", zap.Error(perr))
+		w.report(componentstatus.NewPermanentErrorEvent(perr))
+		return
+	}
+	w.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorListWatch))
+	w.logger.Warn("Kubernetes Events list-watch failed; retrying with backoff", zap.String("namespace", scopeName(ns)), zap.Error(err))
+	w.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("list-watch of Events in %s: %w", scopeName(ns), err)))
+}
+
+func (w *watchRunner) synced() {
+	if w.degraded.Swap(false) {
+		w.report(componentstatus.NewEvent(componentstatus.StatusOK))
+	}
+}
+
+func (w *watchRunner) report(ev *componentstatus.Event) {
+	if w.host != nil {
+		componentstatus.ReportStatus(w.host, ev)
+	}
+}
+
+func scopeName(ns string) string {
+	if ns == "" {
+		return "all namespaces"
+	}
+	return "namespace " + ns
+}
