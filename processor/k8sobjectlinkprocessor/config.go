@@ -1,0 +1,202 @@
+package k8sobjectlinkprocessor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configopaque"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
+
+	"github.com/kubetrail/kubetrail/internal/k8sconfig"
+)
+
+// Backend names of the ID map.
+const (
+	BackendMemory = "memory"
+	BackendRedis  = "redis"
+)
+
+// Redis deployment modes.
+const (
+	RedisModeAuto       = ""
+	RedisModeStandalone = "standalone"
+	RedisModeSentinel   = "sentinel"
+	RedisModeCluster    = "cluster"
+)
+
+// Config is the k8s_object_link processor's configuration.
+type Config struct {
+	// Window is the length of an object span; windows are aligned to the Unix epoch.
+	Window time.Duration `mapstructure:"window"`
+	// Grace extends every window-scoped record's life past the end of the following window, for
+	// spans that arrive late (audit webhook batching, slow Event delivery).
+	Grace time.Duration `mapstructure:"grace"`
+	// RelationTTL is how long an object → owner relation and a name → UID entry live after they
+	// were last seen. Ownership outlives windows, so this is longer than a window.
+	RelationTTL time.Duration `mapstructure:"relation_ttl"`
+	// IDMap is where assignments, relations, the name index and the dedup marks are kept.
+	IDMap IDMapConfig `mapstructure:"id_map"`
+	// OwnerLookup enables a metadata-only GET against the apiserver for objects whose owner no
+	// span and no relation record names. Absent means off.
+	OwnerLookup configoptional.Optional[OwnerLookupConfig] `mapstructure:"owner_lookup"`
+	// OwnerWait is how long a span whose object's owner is still unknown is held back, in case
+	// a span naming the owner is in flight. 0 disables holding.
+	OwnerWait time.Duration `mapstructure:"owner_wait"`
+	// MaxHeldSpans bounds the spans held for owner_wait; beyond it spans are released at once.
+	MaxHeldSpans int `mapstructure:"max_held_spans"`
+}
+
+// IDMapConfig selects and configures the ID map backend.
+type IDMapConfig struct {
+	Backend string       `mapstructure:"backend"`
+	Memory  MemoryConfig `mapstructure:"memory"`
+	Redis   RedisConfig  `mapstructure:"redis"`
+}
+
+// MemoryConfig bounds the in-memory ID map (and the cache in front of Redis).
+type MemoryConfig struct {
+	MaxEntries int   `mapstructure:"max_entries"`
+	MaxBytes   int64 `mapstructure:"max_bytes"`
+}
+
+// RedisConfig is the shared ID map. One address is a standalone server, several are a Cluster,
+// and a sentinel_master_name makes them Sentinels.
+type RedisConfig struct {
+	Addresses          []string               `mapstructure:"addresses"`
+	Mode               string                 `mapstructure:"mode"`
+	SentinelMasterName string                 `mapstructure:"sentinel_master_name"`
+	DB                 int                    `mapstructure:"db"`
+	KeyPrefix          string                 `mapstructure:"key_prefix"`
+	Username           string                 `mapstructure:"username"`
+	Password           configopaque.String    `mapstructure:"password"`
+	TLS                configtls.ClientConfig `mapstructure:"tls"`
+	// Timeout bounds one pipelined round trip; the pipeline never waits longer than this.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// RetryMaxBackoff caps the pause between reconnection attempts during an outage.
+	RetryMaxBackoff time.Duration `mapstructure:"retry_max_backoff"`
+	// MaxPendingWrites bounds the records written to memory during an outage that are replayed
+	// to Redis when it returns.
+	MaxPendingWrites int `mapstructure:"max_pending_writes"`
+}
+
+// OwnerLookupConfig is the apiserver client for owner look-ups.
+type OwnerLookupConfig struct {
+	APIConfig k8sconfig.APIConfig `mapstructure:",squash"`
+	// CacheTTL is how long a look-up answer (including "not found") is reused.
+	CacheTTL time.Duration `mapstructure:"cache_ttl"`
+	// Timeout bounds one GET.
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Window:       30 * time.Minute,
+		Grace:        5 * time.Minute,
+		RelationTTL:  24 * time.Hour,
+		OwnerWait:    2 * time.Second,
+		MaxHeldSpans: 10000,
+		IDMap: IDMapConfig{
+			Backend: BackendMemory,
+			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
+			Redis: RedisConfig{
+				KeyPrefix:        "kubetrail:",
+				TLS:              configtls.ClientConfig{Insecure: true},
+				Timeout:          500 * time.Millisecond,
+				RetryMaxBackoff:  30 * time.Second,
+				MaxPendingWrites: 100_000,
+			},
+		},
+		OwnerLookup: configoptional.Default(OwnerLookupConfig{
+			APIConfig: k8sconfig.DefaultAPIConfig(),
+			CacheTTL:  5 * time.Minute,
+			Timeout:   2 * time.Second,
+		}),
+	}
+}
+
+// Validate checks the configuration without touching the network.
+func (c *Config) Validate() error {
+	if c.Window < time.Second {
+		return fmt.Errorf("window must be at least 1s, got %s", c.Window)
+	}
+	if c.Grace < 0 {
+		return fmt.Errorf("grace must not be negative, got %s", c.Grace)
+	}
+	if c.RelationTTL < c.Window {
+		return fmt.Errorf("relation_ttl (%s) must be at least window (%s): ownership outlives a window", c.RelationTTL, c.Window)
+	}
+	if c.OwnerWait < 0 {
+		return fmt.Errorf("owner_wait must not be negative, got %s", c.OwnerWait)
+	}
+	if c.MaxHeldSpans < 0 {
+		return fmt.Errorf("max_held_spans must not be negative, got %d", c.MaxHeldSpans)
+	}
+	if c.IDMap.Memory.MaxEntries <= 0 {
+		return fmt.Errorf("id_map.memory.max_entries must be positive, got %d", c.IDMap.Memory.MaxEntries)
+	}
+	if c.IDMap.Memory.MaxBytes <= 0 {
+		return fmt.Errorf("id_map.memory.max_bytes must be positive, got %d", c.IDMap.Memory.MaxBytes)
+	}
+	switch c.IDMap.Backend {
+	case BackendMemory:
+	case BackendRedis:
+		if err := c.IDMap.Redis.validate(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("id_map.backend %q is not one of memory, redis", c.IDMap.Backend)
+	}
+	if l := c.OwnerLookup.Get(); l != nil {
+		if err := l.APIConfig.Validate(); err != nil {
+			return fmt.Errorf("owner_lookup: %w", err)
+		}
+		if l.CacheTTL <= 0 || l.Timeout <= 0 {
+			return errors.New("owner_lookup.cache_ttl and owner_lookup.timeout must be positive")
+		}
+	}
+	return nil
+}
+
+func (r *RedisConfig) validate() error {
+	if len(r.Addresses) == 0 {
+		return errors.New("id_map.redis.addresses must name at least one host:port when id_map.backend is redis")
+	}
+	for _, a := range r.Addresses {
+		if a == "" {
+			return errors.New("id_map.redis.addresses must not contain an empty address")
+		}
+	}
+	switch r.Mode {
+	case RedisModeAuto, RedisModeStandalone, RedisModeCluster:
+		if r.SentinelMasterName != "" {
+			return fmt.Errorf("id_map.redis.sentinel_master_name is only meaningful with mode sentinel (or mode unset), not %q", r.Mode)
+		}
+	case RedisModeSentinel:
+		if r.SentinelMasterName == "" {
+			return errors.New("id_map.redis.sentinel_master_name is required with mode sentinel")
+		}
+	default:
+		return fmt.Errorf("id_map.redis.mode %q is not one of standalone, sentinel, cluster", r.Mode)
+	}
+	if r.Mode == RedisModeStandalone && len(r.Addresses) > 1 {
+		return errors.New("id_map.redis.addresses must hold one address with mode standalone")
+	}
+	if r.Mode == RedisModeCluster && r.DB != 0 {
+		return errors.New("id_map.redis.db must be 0 with mode cluster")
+	}
+	if r.Timeout <= 0 {
+		return fmt.Errorf("id_map.redis.timeout must be positive, got %s", r.Timeout)
+	}
+	if r.RetryMaxBackoff <= 0 {
+		return fmt.Errorf("id_map.redis.retry_max_backoff must be positive, got %s", r.RetryMaxBackoff)
+	}
+	if r.MaxPendingWrites < 0 {
+		return fmt.Errorf("id_map.redis.max_pending_writes must not be negative, got %d", r.MaxPendingWrites)
+	}
+	if err := r.TLS.Validate(); err != nil {
+		return fmt.Errorf("id_map.redis.tls: %w", err)
+	}
+	return nil
+}

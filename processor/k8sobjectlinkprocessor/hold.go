@@ -1,0 +1,134 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// holdSpans moves the spans at the given items out of td into the held list. Past
+// max_held_spans a span is not held but released at once as a root would be, counted.
+func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) int {
+	if len(idx) == 0 {
+		return 0
+	}
+	want := make(map[int]time.Time, len(idx))
+	for _, i := range idx {
+		want[items[i].pos] = items[i].deadline
+	}
+	var overflow ptrace.Traces
+	held := 0
+	p.heldMu.Lock()
+	pos := 0
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				deadline, ok := want[pos]
+				pos++
+				if !ok {
+					continue
+				}
+				one := ptrace.NewTraces()
+				ors := one.ResourceSpans().AppendEmpty()
+				rs.Resource().CopyTo(ors.Resource())
+				oss := ors.ScopeSpans().AppendEmpty()
+				ss.Scope().CopyTo(oss.Scope())
+				s.CopyTo(oss.Spans().AppendEmpty())
+				if len(p.held) >= p.cfg.MaxHeldSpans {
+					if overflow == (ptrace.Traces{}) {
+						overflow = ptrace.NewTraces()
+					}
+					one.ResourceSpans().MoveAndAppendTo(overflow.ResourceSpans())
+					continue
+				}
+				p.held = append(p.held, heldSpan{td: one, deadline: deadline})
+				held++
+				if fresh {
+					p.tel.SpansHeld.Add(ctx, 1)
+				}
+				p.tel.HeldSpans.Add(ctx, 1)
+			}
+		}
+	}
+	p.heldMu.Unlock()
+	if overflow != (ptrace.Traces{}) {
+		// Processed again with no holding allowed: the object becomes a root now rather than
+		// the processor growing without bound.
+		n := overflow.SpanCount()
+		p.tel.SpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(metadata.AttrReason, "hold_full")))
+		p.process(ctx, overflow, p.clock.Now(), func(int) (time.Time, bool) { return time.Time{}, true }, false)
+		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	return held
+}
+
+// releaseLoop re-examines held spans on every tick of the injected clock.
+func (p *objectLinkProcessor) releaseLoop() {
+	defer close(p.done)
+	if p.cfg.OwnerWait <= 0 {
+		<-p.stop
+		return
+	}
+	tick, stop := p.clock.Ticker(max(p.cfg.OwnerWait/4, 10*time.Millisecond))
+	defer stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick:
+			if err := p.release(context.Background(), false); err != nil {
+				p.logger.Debug("Next consumer refused released spans", zap.Error(err))
+			}
+		}
+	}
+}
+
+// release processes every held span again: those whose owner has turned up in the meantime, and
+// those whose wait is over (as roots), go on to the next consumer; the rest stay held. With all
+// set (Shutdown) every span goes, so none is lost.
+func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
+	p.heldMu.Lock()
+	held := p.held
+	p.held = nil
+	p.heldMu.Unlock()
+	if len(held) == 0 || p.store == nil {
+		return nil
+	}
+	p.tel.HeldSpans.Add(ctx, -int64(len(held)))
+	now := p.clock.Now()
+	td := ptrace.NewTraces()
+	deadlines := make([]time.Time, 0, len(held))
+	for _, h := range held {
+		for range h.td.SpanCount() {
+			deadlines = append(deadlines, h.deadline)
+		}
+		h.td.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	timedOut := 0
+	for _, d := range deadlines {
+		if !now.Before(d) {
+			timedOut++
+		}
+	}
+	_, reheld := p.process(ctx, td, now, func(pos int) (time.Time, bool) {
+		d := deadlines[pos]
+		return d, all || !now.Before(d)
+	}, false)
+	reason := "timeout"
+	if all {
+		reason, timedOut = "shutdown", len(deadlines)
+	}
+	if timedOut > 0 {
+		p.tel.SpansReleased.Add(ctx, int64(timedOut), metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	}
+	if found := len(deadlines) - timedOut - reheld; found > 0 {
+		p.tel.SpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(metadata.AttrReason, "owner_found")))
+	}
+	return p.send(ctx, td, nil)
+}

@@ -1,0 +1,125 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// The ID map is a small batch interface: the processor collects everything one batch of spans
+// needs (look-ups and first-writer-wins writes), hands it to the store in one call, and the
+// Redis store turns that call into one pipelined round trip. Nothing Redis-shaped leaks into the
+// processor, and the memory store is the same contract without the network.
+
+// OpKind says what one Op does.
+type OpKind uint8
+
+const (
+	// OpGet reads a record.
+	OpGet OpKind = iota
+	// OpSetIfAbsent writes a record unless one exists; either way Value ends up holding the
+	// record's value after the call (first writer wins) and Found says whether it already existed.
+	OpSetIfAbsent
+	// OpSet writes a record unconditionally (relations and the name index: last sight wins).
+	OpSet
+	// OpDelete removes a record (undoing dedup marks of a batch the next consumer refused).
+	OpDelete
+)
+
+// Op is one record operation of a batch.
+type Op struct {
+	Kind     OpKind
+	Key      string    // prefix-free; backends add their own prefix
+	Value    string    // written value; after Get/SetIfAbsent, the stored value
+	ExpireAt time.Time // absolute expiry, so every replica agrees on it
+	Found    bool      // Get: the record exists; SetIfAbsent: it existed before (we lost)
+}
+
+// Store is the ID map. Do executes a batch of operations; each op's results are written back in
+// place. A store never fails a batch because a remote backend is unavailable: it degrades to
+// its memory and reports the outage through componentstatus instead, so no span is dropped
+// because of the ID map. Do is safe for concurrent use.
+//
+// Local answers Get operations from process memory only (no network) and reports whether those
+// answers are authoritative (true for the memory backend; for Redis a miss may still exist
+// remotely). The processor uses it to settle everything the cache knows before it decides
+// which writes can go out in the single remote round trip.
+type Store interface {
+	Do(ctx context.Context, ops []Op) error
+	Local(ops []Op) (authoritative bool)
+	Close(ctx context.Context) error
+}
+
+var errStoreClosed = errors.New("id map closed")
+
+// Record keys. One letter per record type keeps keys short in Redis and in memory.
+func assignmentKey(key model.Key, window time.Time) string {
+	return "a:" + string(key) + "@" + strconv.FormatInt(window.Unix(), 36)
+}
+func relationKey(key model.Key) string    { return "r:" + string(key) }
+func nameKey(nameKey string) string       { return "n:" + nameKey }
+func dedupKey(id pcommon.SpanID) string   { return "d:" + string(id[:]) }
+
+// assignment is an object's place in one window: the trace it joins (its root ancestor's), its
+// own object span ID and its parent (the owner's object span, empty for a root).
+type assignment struct {
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
+	Parent  pcommon.SpanID
+}
+
+const assignmentSize = 32
+
+// encode is 32 raw bytes: values stay compact in Redis and in memory.
+func (a assignment) encode() string {
+	var b [assignmentSize]byte
+	copy(b[0:16], a.TraceID[:])
+	copy(b[16:24], a.SpanID[:])
+	copy(b[24:32], a.Parent[:])
+	return string(b[:])
+}
+
+func decodeAssignment(s string) (assignment, bool) {
+	var a assignment
+	if len(s) != assignmentSize {
+		return a, false
+	}
+	copy(a.TraceID[:], s[0:16])
+	copy(a.SpanID[:], s[16:24])
+	copy(a.Parent[:], s[24:32])
+	return a, true
+}
+
+// encodeOwner is four length-prefixed strings (api version, kind, name, UID). An empty owner is
+// never stored: absence of a relation means "unknown", not "root".
+func encodeOwner(o model.Owner) string {
+	b := make([]byte, 0, 4+len(o.APIVersion)+len(o.Kind)+len(o.Name)+len(o.UID)+4)
+	for _, s := range [...]string{o.APIVersion, o.Kind, o.Name, o.UID} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+func decodeOwner(s string) (model.Owner, bool) {
+	var parts [4]string
+	for i := range parts {
+		n, w := binary.Uvarint([]byte(s))
+		if w <= 0 || uint64(len(s)-w) < n {
+			return model.Owner{}, false
+		}
+		parts[i] = s[w : w+int(n)]
+		s = s[w+int(n):]
+	}
+	if s != "" {
+		return model.Owner{}, false
+	}
+	o := model.Owner{APIVersion: parts[0], Kind: parts[1], Name: parts[2], UID: parts[3]}
+	return o, !o.IsZero()
+}

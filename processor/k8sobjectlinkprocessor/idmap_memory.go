@@ -1,0 +1,243 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// memoryStore is the in-memory ID map: a hash map into a slab of entries threaded on an LRU
+// list. It is both the `memory` backend and the cache in front of Redis.
+//
+// Keys are kept as 128-bit hashes rather than strings: an object key with a UUID is ~60 bytes,
+// the hash 16, and that is most of what keeps a live object-window under 200 bytes. Two
+// independent 64-bit maphash seeds make a collision among a million entries about as likely as
+// a cosmic-ray bit flip, and a collision costs at worst one misplaced span, not a crash.
+type memoryStore struct {
+	now        func() time.Time
+	maxEntries int
+	maxBytes   int64
+	onEvict    func(reason string)
+
+	mu      sync.Mutex
+	seed1   maphash.Seed
+	seed2   maphash.Seed
+	index   map[memKey]int32
+	entries []memEntry
+	free    int32 // head of the free list threaded through entries[].next, -1 when empty
+	head    int32 // most recently used, -1 when empty
+	tail    int32 // least recently used
+	bytes   int64
+	closed  bool
+}
+
+type memKey [16]byte
+
+type memEntry struct {
+	key        memKey
+	val        string
+	expire     int64 // unix nanoseconds
+	prev, next int32
+}
+
+// entryOverhead approximates what one entry costs beyond its value bytes: the slab slot plus
+// its share of the hash map's groups and control bytes.
+const entryOverhead = int64(unsafe.Sizeof(memEntry{})) + 32
+
+// sweepPerOp is how many least-recently-used entries each operation checks for expiry, so
+// expired records are reclaimed without a stop-the-world scan.
+const sweepPerOp = 2
+
+func newMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(string)) *memoryStore {
+	if onEvict == nil {
+		onEvict = func(string) {}
+	}
+	return &memoryStore{
+		now:        now,
+		maxEntries: cfg.MaxEntries,
+		maxBytes:   cfg.MaxBytes,
+		onEvict:    onEvict,
+		seed1:      maphash.MakeSeed(),
+		seed2:      maphash.MakeSeed(),
+		index:      make(map[memKey]int32),
+		free:       -1,
+		head:       -1,
+		tail:       -1,
+	}
+}
+
+func (m *memoryStore) hash(key string) memKey {
+	var k memKey
+	h1, h2 := maphash.String(m.seed1, key), maphash.String(m.seed2, key)
+	for i := range 8 {
+		k[i] = byte(h1 >> (8 * i))
+		k[8+i] = byte(h2 >> (8 * i))
+	}
+	return k
+}
+
+// Do implements Store.
+func (m *memoryStore) Do(_ context.Context, ops []Op) error {
+	now := m.now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errStoreClosed
+	}
+	for i := range ops {
+		m.apply(&ops[i], now)
+	}
+	m.sweep(now, sweepPerOp*len(ops))
+	return nil
+}
+
+func (m *memoryStore) apply(op *Op, now int64) {
+	k := m.hash(op.Key)
+	idx, ok := m.index[k]
+	if ok && m.entries[idx].expire <= now {
+		m.remove(idx)
+		ok = false
+	}
+	switch op.Kind {
+	case OpGet:
+		op.Found = ok
+		if ok {
+			op.Value = m.entries[idx].val
+			m.touch(idx)
+		}
+	case OpSetIfAbsent:
+		op.Found = ok
+		if ok {
+			op.Value = m.entries[idx].val
+			m.touch(idx)
+			return
+		}
+		m.insert(k, op.Value, op.ExpireAt.UnixNano())
+	case OpSet:
+		op.Found = ok
+		if ok {
+			e := &m.entries[idx]
+			m.bytes += int64(len(op.Value)) - int64(len(e.val))
+			e.val, e.expire = op.Value, op.ExpireAt.UnixNano()
+			m.touch(idx)
+			m.evict()
+			return
+		}
+		m.insert(k, op.Value, op.ExpireAt.UnixNano())
+	case OpDelete:
+		op.Found = ok
+		if ok {
+			m.remove(idx)
+		}
+	}
+}
+
+// Local implements Store: memory is the whole truth.
+func (m *memoryStore) Local(ops []Op) bool {
+	_ = m.Do(context.Background(), ops)
+	return true
+}
+
+// peek returns a live entry's value and expiry without touching the LRU order.
+func (m *memoryStore) peek(key string) (string, time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	idx, ok := m.index[m.hash(key)]
+	if !ok || m.entries[idx].expire <= m.now().UnixNano() {
+		return "", time.Time{}, false
+	}
+	return m.entries[idx].val, time.Unix(0, m.entries[idx].expire), true
+}
+
+func (m *memoryStore) insert(k memKey, val string, expire int64) {
+	var idx int32
+	if m.free >= 0 {
+		idx = m.free
+		m.free = m.entries[idx].next
+	} else {
+		m.entries = append(m.entries, memEntry{})
+		idx = int32(len(m.entries) - 1)
+	}
+	m.entries[idx] = memEntry{key: k, val: val, expire: expire, prev: -1, next: m.head}
+	if m.head >= 0 {
+		m.entries[m.head].prev = idx
+	}
+	m.head = idx
+	if m.tail < 0 {
+		m.tail = idx
+	}
+	m.index[k] = idx
+	m.bytes += entryOverhead + int64(len(val))
+	m.evict()
+}
+
+func (m *memoryStore) evict() {
+	for len(m.index) > m.maxEntries && m.tail >= 0 {
+		m.remove(m.tail)
+		m.onEvict("max_entries")
+	}
+	for m.bytes > m.maxBytes && m.tail >= 0 {
+		m.remove(m.tail)
+		m.onEvict("max_bytes")
+	}
+}
+
+func (m *memoryStore) sweep(now int64, n int) {
+	for ; n > 0 && m.tail >= 0 && m.entries[m.tail].expire <= now; n-- {
+		m.remove(m.tail)
+	}
+}
+
+func (m *memoryStore) unlink(idx int32) {
+	e := &m.entries[idx]
+	if e.prev >= 0 {
+		m.entries[e.prev].next = e.next
+	} else {
+		m.head = e.next
+	}
+	if e.next >= 0 {
+		m.entries[e.next].prev = e.prev
+	} else {
+		m.tail = e.prev
+	}
+}
+
+func (m *memoryStore) touch(idx int32) {
+	if m.head == idx {
+		return
+	}
+	m.unlink(idx)
+	e := &m.entries[idx]
+	e.prev, e.next = -1, m.head
+	m.entries[m.head].prev = idx
+	m.head = idx
+	if m.tail < 0 {
+		m.tail = idx
+	}
+}
+
+func (m *memoryStore) remove(idx int32) {
+	m.unlink(idx)
+	e := &m.entries[idx]
+	delete(m.index, e.key)
+	m.bytes -= entryOverhead + int64(len(e.val))
+	*e = memEntry{next: m.free, prev: -1}
+	m.free = idx
+}
+
+func (m *memoryStore) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.index)
+}
+
+// Close implements Store.
+func (m *memoryStore) Close(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.index, m.entries = nil, nil
+	return nil
+}

@@ -1,0 +1,370 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// redisStore is the ID map shared by collector replicas. Every batch becomes at most one
+// explicit pipeline (one round trip): reads that the memory cache in front cannot answer, and
+// first-writer-wins writes as `SET key value NX GET PXAT ms`, which returns the existing value
+// when another replica wrote first. Expiries are absolute (PXAT), derived from the window, so
+// every replica sets the same one.
+//
+// During an outage the store answers from memory (a replica then behaves like the memory
+// backend), keeps the writes it made in a bounded list, and a background goroutine probes with
+// backoff; when Redis answers again the list is replayed with the same first-writer-wins
+// commands, and where another replica's record won, the cache adopts it from then on.
+type redisStore struct {
+	client  redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	cache   *memoryStore
+	now     func() time.Time
+	tel     *metadata.Telemetry
+	logger  *zap.Logger
+
+	maxBackoff time.Duration
+	maxPending int
+
+	mu         sync.Mutex
+	down       bool
+	pending    []Op
+	onStatus   func(err error) // nil error: healthy again
+	stopProbe  chan struct{}
+	probeDone  chan struct{}
+	probeAwake chan struct{}
+}
+
+func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.Telemetry, logger *zap.Logger) (*redisStore, error) {
+	tlsCfg, err := cfg.TLS.LoadTLSConfig(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("id_map.redis.tls: %w", err)
+	}
+	opts := &redis.UniversalOptions{
+		Addrs:         cfg.Addresses,
+		DB:            cfg.DB,
+		Username:      cfg.Username,
+		Password:      string(cfg.Password),
+		TLSConfig:     tlsCfg,
+		DialTimeout:   cfg.Timeout,
+		ReadTimeout:   cfg.Timeout,
+		WriteTimeout:  cfg.Timeout,
+		MaxRetries:    -1, // the store's own backoff decides when to try again, never the client
+		IsClusterMode: cfg.Mode == RedisModeCluster,
+		// The processor names itself so operators can see it in CLIENT LIST.
+		ClientName:      "kubetrail-k8s_object_link",
+		DisableIdentity: true,
+	}
+	if cfg.Mode == RedisModeSentinel || (cfg.Mode == RedisModeAuto && cfg.SentinelMasterName != "") {
+		opts.MasterName = cfg.SentinelMasterName
+	}
+	s := &redisStore{
+		client:     redis.NewUniversalClient(opts),
+		prefix:     cfg.KeyPrefix,
+		timeout:    cfg.Timeout,
+		cache:      cache,
+		now:        now,
+		tel:        tel,
+		logger:     logger,
+		maxBackoff: cfg.RetryMaxBackoff,
+		maxPending: cfg.MaxPendingWrites,
+		onStatus:   func(error) {},
+		stopProbe:  make(chan struct{}),
+		probeDone:  make(chan struct{}),
+		probeAwake: make(chan struct{}, 1),
+	}
+	go s.probeLoop()
+	return s, nil
+}
+
+// setStatusReporter is called from Start, when the host is known.
+func (s *redisStore) setStatusReporter(f func(error)) {
+	s.mu.Lock()
+	s.onStatus = f
+	s.mu.Unlock()
+}
+
+// Do implements Store.
+func (s *redisStore) Do(ctx context.Context, ops []Op) error {
+	now := s.now()
+	// The cache answers what it can: assignments never change once written, so a cached one is
+	// final; a cached dedup mark is a real duplicate; relations and the name index are refreshed
+	// by writes, which still go to Redis.
+	remote := make([]int, 0, len(ops))
+	for i := range ops {
+		op := &ops[i]
+		switch op.Kind {
+		case OpGet, OpSetIfAbsent:
+			if v, _, ok := s.cache.peek(op.Key); ok {
+				op.Found, op.Value = true, v
+				continue
+			}
+		case OpSet:
+			// A refresh is only worth a write once half of the record's life is gone.
+			if v, exp, ok := s.cache.peek(op.Key); ok && v == op.Value && exp.Sub(now) > op.ExpireAt.Sub(now)/2 {
+				op.Found = true
+				continue
+			}
+		}
+		remote = append(remote, i)
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if !down {
+		err := s.roundTrip(ctx, ops, remote)
+		if err == nil {
+			return nil
+		}
+		s.markDown(err)
+	}
+	s.fromMemory(ops, remote)
+	return nil
+}
+
+// Local implements Store: the cache answers, Redis is not asked.
+func (s *redisStore) Local(ops []Op) bool {
+	for i := range ops {
+		if ops[i].Kind != OpGet {
+			continue
+		}
+		ops[i].Value, _, ops[i].Found = s.cache.peek(ops[i].Key)
+	}
+	return false
+}
+
+// roundTrip sends the ops at the given indexes as one pipeline and writes the answers back.
+func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	cmds := make([]redis.Cmder, len(idx))
+	for j, i := range idx {
+		op := &ops[i]
+		key := s.prefix + op.Key
+		switch op.Kind {
+		case OpGet:
+			cmds[j] = pipe.Get(ctx, key)
+		case OpSetIfAbsent:
+			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "NX", "GET", "PXAT", pxat(op.ExpireAt, s.now()))
+		case OpSet:
+			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "PXAT", pxat(op.ExpireAt, s.now()))
+		case OpDelete:
+			cmds[j] = pipe.Del(ctx, key)
+		}
+	}
+	start := time.Now()
+	_, err := pipe.Exec(ctx)
+	s.tel.RedisRoundTrips.Add(ctx, 1)
+	s.tel.RedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
+	// Exec reports only the first failed command; an outage is any command failing for another
+	// reason than a missing key or a per-command reply error.
+	if err != nil {
+		for _, c := range cmds {
+			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isReplyError(cerr) {
+				return cerr
+			}
+		}
+	}
+	for j, i := range idx {
+		op := &ops[i]
+		cerr := cmds[j].Err()
+		if cerr != nil && !errors.Is(cerr, redis.Nil) {
+			// A reply error (a key of the wrong type under our prefix) concerns one record: treat
+			// it as absent and keep the batch going.
+			s.tel.RedisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "reply")))
+			s.logger.Debug("Redis rejected a record operation", zap.String("key", op.Key), zap.Error(cerr))
+			continue
+		}
+		switch op.Kind {
+		case OpGet:
+			if v, err := cmds[j].(*redis.StringCmd).Result(); err == nil {
+				op.Found, op.Value = true, v
+				s.cacheSet(v, op)
+			}
+		case OpSetIfAbsent:
+			// SET … NX GET answers nil when it wrote, and the old value when it did not.
+			if v, err := cmds[j].(*redis.Cmd).Text(); err == nil {
+				op.Found, op.Value = true, v
+			}
+			s.cacheSet(op.Value, op)
+		case OpSet:
+			s.cacheSet(op.Value, op)
+		case OpDelete:
+			_ = s.cache.Do(ctx, []Op{{Kind: OpDelete, Key: op.Key}})
+		}
+	}
+	return nil
+}
+
+func (s *redisStore) cacheSet(v string, op *Op) {
+	_ = s.cache.Do(context.Background(), []Op{{Kind: OpSet, Key: op.Key, Value: v, ExpireAt: op.ExpireAt}})
+}
+
+func isReplyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// pxat is the absolute expiry in Unix milliseconds, never in the past: Redis rejects a PXAT
+// that has already passed only by deleting the key at once, which would lose a first write.
+func pxat(t, now time.Time) int64 {
+	if !t.After(now) {
+		t = now.Add(time.Second)
+	}
+	return t.UnixMilli()
+}
+
+// fromMemory answers the remote part of a batch from the memory cache while Redis is away and
+// remembers the writes for reconciliation.
+func (s *redisStore) fromMemory(ops []Op, idx []int) {
+	local := make([]Op, 0, len(idx))
+	for _, i := range idx {
+		local = append(local, ops[i])
+	}
+	_ = s.cache.Do(context.Background(), local)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for j, i := range idx {
+		ops[i].Found, ops[i].Value = local[j].Found, local[j].Value
+		if ops[i].Kind == OpGet || (ops[i].Kind == OpSetIfAbsent && local[j].Found) {
+			continue
+		}
+		if len(s.pending) >= s.maxPending {
+			s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "pending_full")))
+			continue
+		}
+		s.pending = append(s.pending, ops[i])
+	}
+}
+
+func (s *redisStore) markDown(err error) {
+	reason := "unavailable"
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = "timeout"
+	}
+	s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	s.mu.Lock()
+	wasDown := s.down
+	s.down = true
+	report := s.onStatus
+	s.mu.Unlock()
+	if !wasDown {
+		s.logger.Warn("Redis ID map unavailable; continuing from memory until it returns", zap.Error(err))
+		report(fmt.Errorf("redis id map unavailable: %w", err))
+		select {
+		case s.probeAwake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// probeLoop waits for an outage, then pings with exponential backoff and reconciles.
+func (s *redisStore) probeLoop() {
+	defer close(s.probeDone)
+	const minBackoff = 100 * time.Millisecond
+	for {
+		select {
+		case <-s.stopProbe:
+			return
+		case <-s.probeAwake:
+		}
+		backoff := minBackoff
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.stopProbe:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if s.tryRecover() {
+				break
+			}
+			backoff = min(2*backoff, s.maxBackoff)
+		}
+	}
+}
+
+// tryRecover pings Redis and replays the pending writes; it reports whether Redis is back.
+func (s *redisStore) tryRecover() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	err := s.client.Ping(ctx).Err()
+	cancel()
+	if err != nil {
+		s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "unavailable")))
+		return false
+	}
+	for {
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = nil
+		if len(batch) == 0 {
+			s.down = false
+			report := s.onStatus
+			s.mu.Unlock()
+			s.logger.Info("Redis ID map available again; pending records reconciled")
+			report(nil)
+			return true
+		}
+		s.mu.Unlock()
+		if err := s.reconcile(batch); err != nil {
+			s.mu.Lock()
+			s.pending = append(batch, s.pending...)
+			s.mu.Unlock()
+			s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "unavailable")))
+			return false
+		}
+	}
+}
+
+// reconcile replays writes made in memory during an outage. A first-writer-wins record that
+// another replica wrote meanwhile stays theirs in Redis, and the cache adopts it so later spans
+// join the shared trace.
+func (s *redisStore) reconcile(batch []Op) error {
+	const chunk = 1000
+	for len(batch) > 0 {
+		n := min(chunk, len(batch))
+		part := batch[:n]
+		original := make([]string, n)
+		idx := make([]int, n)
+		for i := range part {
+			original[i] = part[i].Value
+			part[i].Found = false
+			idx[i] = i
+		}
+		if err := s.roundTrip(context.Background(), part, idx); err != nil {
+			return err
+		}
+		for i := range part {
+			result := "written"
+			if part[i].Kind == OpSetIfAbsent && part[i].Found && part[i].Value != original[i] {
+				result = "conflict"
+			}
+			s.tel.RedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrResult, result)))
+		}
+		batch = batch[n:]
+	}
+	return nil
+}
+
+// Close implements Store.
+func (s *redisStore) Close(ctx context.Context) error {
+	close(s.stopProbe)
+	<-s.probeDone
+	return errors.Join(s.client.Close(), s.cache.Close(ctx))
+}

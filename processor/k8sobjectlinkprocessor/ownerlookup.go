@@ -1,0 +1,114 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// lookupResult is what the apiserver said about an object's controlling owner.
+type lookupResult uint8
+
+const (
+	// lookupUnknown: the object is gone, was recreated under a new UID, or the call failed.
+	lookupUnknown lookupResult = iota
+	// lookupRoot: the object exists and has no controlling owner.
+	lookupRoot
+	// lookupOwner: the object exists and names its controlling owner.
+	lookupOwner
+)
+
+// ownerLookup asks the apiserver, metadata only (PartialObjectMetadata: no spec, no status, a
+// few hundred bytes per answer), for an object's controlling ownerReference. Answers, including
+// "unknown", are cached for a TTL so that a stream of spans about one object costs one GET.
+type ownerLookup struct {
+	client  metadata.Interface
+	ttl     time.Duration
+	timeout time.Duration
+	now     func() time.Time
+
+	mu    sync.Mutex
+	cache map[model.Key]cachedLookup
+}
+
+type cachedLookup struct {
+	result  lookupResult
+	owner   model.Owner
+	expires time.Time
+}
+
+// maxLookupCache bounds the look-up cache; when full, expired answers are dropped first and
+// then the whole cache, which only costs repeated GETs.
+const maxLookupCache = 100_000
+
+func newOwnerLookup(client metadata.Interface, ttl, timeout time.Duration, now func() time.Time) *ownerLookup {
+	return &ownerLookup{client: client, ttl: ttl, timeout: timeout, now: now, cache: make(map[model.Key]cachedLookup)}
+}
+
+// lookup returns the object's controlling owner as the apiserver knows it.
+func (l *ownerLookup) lookup(ctx context.Context, o model.Object) (lookupResult, model.Owner, error) {
+	key := o.Key()
+	now := l.now()
+	l.mu.Lock()
+	if c, ok := l.cache[key]; ok && now.Before(c.expires) {
+		l.mu.Unlock()
+		return c.result, c.owner, nil
+	}
+	l.mu.Unlock()
+
+	result, owner, err := l.get(ctx, o)
+	l.mu.Lock()
+	if len(l.cache) >= maxLookupCache {
+		for k, c := range l.cache {
+			if !now.Before(c.expires) {
+				delete(l.cache, k)
+			}
+		}
+		if len(l.cache) >= maxLookupCache {
+			clear(l.cache)
+		}
+	}
+	l.cache[key] = cachedLookup{result: result, owner: owner, expires: now.Add(l.ttl)}
+	l.mu.Unlock()
+	return result, owner, err
+}
+
+func (l *ownerLookup) get(ctx context.Context, o model.Object) (lookupResult, model.Owner, error) {
+	if o.Resource == "" || o.Name == "" || o.Version == "" {
+		return lookupUnknown, model.Owner{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	gvr := schema.GroupVersionResource{Group: o.Group, Version: o.Version, Resource: o.Resource}
+	var ri metadata.ResourceInterface
+	if o.Namespace != "" {
+		ri = l.client.Resource(gvr).Namespace(o.Namespace)
+	} else {
+		ri = l.client.Resource(gvr)
+	}
+	m, err := ri.Get(ctx, o.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return lookupUnknown, model.Owner{}, nil
+	}
+	if err != nil {
+		return lookupUnknown, model.Owner{}, fmt.Errorf("owner look-up of %s: %w", o.Key(), err)
+	}
+	// The name now belongs to another object: the owner of the one we want is not this one's.
+	if o.UID != "" && string(m.UID) != o.UID {
+		return lookupUnknown, model.Owner{}, nil
+	}
+	for _, ref := range m.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			return lookupOwner, model.Owner{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: string(ref.UID)}, nil
+		}
+	}
+	return lookupRoot, model.Owner{}, nil
+}

@@ -1,0 +1,420 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/k8sconfig"
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// Span link attributes the processor writes.
+const (
+	// AttrLinkType says why a span links to another.
+	AttrLinkType = "kubetrail.link.type"
+	// LinkTypePreviousWindow links an object span to the same object's span of the window before.
+	LinkTypePreviousWindow = "previous_window"
+	// LinkTypeOwner links an activity span to its owner's object span when the object's
+	// assignment in this window was fixed before the owner was known (first writer wins).
+	LinkTypeOwner = "owner"
+)
+
+// maxOwedSpans bounds the object spans kept for re-sending after the next consumer refused a
+// batch; they are small, and a refusal that lasts longer than this many object spans is a
+// broken pipeline that the exporter's own queue metrics already show.
+const maxOwedSpans = 10000
+
+// objectLinkProcessor is a plain processor.Traces rather than one built by
+// processorhelper.NewTraces, for two reasons the helper cannot accommodate:
+//   - spans held for owner_wait are released later by a goroutine, which must call the next
+//     consumer itself, outside any ConsumeTraces call;
+//   - the processor must see the next consumer's answer: when it refuses a batch, the receiver
+//     will redeliver it, so the duplicate marks this batch set are removed (or the redelivery
+//     would be dropped as a duplicate) and the object spans it emitted are kept and re-sent
+//     (the assignments they stand for are now in the ID map, so no later batch would emit them).
+//
+// It counts spans in and out itself for the same reason the helper would.
+type objectLinkProcessor struct {
+	cfg    *Config
+	logger *zap.Logger
+	tel    *metadata.Telemetry
+	next   consumer.Traces
+	clock  clock
+	mapper model.Mapper
+
+	store  Store
+	redis  *redisStore // nil with the memory backend
+	lookup *ownerLookup
+	// newLookupClients builds the apiserver clients at Start; tests replace it.
+	newLookupClients func() (*k8sconfig.Clients, error)
+
+	heldMu sync.Mutex
+	held   []heldSpan
+	owed   ptrace.Traces
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+	started  bool
+}
+
+// heldSpan is one activity span waiting for its object's owner, with its resource and scope.
+type heldSpan struct {
+	td       ptrace.Traces
+	deadline time.Time
+}
+
+func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk clock) (*objectLinkProcessor, error) {
+	tel, err := metadata.NewTelemetry(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	p := &objectLinkProcessor{
+		cfg:    cfg,
+		logger: set.Logger,
+		tel:    tel,
+		next:   next,
+		clock:  clk,
+		mapper: model.BuiltinMapper(),
+		owed:   ptrace.NewTraces(),
+	}
+	evicted := func(reason string) {
+		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	}
+	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	switch cfg.IDMap.Backend {
+	case BackendRedis:
+		rs, err := newRedisStore(cfg.IDMap.Redis, mem, clk.Now, tel, set.Logger)
+		if err != nil {
+			return nil, err
+		}
+		p.store, p.redis = rs, rs
+	default:
+		p.store = mem
+	}
+	if l := cfg.OwnerLookup.Get(); l != nil {
+		api := l.APIConfig
+		p.newLookupClients = api.NewClients
+	}
+	return p, nil
+}
+
+// Start connects the optional apiserver client and starts releasing held spans.
+func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) error {
+	if p.redis != nil {
+		p.redis.setStatusReporter(func(err error) {
+			if err != nil {
+				componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(err))
+			} else {
+				componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
+			}
+		})
+	}
+	if p.newLookupClients != nil && p.lookup == nil {
+		clients, err := p.newLookupClients()
+		if err != nil {
+			return err
+		}
+		l := p.cfg.OwnerLookup.Get()
+		p.lookup = newOwnerLookup(clients.Metadata, l.CacheTTL, l.Timeout, p.clock.Now)
+	}
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	p.stopOnce = sync.Once{}
+	p.started = true
+	go p.releaseLoop()
+	p.logger.Info("k8s_object_link started", zap.String("backend", p.cfg.IDMap.Backend),
+		zap.Duration("window", p.cfg.Window), zap.Duration("owner_wait", p.cfg.OwnerWait))
+	return nil
+}
+
+// Shutdown releases every held span (none is lost) and closes the ID map.
+func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
+	if p.started {
+		p.stopOnce.Do(func() { close(p.stop) })
+		<-p.done
+		p.started = false
+	}
+	err := p.release(ctx, true)
+	if p.store != nil {
+		err = errors.Join(err, p.store.Close(ctx))
+		p.store = nil
+	}
+	return err
+}
+
+// Capabilities implements consumer.Traces: activity spans are rewritten in place.
+func (p *objectLinkProcessor) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+// ConsumeTraces implements consumer.Traces.
+func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	if p.store == nil {
+		return errStoreClosed
+	}
+	p.tel.SpansIn.Add(ctx, int64(td.SpanCount()))
+	now := p.clock.Now()
+	marks, _ := p.process(ctx, td, now, func(int) (time.Time, bool) {
+		return now.Add(p.cfg.OwnerWait), p.cfg.OwnerWait <= 0
+	}, true)
+	return p.send(ctx, td, marks)
+}
+
+// send passes td on, with any object spans still owed from a refused batch, and undoes the
+// batch's duplicate marks if the next consumer refuses it.
+func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, marks []Op) error {
+	p.heldMu.Lock()
+	owed := p.owed
+	p.owed = ptrace.NewTraces()
+	p.heldMu.Unlock()
+	owedCount := owed.SpanCount()
+	if owedCount > 0 {
+		owed.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	if td.SpanCount() == 0 {
+		return nil
+	}
+	// The next consumer may keep td (MutatesData), so remember what to re-send first.
+	var objectSpans ptrace.Traces
+	objectSpans, hasObjects := copyObjectSpans(td)
+	n := td.SpanCount()
+	err := p.next.ConsumeTraces(ctx, td)
+	if err == nil {
+		p.tel.SpansOut.Add(ctx, int64(n))
+		return nil
+	}
+	if len(marks) > 0 {
+		undo := make([]Op, len(marks))
+		for i, m := range marks {
+			undo[i] = Op{Kind: OpDelete, Key: m.Key}
+		}
+		if store := p.store; store != nil {
+			_ = store.Do(context.WithoutCancel(ctx), undo)
+		}
+	}
+	if hasObjects {
+		p.heldMu.Lock()
+		if p.owed.SpanCount()+objectSpans.SpanCount() <= maxOwedSpans {
+			objectSpans.ResourceSpans().MoveAndAppendTo(p.owed.ResourceSpans())
+		} else {
+			p.tel.SpansDropped.Add(ctx, int64(objectSpans.SpanCount()), metric.WithAttributes(attribute.String(metadata.AttrReason, "owed_full")))
+		}
+		p.heldMu.Unlock()
+	}
+	return err
+}
+
+// copyObjectSpans copies the object spans of td.
+func copyObjectSpans(td ptrace.Traces) (ptrace.Traces, bool) {
+	out := ptrace.NewTraces()
+	found := false
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				if v, ok := s.Attributes().Get(model.AttrSpanType); !ok || v.Str() != model.SpanTypeObject {
+					continue
+				}
+				found = true
+				ors := out.ResourceSpans().AppendEmpty()
+				rs.Resource().CopyTo(ors.Resource())
+				oss := ors.ScopeSpans().AppendEmpty()
+				ss.Scope().CopyTo(oss.Scope())
+				s.CopyTo(oss.Spans().AppendEmpty())
+			}
+		}
+	}
+	return out, found
+}
+
+// process rewrites td in place: activity spans move into their root ancestor's window trace
+// under their object's span, duplicates and held spans are removed, object spans are appended.
+// hold says, per span ordinal, until when the span may be held and whether it must not be. It
+// returns the duplicate marks it set (to undo if the batch is refused).
+func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
+	hold func(pos int) (time.Time, bool), dedup bool,
+) (marks []Op, held int) {
+	r := newResolver(ctx, p, now)
+	var items []item
+	pos := 0
+	for _, rs := range td.ResourceSpans().All() {
+		res := rs.Resource().Attributes()
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				pos++
+				attrs := s.Attributes()
+				typ, _ := attrs.Get(model.AttrSpanType)
+				if typ.Str() == model.SpanTypeObject {
+					continue
+				}
+				obj, ok := model.ObjectFromAttributes(res, attrs)
+				if !ok {
+					continue
+				}
+				w := model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
+				if obj.UID != "" && obj.Name != "" {
+					// Later spans of a batch are later in time: the last UID seen for a name is current.
+					r.names[obj.NameKey()] = obj.UID
+				}
+				it := item{span: s, pos: pos - 1}
+				it.dedup = dedup && (typ.Str() == model.SpanTypeAudit || typ.Str() == model.SpanTypeEvent) && !s.SpanID().IsEmpty()
+				var force bool
+				it.deadline, force = hold(it.pos)
+				it.uidFromName = obj.UID == ""
+				n := r.node(obj, w)
+				n.direct = true
+				n.force = n.force || force
+				if n.deadline.IsZero() || it.deadline.Before(n.deadline) {
+					n.deadline = it.deadline
+				}
+				it.node = n
+				items = append(items, it)
+			}
+		}
+	}
+	if len(items) == 0 {
+		return nil, 0
+	}
+
+	// Round one carries the batch's unconditional writes: duplicate marks, the name index and
+	// relations named by the spans themselves.
+	seen := make(map[pcommon.SpanID]struct{})
+	dedupExpiry := now.Add(p.cfg.Window + p.cfg.Grace)
+	var dedupIdx []int
+	for i := range items {
+		it := &items[i]
+		if !it.dedup {
+			continue
+		}
+		id := it.span.SpanID()
+		if _, dup := seen[id]; dup {
+			it.dup = true
+			continue
+		}
+		seen[id] = struct{}{}
+		r.writes = append(r.writes, Op{Kind: OpSetIfAbsent, Key: dedupKey(id), ExpireAt: dedupExpiry})
+		dedupIdx = append(dedupIdx, i)
+	}
+	nDedup := len(r.writes)
+	for name, uid := range r.names {
+		r.writes = append(r.writes, Op{Kind: OpSet, Key: nameKey(name), Value: uid, ExpireAt: now.Add(p.cfg.RelationTTL)})
+	}
+	for _, n := range r.order {
+		if n.direct && !n.obj.Owner.IsZero() {
+			r.writeRelation(n)
+			r.linkOwner(n)
+		}
+	}
+	// Duplicate marks go out with the first round trip; their answers decide which spans drop.
+	dedupOps := r.writes[:nDedup:nDedup]
+	r.writes = r.writes[nDedup:]
+	for j := range dedupOps {
+		idx := dedupIdx[j]
+		r.queue(dedupOps[j], func(op *Op) {
+			if op.Found {
+				items[idx].dup = true
+			} else {
+				marks = append(marks, *op)
+			}
+		})
+	}
+	r.run()
+
+	// Rewrite, drop or hold each activity span.
+	remove := make([]bool, pos)
+	var toHold []int
+	for i := range items {
+		it := &items[i]
+		if it.dup {
+			remove[it.pos] = true
+			p.tel.SpansDropped.Add(ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
+			p.logger.Debug("Dropping duplicate activity span", zap.Stringer("span_id", it.span.SpanID()))
+			continue
+		}
+		n := it.node.resolve()
+		switch n.state {
+		case stHeld:
+			remove[it.pos] = true
+			toHold = append(toHold, i)
+			continue
+		case stFinal:
+		default:
+			// Unsettled after every round (a store that keeps failing): the span keeps the
+			// per-object trace its receiver derived, which is still a valid trace.
+			p.logger.Debug("Object assignment unsettled; passing the span on as received", zap.String("object", string(n.id.key)))
+			continue
+		}
+		s := it.span
+		s.SetTraceID(n.asg.TraceID)
+		s.SetParentSpanID(n.asg.SpanID)
+		if it.uidFromName && n.obj.UID != "" {
+			s.Attributes().PutStr(model.AttrObjectUID, n.obj.UID)
+		}
+		if o := n.owner; o != nil {
+			o = o.resolve()
+			if o.state == stFinal && n.asg.Parent != o.asg.SpanID {
+				l := s.Links().AppendEmpty()
+				l.SetTraceID(o.asg.TraceID)
+				l.SetSpanID(o.asg.SpanID)
+				l.Attributes().PutStr(AttrLinkType, LinkTypeOwner)
+			}
+		}
+	}
+
+	held = p.holdSpans(ctx, td, items, toHold, dedup)
+	if removed := countTrue(remove); removed > 0 {
+		removeSpans(td, remove)
+	}
+
+	// Object spans: one per assignment this replica wrote first, ancestors included.
+	b := model.NewTracesBuilder(metadata.ScopeName, "")
+	emitted := 0
+	for _, n := range r.order {
+		if n.state == stFinal && n.won {
+			r.objectSpan(b, n)
+			emitted++
+		}
+	}
+	if emitted > 0 {
+		p.tel.ObjectSpans.Add(ctx, int64(emitted))
+		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	return marks, held
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+func removeSpans(td ptrace.Traces, remove []bool) {
+	pos := 0
+	td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
+			ss.Spans().RemoveIf(func(ptrace.Span) bool {
+				pos++
+				// Spans appended after the walk (released overflow) are beyond the mask.
+				return pos <= len(remove) && remove[pos-1]
+			})
+			return ss.Spans().Len() == 0
+		})
+		return rs.ScopeSpans().Len() == 0
+	})
+}

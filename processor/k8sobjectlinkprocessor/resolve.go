@@ -1,0 +1,501 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// maxDepth bounds an ownership chain. Real chains are two or three deep (CronJob → Job → Pod);
+// anything deeper is a loop the cycle check missed or garbage, and its top becomes a root.
+const maxDepth = 16
+
+// maxRounds bounds the store round trips of one batch: one local round, then one remote
+// round per ownership level that is new in the window.
+const maxRounds = 2*maxDepth + 4
+
+type nodeState uint8
+
+const (
+	stName    nodeState = iota // UID-less: resolve the name to a UID first
+	stQuery                    // does the assignment exist?
+	stOwner                    // it does not: find the owner (or decide root)
+	stCreate                   // owner settled: write our candidate, first writer wins
+	stFinal                    // assignment known
+	stHeld                     // owner unknown, span held for owner_wait
+	stAlias                    // merged into another node after name resolution
+)
+
+type nodeID struct {
+	key    model.Key
+	window int64
+}
+
+// node is one object in one window within one batch.
+type node struct {
+	id       nodeID
+	obj      model.Object
+	window   time.Time
+	state    nodeState
+	inflight bool
+
+	asg     assignment
+	won     bool
+	prev    assignment
+	hasPrev bool
+
+	owner      *node
+	root       bool // decided: no owner
+	relQueried bool
+	lookupDone bool
+	localDone  bool
+
+	direct     bool // activity spans of this batch belong to it
+	force      bool // a span of it has waited owner_wait already: no more holding
+	dependents int
+	alias      *node
+	deadline   time.Time
+}
+
+func (n *node) resolve() *node {
+	for n.alias != nil {
+		n = n.alias
+	}
+	return n
+}
+
+// item is one activity span of the batch.
+type item struct {
+	span     ptrace.Span
+	pos      int // ordinal of the span within the batch, for removal
+	node     *node
+	dedup    bool // subject to duplicate detection
+	dup      bool
+	deadline time.Time
+	uidFromName bool
+}
+
+// resolver settles the assignments of one batch: every object of the batch and all its
+// ancestors, in as few store round trips as the ownership levels new in the window require.
+type resolver struct {
+	p     *objectLinkProcessor
+	ctx   context.Context
+	now   time.Time
+	nodes map[nodeID]*node
+	order []*node
+	names map[string]string // name key → UID learned from this batch's spans
+
+	ops     []Op
+	cbs     []func(*Op)
+	writes  []Op // relation and name index writes, sent with the next round
+	lookups []*node
+}
+
+func newResolver(ctx context.Context, p *objectLinkProcessor, now time.Time) *resolver {
+	return &resolver{p: p, ctx: ctx, now: now, nodes: make(map[nodeID]*node), names: make(map[string]string)}
+}
+
+// node returns the batch's node of obj in window w, creating it.
+func (r *resolver) node(obj model.Object, w time.Time) *node {
+	if obj.UID == "" {
+		if uid, ok := r.names[obj.NameKey()]; ok {
+			obj.UID = uid
+		}
+	}
+	id := nodeID{key: obj.Key(), window: w.UnixNano()}
+	if n, ok := r.nodes[id]; ok {
+		n = n.resolve()
+		mergeIdentity(&n.obj, obj)
+		return n
+	}
+	n := &node{id: id, obj: obj, window: w, state: stQuery}
+	if obj.UID == "" {
+		n.state = stName
+	}
+	r.nodes[id] = n
+	r.order = append(r.order, n)
+	return n
+}
+
+// mergeIdentity fills what one sighting of an object lacks from another.
+func mergeIdentity(dst *model.Object, src model.Object) {
+	if dst.Owner.IsZero() && !src.Owner.IsZero() {
+		dst.Owner = src.Owner
+	}
+	fill := func(d *string, s string) {
+		if *d == "" {
+			*d = s
+		}
+	}
+	fill(&dst.Version, src.Version)
+	fill(&dst.Resource, src.Resource)
+	fill(&dst.Kind, src.Kind)
+	fill(&dst.Name, src.Name)
+	fill(&dst.Namespace, src.Namespace)
+}
+
+// linkOwner attaches n to the node of its owner in the same window, refusing self-references,
+// cycles and chains deeper than maxDepth: those make n a root instead of a hang.
+func (r *resolver) linkOwner(n *node) {
+	if n.owner != nil || n.root {
+		return
+	}
+	oobj, ok := n.obj.OwnerObject(r.p.mapper)
+	if !ok {
+		return
+	}
+	if oobj.Key() == n.id.key {
+		r.p.logger.Debug("Object names itself as owner; treating it as a root", zap.String("object", string(n.id.key)))
+		n.root = true
+		return
+	}
+	o := r.node(oobj, n.window)
+	depth := 0
+	for a := o; a != nil; a = a.owner {
+		if a == n || depth >= maxDepth {
+			r.p.logger.Debug("Ownership cycle or over-deep chain; treating the object as a root", zap.String("object", string(n.id.key)))
+			n.root = true
+			return
+		}
+		depth++
+	}
+	n.owner = o
+	o.dependents++
+	if o.state == stHeld {
+		// Something depends on it now: an owner is never held back, it becomes a root if its
+		// own owner stays unknown.
+		o.state = stOwner
+	}
+}
+
+func (r *resolver) queue(op Op, cb func(*Op)) {
+	r.ops = append(r.ops, op)
+	r.cbs = append(r.cbs, cb)
+}
+
+func (r *resolver) asgExpiry(w time.Time) time.Time {
+	// An assignment must outlive the following window, which links back to it, plus grace for
+	// late spans.
+	return w.Add(2*r.p.cfg.Window + r.p.cfg.Grace)
+}
+
+// localRound settles from process memory what it can, without any network: assignments and,
+// for objects whose owner the spans do not name, relation records, repeated while relations
+// reveal new ancestors.
+func (r *resolver) localRound() {
+	done := 0
+	for done < len(r.order) {
+		var ops []Op
+		var targets []*node
+		var rel []bool
+		for _, n := range r.order[done:] {
+			if n.state != stQuery || n.localDone {
+				continue
+			}
+			n.localDone = true
+			ops = append(ops, Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window)})
+			targets, rel = append(targets, n), append(rel, false)
+			if n.obj.Owner.IsZero() && n.id.key.HasUIDKey() {
+				ops = append(ops, Op{Kind: OpGet, Key: relationKey(n.id.key)})
+				targets, rel = append(targets, n), append(rel, true)
+			}
+		}
+		done = len(r.order)
+		if len(ops) == 0 {
+			return
+		}
+		authoritative := r.p.store.Local(ops)
+		for i, n := range targets {
+			switch {
+			case rel[i]:
+				if owner, ok := decodeOwner(ops[i].Value); ops[i].Found && ok {
+					n.obj.Owner = owner
+					r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+						attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "hit")))
+				} else if authoritative {
+					n.relQueried = true
+					r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+						attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "miss")))
+				}
+			case ops[i].Found:
+				r.settle(n, ops[i].Value, false)
+			case authoritative:
+				n.state = stOwner
+			}
+		}
+		// Owners learned here are linked now, so their assignments are asked in the next pass.
+		for _, n := range targets {
+			if n.state != stFinal && !n.obj.Owner.IsZero() {
+				r.linkOwner(n)
+			}
+		}
+	}
+}
+
+// settle records n's assignment as read or written.
+func (r *resolver) settle(n *node, value string, won bool) {
+	a, ok := decodeAssignment(value)
+	if !ok {
+		// A malformed record under our prefix: derive the root assignment rather than fail.
+		a = assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
+	}
+	n.asg, n.won, n.state = a, won, stFinal
+	result := "reused"
+	if won {
+		result = "created"
+	}
+	r.p.tel.Assignments.Add(r.ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrResult, result)))
+}
+
+// plan queues the operations n needs next and reports whether it changed state.
+func (r *resolver) plan(n *node) bool {
+	if n.inflight {
+		return false
+	}
+	switch n.state {
+	case stName:
+		n.inflight = true
+		r.queue(Op{Kind: OpGet, Key: nameKey(n.obj.NameKey())}, func(op *Op) {
+			n.inflight = false
+			n.state = stQuery
+			if op.Found && op.Value != "" {
+				r.rekey(n, op.Value)
+			}
+		})
+		return true
+	case stQuery:
+		if r.ownerReady(n) {
+			r.create(n)
+			return true
+		}
+		n.inflight = true
+		r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window)}, func(op *Op) {
+			n.inflight = false
+			if op.Found {
+				r.settle(n, op.Value, false)
+			} else if n.state == stQuery {
+				n.state = stOwner
+			}
+		})
+		if n.obj.Owner.IsZero() && n.id.key.HasUIDKey() && !n.relQueried {
+			r.queueRelation(n)
+		}
+		return true
+	case stOwner:
+		if r.ownerReady(n) {
+			r.create(n)
+			return true
+		}
+		if n.owner != nil {
+			return false // waiting for the owner's own assignment
+		}
+		if !n.obj.Owner.IsZero() {
+			r.linkOwner(n)
+			return true
+		}
+		if !n.relQueried && n.id.key.HasUIDKey() {
+			r.queueRelation(n)
+			return true
+		}
+		if r.p.lookup != nil && !n.lookupDone {
+			n.lookupDone = true
+			r.lookups = append(r.lookups, n)
+			return true
+		}
+		if n.direct && n.dependents == 0 && !n.force && r.p.cfg.OwnerWait > 0 {
+			n.state = stHeld
+			return true
+		}
+		n.root = true
+		r.create(n)
+		return true
+	case stCreate:
+		return false
+	}
+	return false
+}
+
+// ownerReady reports whether n's candidate assignment can be computed now.
+func (r *resolver) ownerReady(n *node) bool {
+	if n.root {
+		return true
+	}
+	if n.owner == nil && !n.obj.Owner.IsZero() {
+		r.linkOwner(n)
+		if n.root {
+			return true
+		}
+	}
+	return n.owner != nil && n.owner.resolve().state == stFinal
+}
+
+func (r *resolver) queueRelation(n *node) {
+	n.relQueried = true
+	n.inflight = true
+	r.queue(Op{Kind: OpGet, Key: relationKey(n.id.key)}, func(op *Op) {
+		n.inflight = false
+		result := "miss"
+		if owner, ok := decodeOwner(op.Value); op.Found && ok {
+			result = "hit"
+			if n.obj.Owner.IsZero() {
+				n.obj.Owner = owner
+			}
+		}
+		r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+			attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, result)))
+	})
+}
+
+// create writes n's candidate assignment; whoever wrote first, replica or batch, wins.
+func (r *resolver) create(n *node) {
+	var cand assignment
+	cand.SpanID = model.ObjectSpanID(n.id.key, n.window)
+	if n.root || n.owner == nil {
+		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
+	} else {
+		o := n.owner.resolve()
+		cand.TraceID, cand.Parent = o.asg.TraceID, o.asg.SpanID
+	}
+	n.state = stCreate
+	n.inflight = true
+	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
+		func(op *Op) {
+			n.inflight = false
+			r.settle(n, op.Value, !op.Found)
+		})
+	prevW := n.window.Add(-r.p.cfg.Window)
+	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW)}, func(op *Op) {
+		if a, ok := decodeAssignment(op.Value); op.Found && ok {
+			n.prev, n.hasPrev = a, true
+		}
+	})
+}
+
+// rekey moves a UID-less node to its UID once the name index names it.
+func (r *resolver) rekey(n *node, uid string) {
+	obj := n.obj
+	obj.UID = uid
+	id := nodeID{key: obj.Key(), window: n.id.window}
+	if other, ok := r.nodes[id]; ok && other.resolve() != n {
+		other = other.resolve()
+		mergeIdentity(&other.obj, obj)
+		other.direct = other.direct || n.direct
+		other.force = other.force || n.force
+		n.alias, n.state = other, stAlias
+		return
+	}
+	n.obj, n.id = obj, id
+	r.nodes[id] = n
+}
+
+// run settles every node, one store call per round.
+func (r *resolver) run() {
+	r.localRound()
+	for round := 0; round < maxRounds; round++ {
+		progressed := false
+		for i := 0; i < len(r.order); i++ { // plan may append owner nodes
+			if r.plan(r.order[i]) {
+				progressed = true
+			}
+		}
+		if len(r.ops) == 0 && len(r.writes) == 0 && len(r.lookups) == 0 {
+			if !progressed {
+				break
+			}
+			continue
+		}
+		r.flush()
+		r.runLookups()
+	}
+	if len(r.writes) > 0 {
+		r.flush()
+	}
+}
+
+// flush sends the queued operations (plus pending writes) as one store batch.
+func (r *resolver) flush() {
+	ops, cbs := r.ops, r.cbs
+	ops = append(ops, r.writes...)
+	r.writes = nil
+	r.ops, r.cbs = nil, nil
+	if len(ops) == 0 {
+		return
+	}
+	if err := r.p.store.Do(r.ctx, ops); err != nil {
+		// Only a closed store fails; every op is then "absent" and the nodes settle as roots
+		// from derived IDs, so the spans still flow.
+		r.p.logger.Debug("ID map batch failed", zap.Error(err))
+		for i := range ops {
+			ops[i].Found = false
+		}
+	}
+	for i, cb := range cbs {
+		cb(&ops[i])
+	}
+}
+
+func (r *resolver) runLookups() {
+	for _, n := range r.lookups {
+		res, owner, err := r.p.lookup.lookup(r.ctx, n.obj)
+		result := "miss"
+		switch {
+		case err != nil:
+			result = "error"
+			r.p.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
+		case res == lookupOwner:
+			result = "hit"
+			n.obj.Owner = owner
+			r.writeRelation(n)
+		case res == lookupRoot:
+			result = "hit"
+			n.root = true
+		}
+		r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+			attribute.String(metadata.AttrSource, "apiserver"), attribute.String(metadata.AttrResult, result)))
+	}
+	r.lookups = r.lookups[:0]
+}
+
+// writeRelation refreshes the object → owner record so other replicas, and Events that name
+// only the object, find the owner.
+func (r *resolver) writeRelation(n *node) {
+	if !n.id.key.HasUIDKey() || n.obj.Owner.IsZero() {
+		return
+	}
+	r.writes = append(r.writes, Op{Kind: OpSet, Key: relationKey(n.id.key), Value: encodeOwner(n.obj.Owner),
+		ExpireAt: r.now.Add(r.p.cfg.RelationTTL)})
+}
+
+// objectSpanFor writes n's object span into b.
+func (r *resolver) objectSpan(b *model.TracesBuilder, n *node) {
+	kind := n.obj.Kind
+	if kind == "" {
+		kind = n.obj.Resource
+	}
+	s := b.AppendSpan(n.obj.Cluster, kind)
+	s.SetTraceID(n.asg.TraceID)
+	s.SetSpanID(n.asg.SpanID)
+	s.SetParentSpanID(n.asg.Parent)
+	s.SetName(n.obj.DisplayName())
+	s.SetKind(ptrace.SpanKindInternal)
+	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(r.p.cfg.Window)))
+	attrs := s.Attributes()
+	n.obj.PutAttributes(attrs)
+	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
+	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
+	if n.hasPrev {
+		l := s.Links().AppendEmpty()
+		l.SetTraceID(n.prev.TraceID)
+		l.SetSpanID(n.prev.SpanID)
+		l.Attributes().PutStr(AttrLinkType, LinkTypePreviousWindow)
+	}
+}
