@@ -171,6 +171,19 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		}
 	}
 	var req tree
+	var scale tree
+	if resp == nil && ref.Subresource == "scale" && hasBody(ev.ResponseObject) {
+		// A Scale mirrors its parent's name, UID and resourceVersion, and its spec.replicas
+		// is the parent's: enough to complete the identity and to diff the one field.
+		if t, ok := parseTree(ev.ResponseObject); ok {
+			if m := metaOf(t); m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name) {
+				scale, respMeta = t, m
+				if obj.UID == "" {
+					obj.UID = m.UID
+				}
+			}
+		}
+	}
 	if resp != nil {
 		fillObject(&obj, respMeta)
 	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
@@ -247,7 +260,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		attrs.PutStr(model.AttrURLPath, p)
 	}
 	putNonEmpty(attrs, model.AttrObjectResourceVersion, ref.ResourceVersion)
-	if !failed && resp != nil {
+	if !failed && (resp != nil || scale != nil) {
 		putNonEmpty(attrs, model.AttrObjectNewRV, respMeta.ResourceVersion)
 	}
 
@@ -275,7 +288,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 
 	var cached string
 	if c.cache != nil && obj.Name != "" {
-		cached = c.remember(span, ev, ref, obj, failed, code, resp, respJSON, respMeta.ResourceVersion, redact, endTS)
+		cached = c.remember(span, ev, ref, obj, failed, code, resp, scale, respJSON, respMeta.ResourceVersion, redact, endTS)
 	}
 
 	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
@@ -294,7 +307,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
 func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object,
-	failed bool, code int, resp tree, respJSON, newRV string, redact bool, ts pcommon.Timestamp,
+	failed bool, code int, resp, scale tree, respJSON, newRV string, redact bool, ts pcommon.Timestamp,
 ) (deletedBody string) {
 	key := obj.NameKey()
 	c.cache.mu.Lock()
@@ -335,6 +348,12 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	}
 	e = c.cache.entry(key, obj.UID)
 	e.record(write{auditID: ev.AuditID, baseRV: ref.ResourceVersion, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
+	if scale != nil {
+		resp, respJSON = scaledBody(e, scale, newRV)
+		if resp == nil {
+			return ""
+		}
+	}
 	if resp == nil {
 		return ""
 	}
@@ -386,4 +405,29 @@ func (c *converter) describes(ref *objectReference, m objectMeta) bool {
 	}
 	info, ok := c.mapper.ByResource(ref.APIGroup, ref.Resource)
 	return ok && info.Kind == m.Kind
+}
+
+// scaledBody applies a Scale's spec.replicas to the object's cached body, so that a scale
+// subresource write shows the diff it made (spec.replicas 2 -> 4) on its own span instead of
+// on the next write that returns the whole object. It returns nil when there is no cached body
+// or the Scale carries no replicas.
+func scaledBody(e *cacheEntry, scale tree, newRV string) (tree, string) {
+	replicas, ok := child(scale, "spec")["replicas"]
+	if !ok || e.body == nil || (newRV != e.rv && rvOlder(newRV, e.rv)) {
+		return nil, ""
+	}
+	body, ok := parseTree(e.body)
+	if !ok {
+		return nil, ""
+	}
+	spec := child(body, "spec")
+	if spec == nil {
+		spec = tree{}
+		body["spec"] = spec
+	}
+	spec["replicas"] = replicas
+	if md := child(body, "metadata"); md != nil && newRV != "" {
+		md["resourceVersion"] = newRV
+	}
+	return body, marshalJSON(body)
 }
