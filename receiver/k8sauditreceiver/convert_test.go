@@ -1,0 +1,420 @@
+package k8sauditreceiver
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 45, 54, 0, time.UTC)
+
+// event builds an audit event the way the apiserver writes one at RequestResponse level.
+type eventOpt func(*auditEvent)
+
+func event(id, verb, user string, ref objectReference, code int, opts ...eventOpt) auditEvent {
+	r := ref
+	ev := auditEvent{
+		Level: "RequestResponse", AuditID: id, Stage: stageResponseComplete, Verb: verb,
+		RequestURI: "/api/v1/namespaces/" + ref.Namespace + "/" + ref.Resource + "?timeout=10s",
+		User:       userInfo{Username: user, Groups: []string{"system:authenticated"}},
+		SourceIPs:  []string{"10.0.0.7"}, UserAgent: "test/v1", ObjectRef: &r,
+		ResponseStatus:           &status{Code: code},
+		RequestReceivedTimestamp: t0, StageTimestamp: t0.Add(3 * time.Millisecond),
+	}
+	for _, o := range opts {
+		o(&ev)
+	}
+	return ev
+}
+
+func withResponse(body string) eventOpt {
+	return func(ev *auditEvent) { ev.ResponseObject = json.RawMessage(body) }
+}
+
+func withRequest(body string) eventOpt {
+	return func(ev *auditEvent) { ev.RequestObject = json.RawMessage(body) }
+}
+
+func withStatus(st status) eventOpt { return func(ev *auditEvent) { ev.ResponseStatus = &st } }
+
+func at(d time.Duration) eventOpt {
+	return func(ev *auditEvent) {
+		ev.RequestReceivedTimestamp = t0.Add(d)
+		ev.StageTimestamp = t0.Add(d + time.Millisecond)
+	}
+}
+
+func deployRef(rv string) objectReference {
+	return objectReference{Resource: "deployments", Namespace: "default", Name: "demo", UID: "d-1", APIGroup: "apps", APIVersion: "v1", ResourceVersion: rv}
+}
+
+func deployment(rv string, replicas int, image string) string {
+	return fmt.Sprintf(`{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"demo","namespace":"default","uid":"d-1","resourceVersion":%q,"generation":%d,
+	"managedFields":[{"manager":"kubectl","operation":"Update","time":"2026-11-21T10:45:5%dZ"}]},
+	"spec":{"replicas":%d,"template":{"spec":{"containers":[{"name":"web","image":%q}]}}}}`, rv, replicas, replicas, replicas, image)
+}
+
+func convertOne(t *testing.T, c *converter, events ...auditEvent) (ptrace.Traces, batchStats) {
+	t.Helper()
+	var st batchStats
+	return c.convert("c1", events, &st), st
+}
+
+func testConverter(mutate ...func(*Config)) *converter {
+	cfg := createDefaultConfig().(*Config)
+	for _, m := range mutate {
+		m(cfg)
+	}
+	return newConverter(cfg, "test", nil)
+}
+
+func allSpans(td ptrace.Traces) []ptrace.Span {
+	var out []ptrace.Span
+	for i := 0; i < td.ResourceSpans().Len(); i++ {
+		ss := td.ResourceSpans().At(i).ScopeSpans()
+		for j := 0; j < ss.Len(); j++ {
+			for k := 0; k < ss.At(j).Spans().Len(); k++ {
+				out = append(out, ss.At(j).Spans().At(k))
+			}
+		}
+	}
+	return out
+}
+
+func onlySpan(t *testing.T, td ptrace.Traces) ptrace.Span {
+	t.Helper()
+	s := allSpans(td)
+	if len(s) != 1 {
+		t.Fatalf("got %d spans, want 1", len(s))
+	}
+	return s[0]
+}
+
+func attrStr(m pcommon.Map, key string) string {
+	v, ok := m.Get(key)
+	if !ok {
+		return "<absent>"
+	}
+	return v.AsString()
+}
+
+func spanEvent(s ptrace.Span, name string) (ptrace.SpanEvent, bool) {
+	for i := 0; i < s.Events().Len(); i++ {
+		if s.Events().At(i).Name() == name {
+			return s.Events().At(i), true
+		}
+	}
+	return ptrace.SpanEvent{}, false
+}
+
+func diffOf(t *testing.T, s ptrace.Span) map[string]string {
+	t.Helper()
+	e, ok := spanEvent(s, model.EventObjectDiff)
+	if !ok {
+		t.Fatalf("span %q has no diff event", s.Name())
+	}
+	paths, _ := e.Attributes().Get(attrDiffPaths)
+	olds, _ := e.Attributes().Get(attrDiffOld)
+	news, _ := e.Attributes().Get(attrDiffNew)
+	out := map[string]string{}
+	for i := 0; i < paths.Slice().Len(); i++ {
+		out[paths.Slice().At(i).Str()] = olds.Slice().At(i).Str() + " -> " + news.Slice().At(i).Str()
+	}
+	return out
+}
+
+func TestFiltering(t *testing.T) {
+	pod := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		ev     auditEvent
+		reason string // "" means the event becomes a span
+	}{
+		{"a completed write becomes a span", nil, event("a", "create", "alice", pod, 201), ""},
+		{"a panicked write becomes a span", nil, event("a", "update", "alice", pod, 500, func(ev *auditEvent) { ev.Stage = stagePanic }), ""},
+		{"the RequestReceived stage is not a span", nil, event("a", "create", "alice", pod, 0, func(ev *auditEvent) { ev.Stage = "RequestReceived" }), metadata.ReasonStage},
+		{"the ResponseStarted stage of a watch is not a span", nil, event("a", "watch", "alice", pod, 200, func(ev *auditEvent) { ev.Stage = "ResponseStarted" }), metadata.ReasonStage},
+		{"reads are off by default", nil, event("a", "get", "alice", pod, 200), metadata.ReasonReadVerb},
+		{"reads can be turned on", func(c *Config) { c.IncludeReadVerbs = true }, event("a", "list", "alice", pod, 200), ""},
+		{"non-resource requests have no object", nil, event("a", "create", "alice", pod, 200, func(ev *auditEvent) { ev.ObjectRef = nil }), metadata.ReasonNonResource},
+		{"leases are excluded by default", nil, event("a", "update", "kubelet", objectReference{Resource: "leases", APIGroup: "coordination.k8s.io", Name: "n"}, 200), metadata.ReasonExcludedResource},
+		{"core events are excluded by default", nil, event("a", "create", "kubelet", objectReference{Resource: "events", Name: "e"}, 201), metadata.ReasonExcludedResource},
+		{"a group wildcard excludes every resource of the group", func(c *Config) { c.ExcludeResources = []GroupResource{{Group: "apps", Resource: "*"}} }, event("a", "update", "x", deployRef("1"), 200), metadata.ReasonExcludedResource},
+		{"a subresource entry excludes only that subresource", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", objectReference{Resource: "pods", Name: "p", Subresource: "status"}, 200), metadata.ReasonExcludedResource},
+		{"a subresource entry leaves the parent alone", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", pod, 200), ""},
+		{"user agents are excluded by prefix", func(c *Config) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), metadata.ReasonExcludedUserAgent},
+		{"an event without audit ID is dropped as invalid", nil, event("", "create", "alice", pod, 201), metadata.ReasonInvalidEvent},
+		{"an unknown verb is not a span", nil, event("a", "proxy", "alice", pod, 200), metadata.ReasonVerb},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConverter(func(cfg *Config) {
+				if tt.mutate != nil {
+					tt.mutate(cfg)
+				}
+			})
+			td, st := convertOne(t, c, tt.ev)
+			if tt.reason == "" {
+				if td.SpanCount() != 1 || len(st.filtered)+len(st.dropped) != 0 {
+					t.Fatalf("spans = %d, filtered = %v, dropped = %v; want one span", td.SpanCount(), st.filtered, st.dropped)
+				}
+				return
+			}
+			if td.SpanCount() != 0 || st.filtered[tt.reason]+st.dropped[tt.reason] != 1 {
+				t.Fatalf("spans = %d, filtered = %v, dropped = %v; want it counted as %q", td.SpanCount(), st.filtered, st.dropped, tt.reason)
+			}
+		})
+	}
+}
+
+func TestSpanNames(t *testing.T) {
+	tests := []struct {
+		name, user, verb, sub string
+		st                    status
+		want                  string
+	}{
+		{"a controller is named by its service account", "system:serviceaccount:kube-system:replicaset-controller", "create", "", status{Code: 201}, "replicaset-controller create"},
+		{"a system component loses the system prefix", "system:kube-scheduler", "create", "binding", status{Code: 201}, "kube-scheduler create binding"},
+		{"a user is named as is, with the status reason of a failure", "alice", "patch", "", status{Code: 409, Reason: "Conflict"}, "alice patch (Conflict)"},
+		{"a failure without reason shows the HTTP status text", "alice", "delete", "", status{Code: 404}, "alice delete (Not Found)"},
+		{"a node keeps its node prefix", "system:node:kwok-node-0", "patch", "status", status{Code: 200}, "node:kwok-node-0 patch status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", UID: "u", APIVersion: "v1", Subresource: tt.sub}
+			s := onlySpan(t, must(convertOne(t, testConverter(), event("a", tt.verb, tt.user, ref, tt.st.Code, withStatus(tt.st)))))
+			if s.Name() != tt.want {
+				t.Fatalf("name = %q, want %q", s.Name(), tt.want)
+			}
+			if got := attrStr(s.Attributes(), model.AttrUserName); got != tt.user {
+				t.Fatalf("user.name = %q, want the full name %q", got, tt.user)
+			}
+		})
+	}
+}
+
+func must(td ptrace.Traces, _ batchStats) ptrace.Traces { return td }
+
+func TestIdentityAndIDs(t *testing.T) {
+	t.Run("a generateName create takes name and UID from the response and the owner from ownerReferences", func(t *testing.T) {
+		ref := objectReference{Resource: "pods", Namespace: "default", APIVersion: "v1"}
+		resp := `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"demo-abc","generateName":"demo-","namespace":"default","uid":"p-1","resourceVersion":"7",
+			"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"not-me","uid":"x"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"demo-6d4b","uid":"rs-1","controller":true}]}}`
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("a1", "create", "system:serviceaccount:kube-system:replicaset-controller", ref, 201, withResponse(resp)))))
+		a := s.Attributes()
+		for key, want := range map[string]string{
+			model.AttrObjectName: "demo-abc", model.AttrObjectUID: "p-1", model.AttrObjectKind: "Pod", model.AttrObjectAPIVersion: "v1",
+			model.AttrOwnerKind: "ReplicaSet", model.AttrOwnerName: "demo-6d4b", model.AttrOwnerUID: "rs-1", model.AttrOwnerAPIVersion: "apps/v1",
+			model.AttrObjectNewRV: "7", model.AttrSpanType: model.SpanTypeAudit, model.AttrClientAddress: "10.0.0.7", model.AttrURLPath: "/api/v1/namespaces/default/pods",
+		} {
+			if got := attrStr(a, key); got != want {
+				t.Errorf("%s = %q, want %q", key, got, want)
+			}
+		}
+		key := model.UIDKey("c1", "p-1")
+		w := model.WindowStart(t0, model.DefaultWindow)
+		if s.TraceID() != model.ObjectTraceID(key, w) || s.ParentSpanID() != model.ObjectSpanID(key, w) || s.SpanID() != model.AuditSpanID("a1") {
+			t.Fatal("IDs must be derived from the object key, the window and the audit ID")
+		}
+		if _, ok := spanEvent(s, model.EventObjectSnapshot); !ok {
+			t.Fatal("a create carries a snapshot")
+		}
+	})
+	t.Run("a binding is activity on the Pod it binds", func(t *testing.T) {
+		ref := objectReference{Resource: "pods", Namespace: "default", Name: "demo-abc", UID: "p-1", APIVersion: "v1", Subresource: "binding"}
+		resp := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}`
+		td := must(convertOne(t, testConverter(), event("b1", "create", "system:kube-scheduler", ref, 201, withResponse(resp))))
+		s := onlySpan(t, td)
+		if attrStr(s.Attributes(), model.AttrObjectKind) != "Pod" || attrStr(s.Attributes(), model.AttrObjectUID) != "p-1" || attrStr(s.Attributes(), model.AttrAuditSubresource) != "binding" {
+			t.Fatalf("attributes = %v", s.Attributes().AsRaw())
+		}
+		if svc := attrStr(td.ResourceSpans().At(0).Resource().Attributes(), model.AttrServiceName); svc != "Pod" {
+			t.Fatalf("service.name = %q, want Pod", svc)
+		}
+		if _, ok := spanEvent(s, model.EventObjectSnapshot); ok {
+			t.Fatal("a binding is not a create of the Pod: no snapshot")
+		}
+	})
+	t.Run("without a body the kind comes from the built-in table, else the resource stands in", func(t *testing.T) {
+		c := testConverter()
+		td := must(convertOne(t, c,
+			event("m1", "delete", "alice", objectReference{Resource: "statefulsets", APIGroup: "apps", Namespace: "ns", Name: "db"}, 200, func(ev *auditEvent) { ev.Level = "Metadata" }),
+			event("m2", "delete", "alice", objectReference{Resource: "widgets", APIGroup: "example.com", Namespace: "ns", Name: "w"}, 200)))
+		spans := allSpans(td)
+		if attrStr(spans[0].Attributes(), model.AttrObjectKind) != "StatefulSet" || attrStr(spans[1].Attributes(), model.AttrObjectKind) != "widgets" {
+			t.Fatalf("kinds = %s, %s", attrStr(spans[0].Attributes(), model.AttrObjectKind), attrStr(spans[1].Attributes(), model.AttrObjectKind))
+		}
+		if key := model.Key((model.Object{Cluster: "c1", Group: "apps", Resource: "statefulsets", Namespace: "ns", Name: "db"}).NameKey()); spans[0].TraceID() != model.ObjectTraceID(key, model.WindowStart(t0, model.DefaultWindow)) {
+			t.Fatal("without a UID the name key derives the IDs")
+		}
+	})
+	t.Run("a failure is an error with the Status reason, message and causes", func(t *testing.T) {
+		st := status{Code: 422, Reason: "Invalid", Message: `Deployment.apps "demo" is invalid`,
+			Details: &statusDetails{Causes: []statusCause{{Type: "FieldValueInvalid", Message: "Invalid value: -1", Field: "spec.replicas"}}}}
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("e1", "update", "alice", deployRef("5"), 422, withStatus(st)))))
+		if s.Status().Code() != ptrace.StatusCodeError || s.Status().Message() != `Invalid: Deployment.apps "demo" is invalid` {
+			t.Fatalf("status = %v %q", s.Status().Code(), s.Status().Message())
+		}
+		e, ok := spanEvent(s, model.EventAuditError)
+		if !ok {
+			t.Fatal("no error event")
+		}
+		if got := attrStr(e.Attributes(), attrErrorCauses); got != `["spec.replicas: Invalid value: -1 (FieldValueInvalid)"]` {
+			t.Fatalf("causes = %s", got)
+		}
+		if attrStr(s.Attributes(), model.AttrHTTPStatusCode) != "422" {
+			t.Fatal("status code attribute")
+		}
+	})
+}
+
+func TestDiffs(t *testing.T) {
+	t.Run("an update shows changed paths old to new without managedFields, resourceVersion or generation", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1"))))
+		td, _ := convertOne(t, c, event("u", "update", "alice", deployRef("10"), 200, at(time.Second), withResponse(deployment("11", 4, "nginx:2"))))
+		got := diffOf(t, onlySpan(t, td))
+		want := map[string]string{"spec.replicas": "2 -> 4", "spec.template.spec.containers[0].image": `"nginx:1" -> "nginx:2"`}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("diff = %v, want %v", got, want)
+		}
+	})
+	t.Run("a patch carries its patch body and the diff", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1"))))
+		td, _ := convertOne(t, c, event("p", "patch", "alice", deployRef(""), 200, withRequest(`{"spec": {"replicas": 3}}`), withResponse(deployment("12", 3, "nginx:1"))))
+		s := onlySpan(t, td)
+		e, ok := spanEvent(s, eventAuditPatch)
+		if !ok || attrStr(e.Attributes(), model.AttrAuditPatch) != `{"spec":{"replicas":3}}` {
+			t.Fatalf("patch event = %v", e.Attributes().AsRaw())
+		}
+		if got := diffOf(t, s); got["spec.replicas"] != "2 -> 3" || len(got) != 1 {
+			t.Fatalf("diff = %v", got)
+		}
+	})
+	t.Run("the same update delivered twice shows the same diff twice", func(t *testing.T) {
+		c := testConverter()
+		create := event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1")))
+		update := event("u", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 4, "nginx:1")))
+		_, _ = convertOne(t, c, create)
+		first := diffOf(t, onlySpan(t, must(convertOne(t, c, update))))
+		again := diffOf(t, onlySpan(t, must(convertOne(t, c, update))))
+		if fmt.Sprint(first) != fmt.Sprint(again) || first["spec.replicas"] != "2 -> 4" {
+			t.Fatalf("first = %v, again = %v", first, again)
+		}
+	})
+	t.Run("an update arriving after a newer one does not move the cache backwards", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
+		_, _ = convertOne(t, c, event("u2", "update", "alice", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))))
+		s := onlySpan(t, must(convertOne(t, c, event("u1", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
+		if _, ok := spanEvent(s, model.EventObjectDiff); ok {
+			t.Fatal("a stale update must not be diffed against a newer body")
+		}
+		s = onlySpan(t, must(convertOne(t, c, event("u3", "update", "alice", deployRef("12"), 200, withResponse(deployment("13", 6, "a"))))))
+		if got := diffOf(t, s); got["spec.replicas"] != "5 -> 6" {
+			t.Fatalf("diff = %v", got)
+		}
+	})
+	t.Run("diffs are off with a zero cache", func(t *testing.T) {
+		c := testConverter(func(cfg *Config) { cfg.DiffCacheSize = 0 })
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
+		s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
+		if _, ok := spanEvent(s, model.EventObjectDiff); ok {
+			t.Fatal("no cache, no diff")
+		}
+	})
+	t.Run("the cache holds at most diff_cache_size objects, least recently used out first", func(t *testing.T) {
+		c := testConverter(func(cfg *Config) { cfg.DiffCacheSize = 2 })
+		for i := range 3 {
+			ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i), APIVersion: "v1"}
+			body := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u%d","resourceVersion":"1"}}`, i, i)
+			_, _ = convertOne(t, c, event(fmt.Sprint("c", i), "create", "alice", ref, 201, withResponse(body)))
+		}
+		if n := c.cache.len(); n != 2 {
+			t.Fatalf("cache holds %d objects, want 2", n)
+		}
+		if c.cache.entries["c1/name//configmaps/ns/cm-0"] != nil {
+			t.Fatal("the oldest object must be evicted")
+		}
+	})
+}
+
+func TestDiffPaths(t *testing.T) {
+	old, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"a","keep":"x"},"resourceVersion":"1","generation":1,"managedFields":[1]},"spec":{"list":[1,2,3],"gone":{"a":1}}}`))
+	cur, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"b","keep":"x"},"resourceVersion":"2","generation":2,"managedFields":[2]},"spec":{"list":[1,5],"new":"v"}}`))
+	d := diffTrees(old, cur)
+	want := `metadata.labels["app.kubernetes.io/name"],spec.gone,spec.list[1],spec.list[2],spec.new`
+	if d.paths() != want || d.Total != 5 {
+		t.Fatalf("paths = %s (total %d), want %s", d.paths(), d.Total, want)
+	}
+	if d.Changes[1].Old != `{"a":1}` || d.Changes[1].New != "" || d.Changes[4].Old != "" || d.Changes[4].New != `"v"` {
+		t.Fatalf("a removed or added subtree is one change with the absent side empty: %+v", d.Changes)
+	}
+	var many strings.Builder
+	many.WriteString(`{"spec":{`)
+	for i := range maxDiffPaths + 10 {
+		if i > 0 {
+			many.WriteByte(',')
+		}
+		fmt.Fprintf(&many, `"k%03d":%d`, i, i)
+	}
+	many.WriteString("}}")
+	big, _ := parseTree([]byte(many.String()))
+	d = diffTrees(tree{"spec": map[string]any{}}, big)
+	if len(d.Changes) != maxDiffPaths || d.Total != maxDiffPaths+10 {
+		t.Fatalf("changes = %d, total = %d: a diff is capped but counts everything", len(d.Changes), d.Total)
+	}
+}
+
+func TestConflictLinksToTheWinningWrite(t *testing.T) {
+	c := testConverter()
+	_, _ = convertOne(t, c, event("create", "create", "alice", deployRef(""), 201, withResponse(deployment("259", 2, "a"))))
+	winner := event("winner", "update", "system:serviceaccount:kube-system:deployment-controller", deployRef("259"), 200, at(time.Second), withResponse(deployment("262", 2, "a")))
+	loser := event("loser", "update", "system:serviceaccount:kube-system:deployment-controller", deployRef("259"), 409, at(2*time.Second),
+		withStatus(status{Code: 409, Reason: "Conflict", Message: "the object has been modified"}))
+	td, _ := convertOne(t, c, winner, loser)
+	spans := allSpans(td)
+	if len(spans) != 2 {
+		t.Fatalf("spans = %d", len(spans))
+	}
+	w, l := spans[0], spans[1]
+	if l.Name() != "deployment-controller update (Conflict)" || l.Links().Len() != 1 {
+		t.Fatalf("loser %q has %d links", l.Name(), l.Links().Len())
+	}
+	link := l.Links().At(0)
+	if link.SpanID() != w.SpanID() || link.TraceID() != w.TraceID() || attrStr(link.Attributes(), attrLinkType) != linkTypeConflict || attrStr(link.Attributes(), model.AttrAuditID) != "winner" {
+		t.Fatalf("link = %v %v %v", link.SpanID(), link.TraceID(), link.Attributes().AsRaw())
+	}
+	if w.Links().Len() != 0 {
+		t.Fatal("a successful write links nothing")
+	}
+
+	t.Run("without a write based on the same version the next write after it wins", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("create", "create", "alice", deployRef(""), 201, withResponse(deployment("5", 1, "a"))))
+		_, _ = convertOne(t, c, event("w1", "patch", "alice", deployRef(""), 200, withResponse(deployment("6", 2, "a"))))
+		td, _ := convertOne(t, c, event("l", "update", "bob", deployRef("5"), 409, withStatus(status{Code: 409, Reason: "Conflict"})))
+		s := onlySpan(t, td)
+		if s.Links().Len() != 1 || attrStr(s.Links().At(0).Attributes(), model.AttrAuditID) != "w1" {
+			t.Fatalf("links = %d", s.Links().Len())
+		}
+	})
+	t.Run("AlreadyExists is not a lost race", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("create", "create", "alice", deployRef(""), 201, withResponse(deployment("5", 1, "a"))))
+		s := onlySpan(t, must(convertOne(t, c, event("dup", "create", "alice", deployRef("5"), 409, withStatus(status{Code: 409, Reason: "AlreadyExists"})))))
+		if s.Links().Len() != 0 {
+			t.Fatal("no link for AlreadyExists")
+		}
+	})
+}
