@@ -1,0 +1,289 @@
+package k8seventsreceiver
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	eventsv1 "k8s.io/api/events/v1"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+var update = flag.Bool("update", false, "regenerate testdata/golden from the recorded fixtures")
+
+// fixturesDir holds the watch streams recorded from a real control plane (testbed/).
+const fixturesDir = "../../testbed/fixtures"
+
+type watchLine struct {
+	Type   string          `json:"type"`
+	Object eventsv1.Event  `json:"object"`
+	Raw    json.RawMessage `json:"-"`
+}
+
+func readFixture(t *testing.T, scenario string) []watchLine {
+	t.Helper()
+	f, err := os.Open(filepath.Join(fixturesDir, scenario, "events.jsonl"))
+	if err != nil {
+		t.Fatalf("fixture %s: %v (record it with `make record SCENARIO=%s`)", scenario, err, scenario)
+	}
+	defer f.Close()
+	var lines []watchLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		var l watchLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("fixture %s line %d: %v", scenario, len(lines)+1, err)
+		}
+		lines = append(lines, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) == 0 {
+		t.Fatalf("fixture %s has no watch events", scenario)
+	}
+	return lines
+}
+
+// replay feeds watch events to a fresh tracker, as the reflector would, and converts what it
+// emits the way the pipeline does.
+func replay(t *testing.T, lines []watchLine) ptrace.Traces {
+	t.Helper()
+	tm := newTelemetry(t)
+	tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+	conv := &converter{cluster: "testbed", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
+	b := model.NewTracesBuilder(metadata.ScopeName, "test")
+	for _, l := range lines {
+		ev, _ := strip(&l.Object)
+		if l.Type == "DELETED" {
+			tr.forget(ev)
+			continue
+		}
+		if item, ok := tr.observe(ev, false); ok {
+			for _, occ := range item.spans {
+				conv.appendSpan(b, item.ev, occ)
+			}
+		}
+	}
+	return b.Traces()
+}
+
+// permute shuffles the watch events across Events but keeps each Event's own versions in
+// order: the apiserver delivers one object's changes in order, while the order between objects
+// differs between a list (by name) and a watch (by resourceVersion), and between replicas.
+func permute(lines []watchLine, seed uint64) []watchLine {
+	r := rand.New(rand.NewPCG(seed, seed))
+	byUID := map[string][]watchLine{}
+	var uids []string
+	for _, l := range lines {
+		uid := string(l.Object.UID)
+		if _, ok := byUID[uid]; !ok {
+			uids = append(uids, uid)
+		}
+		byUID[uid] = append(byUID[uid], l)
+	}
+	// Draw the UID of each next line at random, weighted by what it has left.
+	out := make([]watchLine, 0, len(lines))
+	for len(out) < len(lines) {
+		i := r.IntN(len(lines) - len(out))
+		for _, uid := range uids {
+			if n := len(byUID[uid]); i < n {
+				out = append(out, byUID[uid][0])
+				byUID[uid] = byUID[uid][1:]
+				break
+			} else {
+				i -= n
+			}
+		}
+	}
+	return out
+}
+
+var compareOpts = []ptracetest.CompareTracesOption{
+	ptracetest.IgnoreResourceSpansOrder(),
+	ptracetest.IgnoreScopeSpansOrder(),
+	ptracetest.IgnoreSpansOrder(),
+}
+
+func TestRecordedFixtures(t *testing.T) {
+	for _, scenario := range []string{"deployment", "unschedulable", "conflict"} {
+		t.Run(scenario, func(t *testing.T) {
+			lines := readFixture(t, scenario)
+			got := replay(t, lines)
+			path := filepath.Join("testdata", "golden", scenario+".yaml")
+			if *update {
+				if err := golden.WriteTraces(t, path, got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := golden.ReadTraces(path)
+			if err != nil {
+				t.Fatalf("%v (generate it with go test -run TestRecordedFixtures -update)", err)
+			}
+			if err := ptracetest.CompareTraces(want, got, compareOpts...); err != nil {
+				t.Fatalf("replay in recorded order differs from %s: %v", path, err)
+			}
+			for seed := uint64(1); seed <= 5; seed++ {
+				if err := ptracetest.CompareTraces(want, replay(t, permute(lines, seed)), compareOpts...); err != nil {
+					t.Fatalf("replay permuted with seed %d differs from %s: %v", seed, path, err)
+				}
+			}
+			if err := ptracetest.CompareTraces(want, replay(t, append(append([]watchLine{}, lines...), lines...)), compareOpts...); err != nil {
+				t.Fatalf("replaying the stream twice (a relist) added spans: %v", err)
+			}
+			assertOccurrences(t, lines, got)
+		})
+	}
+}
+
+// assertOccurrences checks the spans against the fixture itself: one span per occurrence of
+// each Event, on its regarding object, with a distinct span ID.
+func assertOccurrences(t *testing.T, lines []watchLine, td ptrace.Traces) {
+	t.Helper()
+	occurrences := map[string]int32{}
+	for _, l := range lines {
+		c, _ := occurrenceCount(&l.Object)
+		occurrences[string(l.Object.UID)] = max(occurrences[string(l.Object.UID)], c)
+	}
+	var want int32
+	for _, c := range occurrences {
+		want += c
+	}
+	ids := map[pcommon.SpanID]bool{}
+	eachSpan(td, func(res pcommon.Map, span ptrace.Span) {
+		if ids[span.SpanID()] {
+			t.Errorf("span ID %s emitted twice", span.SpanID())
+		}
+		ids[span.SpanID()] = true
+		obj, ok := model.ObjectFromAttributes(res, span.Attributes())
+		if !ok {
+			t.Fatalf("span %s carries no object identity", span.Name())
+		}
+		if svc, _ := res.Get(model.AttrServiceName); svc.Str() != obj.Kind {
+			t.Errorf("span %s: service.name %q is not the object's kind %q", span.Name(), svc.Str(), obj.Kind)
+		}
+		window := model.WindowStart(span.StartTimestamp().AsTime(), model.DefaultWindow)
+		if span.ParentSpanID() != model.ObjectSpanID(obj.Key(), window) || span.TraceID() != model.ObjectTraceID(obj.Key(), window) {
+			t.Errorf("span %s on %s is not parented to its object's span", span.Name(), obj.DisplayName())
+		}
+	})
+	if int32(len(ids)) != want {
+		t.Errorf("%d spans, want one per occurrence: %d", len(ids), want)
+	}
+}
+
+func eachSpan(td ptrace.Traces, fn func(res pcommon.Map, span ptrace.Span)) {
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, span := range ss.Spans().All() {
+				fn(rs.Resource().Attributes(), span)
+			}
+		}
+	}
+}
+
+// spansOf returns the spans with the given name, with their object.
+func spansOf(td ptrace.Traces, name string) (spans []ptrace.Span, objs []model.Object) {
+	eachSpan(td, func(res pcommon.Map, span ptrace.Span) {
+		if span.Name() == name {
+			o, _ := model.ObjectFromAttributes(res, span.Attributes())
+			spans, objs = append(spans, span), append(objs, o)
+		}
+	})
+	return spans, objs
+}
+
+func TestDeploymentFixtureNarratesTheRollout(t *testing.T) {
+	td := replay(t, readFixture(t, "deployment"))
+	for _, tc := range []struct {
+		reason, kind, resource string
+	}{
+		{"ScalingReplicaSet", "Deployment", "deployments"},
+		{"SuccessfulCreate", "ReplicaSet", "replicasets"},
+		{"Scheduled", "Pod", "pods"},
+	} {
+		spans, objs := spansOf(td, tc.reason)
+		if len(spans) == 0 {
+			t.Errorf("no %s span", tc.reason)
+		}
+		for i, o := range objs {
+			if o.Kind != tc.kind || o.Resource != tc.resource || o.Group != "" && tc.kind == "Pod" || o.UID == "" {
+				t.Errorf("%s span %d is on %+v, want a %s (%s) with a UID", tc.reason, i, o, tc.kind, tc.resource)
+			}
+			if spans[i].Status().Code() != ptrace.StatusCodeUnset {
+				t.Errorf("%s is a Normal Event but its span has status %s", tc.reason, spans[i].Status().Code())
+			}
+		}
+	}
+	// The deployment controller reported one ScalingReplicaSet twice (deprecated count 2): both
+	// occurrences are spans of their own.
+	counts := map[string][]int64{}
+	spans, _ := spansOf(td, "ScalingReplicaSet")
+	for _, s := range spans {
+		uid, _ := s.Attributes().Get(model.AttrEventUID)
+		c, _ := s.Attributes().Get(model.AttrEventCount)
+		counts[uid.Str()] = append(counts[uid.Str()], c.Int())
+	}
+	repeated := false
+	for _, cs := range counts {
+		if len(cs) == 2 {
+			repeated = true
+		}
+	}
+	if !repeated {
+		t.Errorf("no ScalingReplicaSet Event produced two occurrence spans: %v", counts)
+	}
+}
+
+func TestUnschedulableFixtureFailsThenSchedules(t *testing.T) {
+	lines := readFixture(t, "unschedulable")
+	td := replay(t, lines)
+	failed, fobjs := spansOf(td, "FailedScheduling")
+	if len(failed) == 0 {
+		t.Fatal("no FailedScheduling span")
+	}
+	want := map[string]int32{}
+	for _, l := range lines {
+		if l.Object.Reason == "FailedScheduling" {
+			c, _ := occurrenceCount(&l.Object)
+			want[string(l.Object.UID)] = max(want[string(l.Object.UID)], c)
+		}
+	}
+	var occurrences int32
+	for _, c := range want {
+		occurrences += c
+	}
+	if int32(len(failed)) != occurrences {
+		t.Errorf("%d FailedScheduling spans, want one per occurrence: %d", len(failed), occurrences)
+	}
+	for i, s := range failed {
+		if s.Status().Code() != ptrace.StatusCodeError || s.Status().Message() == "" {
+			t.Errorf("FailedScheduling is a Warning: want status Error with the note, got %s %q", s.Status().Code(), s.Status().Message())
+		}
+		if fobjs[i].Kind != "Pod" {
+			t.Errorf("FailedScheduling is on a %s, want the Pod", fobjs[i].Kind)
+		}
+	}
+	scheduled, sobjs := spansOf(td, "Scheduled")
+	if len(scheduled) != 1 || sobjs[0].UID != fobjs[0].UID {
+		t.Fatalf("want one Scheduled span on the pending Pod, got %d", len(scheduled))
+	}
+	if scheduled[0].TraceID() != failed[0].TraceID() {
+		t.Error("FailedScheduling and Scheduled of one Pod in one window are in different traces")
+	}
+	if !scheduled[0].StartTimestamp().AsTime().After(failed[len(failed)-1].StartTimestamp().AsTime()) {
+		t.Error("the Pod was scheduled before its last FailedScheduling")
+	}
+}
