@@ -196,6 +196,9 @@ wait_for "kube-apiserver /readyz" kube-apiserver curl -sf --cacert "$PKI/ca.crt"
   --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz"
 T_READYZ=$(now_ms)
 
+# The scheduler retries an unschedulable pod that no cluster change helps only after
+# --pod-max-in-unschedulable-pods-duration (5 min by default, checked every 30 s); 5 s makes the
+# retry (and so a FailedScheduling Event series) happen within a scenario's time.
 # Started only after /readyz: earlier, the controller-manager cannot read
 # extension-apiserver-authentication and exits.
 start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
@@ -211,7 +214,8 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$STATE/scheduler.kubeconfig" \
   --authentication-kubeconfig "$STATE/scheduler.kubeconfig" \
   --authorization-kubeconfig "$STATE/scheduler.kubeconfig" \
-  --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false
+  --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false \
+  --pod-max-in-unschedulable-pods-duration "${SCHED_UNSCHEDULABLE_RETRY:-5s}"
 st=$KWOK_DIR/stage
 start kwok "$KWOK" --kubeconfig "$STATE/kwok.kubeconfig" \
   --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \

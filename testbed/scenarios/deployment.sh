@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# notes: Deployment demo: create with 2 replicas, scale to 4, change the image (a second ReplicaSet), scale to 2, delete one pod (the ReplicaSet replaces it), delete the Deployment (the garbage collector removes ReplicaSets and Pods).
+source "$(dirname "$0")/lib.bash"
+absent deployment demo
+until_true 60 no_pods app=demo
+
+say "create demo with 2 replicas"
+k create deployment demo --image=registry.k8s.io/nginx:1.27 --replicas=2 >/dev/null
+k rollout status deployment/demo --timeout 60s >/dev/null
+until_true 30 pods_running app=demo 2
+
+say "scale to 4"
+k scale deployment demo --replicas=4 >/dev/null
+k rollout status deployment/demo --timeout 60s >/dev/null
+until_true 30 pods_running app=demo 4
+
+say "change the image"
+k set image deployment/demo nginx=registry.k8s.io/nginx:1.28 >/dev/null
+k rollout status deployment/demo --timeout 60s >/dev/null
+until_true 30 pods_running app=demo 4
+
+say "scale to 2"
+k scale deployment demo --replicas=2 >/dev/null
+k rollout status deployment/demo --timeout 60s >/dev/null
+until_true 30 pods_running app=demo 2
+
+say "delete one pod"
+victim=$(k get pods -l app=demo -o 'jsonpath={.items[0].metadata.name}')
+k delete pod "$victim" --wait=true --timeout 30s >/dev/null
+until_true 30 pods_running app=demo 2
+
+say "delete the deployment"
+k delete deployment demo --wait=true --timeout 60s >/dev/null
+until_true 60 no_pods app=demo
