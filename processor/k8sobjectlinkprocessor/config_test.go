@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"

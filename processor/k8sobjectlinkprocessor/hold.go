@@ -68,14 +68,10 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 	return held
 }
 
-// releaseLoop re-examines held spans on every tick of the injected clock.
-func (p *objectLinkProcessor) releaseLoop() {
+// releaseLoop re-examines held spans on every tick of the injected clock. The ticker is made in
+// Start, so a tick the clock sends right after Start is never missed.
+func (p *objectLinkProcessor) releaseLoop(tick <-chan time.Time, stop func()) {
 	defer close(p.done)
-	if p.cfg.OwnerWait <= 0 {
-		<-p.stop
-		return
-	}
-	tick, stop := p.clock.Ticker(max(p.cfg.OwnerWait/4, 10*time.Millisecond))
 	defer stop()
 	for {
 		select {

@@ -62,9 +62,9 @@ var errStoreClosed = errors.New("id map closed")
 func assignmentKey(key model.Key, window time.Time) string {
 	return "a:" + string(key) + "@" + strconv.FormatInt(window.Unix(), 36)
 }
-func relationKey(key model.Key) string    { return "r:" + string(key) }
-func nameKey(nameKey string) string       { return "n:" + nameKey }
-func dedupKey(id pcommon.SpanID) string   { return "d:" + string(id[:]) }
+func relationKey(key model.Key) string  { return "r:" + string(key) }
+func nameKey(nameKey string) string     { return "n:" + nameKey }
+func dedupKey(id pcommon.SpanID) string { return "d:" + string(id[:]) }
 
 // assignment is an object's place in one window: the trace it joins (its root ancestor's), its
 // own object span ID and its parent (the owner's object span, empty for a root).

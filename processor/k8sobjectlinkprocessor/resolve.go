@@ -25,13 +25,13 @@ const maxRounds = 2*maxDepth + 4
 type nodeState uint8
 
 const (
-	stName    nodeState = iota // UID-less: resolve the name to a UID first
-	stQuery                    // does the assignment exist?
-	stOwner                    // it does not: find the owner (or decide root)
-	stCreate                   // owner settled: write our candidate, first writer wins
-	stFinal                    // assignment known
-	stHeld                     // owner unknown, span held for owner_wait
-	stAlias                    // merged into another node after name resolution
+	stName   nodeState = iota // UID-less: resolve the name to a UID first
+	stQuery                   // does the assignment exist?
+	stOwner                   // it does not: find the owner (or decide root)
+	stCreate                  // owner settled: write our candidate, first writer wins
+	stFinal                   // assignment known
+	stHeld                    // owner unknown, span held for owner_wait
+	stAlias                   // merged into another node after name resolution
 )
 
 type nodeID struct {
@@ -74,12 +74,12 @@ func (n *node) resolve() *node {
 
 // item is one activity span of the batch.
 type item struct {
-	span     ptrace.Span
-	pos      int // ordinal of the span within the batch, for removal
-	node     *node
-	dedup    bool // subject to duplicate detection
-	dup      bool
-	deadline time.Time
+	span        ptrace.Span
+	pos         int // ordinal of the span within the batch, for removal
+	node        *node
+	dedup       bool // subject to duplicate detection
+	dup         bool
+	deadline    time.Time
 	uidFromName bool
 }
 

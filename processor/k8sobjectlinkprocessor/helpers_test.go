@@ -1,0 +1,296 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// fakeClock is moved by the test; its tickers fire only when the test says so.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	tickers []chan time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Ticker(time.Duration) (<-chan time.Time, func()) {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.tickers = append(c.tickers, ch)
+	c.mu.Unlock()
+	return ch, func() {}
+}
+
+// Tick fires every ticker once (without blocking if one has not consumed the last tick).
+func (c *fakeClock) Tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.tickers {
+		select {
+		case ch <- c.now:
+		default:
+		}
+	}
+}
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+// Objects of the scenarios, as a receiver identifies them.
+var (
+	deploy = model.Object{Cluster: "c1", Group: "apps", Version: "v1", Resource: "deployments", Kind: "Deployment",
+		Namespace: "default", Name: "demo", UID: "d-1"}
+	rsA = model.Object{Cluster: "c1", Group: "apps", Version: "v1", Resource: "replicasets", Kind: "ReplicaSet",
+		Namespace: "default", Name: "demo-a", UID: "rs-a", Owner: ownerOf(deploy)}
+	rsB = model.Object{Cluster: "c1", Group: "apps", Version: "v1", Resource: "replicasets", Kind: "ReplicaSet",
+		Namespace: "default", Name: "demo-b", UID: "rs-b", Owner: ownerOf(deploy)}
+	podA1 = model.Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod",
+		Namespace: "default", Name: "demo-a-1", UID: "pod-a1", Owner: ownerOf(rsA)}
+	podB1 = model.Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod",
+		Namespace: "default", Name: "demo-b-1", UID: "pod-b1", Owner: ownerOf(rsB)}
+	cron = model.Object{Cluster: "c1", Group: "batch", Version: "v1", Resource: "cronjobs", Kind: "CronJob",
+		Namespace: "default", Name: "nightly", UID: "cj-1"}
+	job = model.Object{Cluster: "c1", Group: "batch", Version: "v1", Resource: "jobs", Kind: "Job",
+		Namespace: "default", Name: "nightly-1", UID: "job-1", Owner: ownerOf(cron)}
+	jobPod = model.Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod",
+		Namespace: "default", Name: "nightly-1-x", UID: "pod-j1", Owner: ownerOf(job)}
+)
+
+func ownerOf(o model.Object) model.Owner {
+	return model.Owner{APIVersion: o.APIVersion(), Kind: o.Kind, Name: o.Name, UID: o.UID}
+}
+
+func withoutOwner(o model.Object) model.Object {
+	o.Owner = model.Owner{}
+	return o
+}
+
+func withoutUID(o model.Object) model.Object {
+	o.UID = ""
+	return o
+}
+
+// activity is one span a receiver would emit.
+type activity struct {
+	obj  model.Object
+	typ  string
+	id   string // audit ID or event UID+occurrence; the span ID derives from it
+	at   time.Time
+	name string
+}
+
+func audit(obj model.Object, id string, at time.Time) activity {
+	return activity{obj: obj, typ: model.SpanTypeAudit, id: id, at: at, name: "audit " + id}
+}
+
+func event(obj model.Object, id string, at time.Time) activity {
+	return activity{obj: obj, typ: model.SpanTypeEvent, id: id, at: at, name: "event " + id}
+}
+
+// batch builds spans exactly as the receivers do (internal/model contract): resource per
+// (cluster, kind), identity attributes, per-object trace and parent, derived span ID.
+func batch(acts ...activity) ptrace.Traces {
+	b := model.NewTracesBuilder("test-receiver", "")
+	for _, a := range acts {
+		kind := a.obj.Kind
+		s := b.AppendSpan(a.obj.Cluster, kind)
+		w := model.WindowStart(a.at, model.DefaultWindow)
+		s.SetTraceID(model.ObjectTraceID(a.obj.Key(), w))
+		s.SetParentSpanID(model.ObjectSpanID(a.obj.Key(), w))
+		if a.typ == model.SpanTypeAudit {
+			s.SetSpanID(model.AuditSpanID(a.id))
+		} else {
+			s.SetSpanID(model.EventSpanID(a.id, "1"))
+		}
+		s.SetName(a.name)
+		s.SetStartTimestamp(pcommon.NewTimestampFromTime(a.at))
+		s.SetEndTimestamp(pcommon.NewTimestampFromTime(a.at.Add(time.Millisecond)))
+		a.obj.PutAttributes(s.Attributes())
+		s.Attributes().PutStr(model.AttrSpanType, a.typ)
+	}
+	return b.Traces()
+}
+
+func memoryConfig() *Config {
+	cfg := createDefaultConfig()
+	cfg.OwnerWait = 0
+	return cfg
+}
+
+type harness struct {
+	t     *testing.T
+	p     *objectLinkProcessor
+	sink  *consumertest.TracesSink
+	clock *fakeClock
+}
+
+func newHarness(t *testing.T, cfg *Config, clk *fakeClock) *harness {
+	t.Helper()
+	return newHarnessWithNext(t, cfg, clk, new(consumertest.TracesSink))
+}
+
+func newHarnessWithNext(t *testing.T, cfg *Config, clk *fakeClock, sink *consumertest.TracesSink) *harness {
+	t.Helper()
+	return newHarnessConsumer(t, cfg, clk, sink, sink)
+}
+
+func newHarnessConsumer(t *testing.T, cfg *Config, clk *fakeClock, next consumer.Traces, sink *consumertest.TracesSink) *harness {
+	t.Helper()
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, next, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.store != nil {
+			_ = p.Shutdown(context.Background())
+		}
+	})
+	return &harness{t: t, p: p, sink: sink, clock: clk}
+}
+
+func (h *harness) consume(acts ...activity) {
+	h.t.Helper()
+	if err := h.p.ConsumeTraces(context.Background(), batch(acts...)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// out is everything the processor passed on, flattened.
+type outSpan struct {
+	span     ptrace.Span
+	resource pcommon.Map
+}
+
+func (h *harness) spans() []outSpan {
+	var out []outSpan
+	for _, td := range h.sink.AllTraces() {
+		for _, rs := range td.ResourceSpans().All() {
+			for _, ss := range rs.ScopeSpans().All() {
+				for _, s := range ss.Spans().All() {
+					out = append(out, outSpan{span: s, resource: rs.Resource().Attributes()})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func spanType(s ptrace.Span) string {
+	v, _ := s.Attributes().Get(model.AttrSpanType)
+	return v.Str()
+}
+
+// objectSpans returns the object spans by display name, failing on any duplicate in a window.
+func (h *harness) objectSpans() map[string][]ptrace.Span {
+	h.t.Helper()
+	out := map[string][]ptrace.Span{}
+	seen := map[pcommon.SpanID]bool{}
+	for _, o := range h.spans() {
+		if spanType(o.span) != model.SpanTypeObject {
+			continue
+		}
+		if seen[o.span.SpanID()] {
+			h.t.Fatalf("object span %q (%s) emitted twice", o.span.Name(), o.span.SpanID())
+		}
+		seen[o.span.SpanID()] = true
+		out[o.span.Name()] = append(out[o.span.Name()], o.span)
+	}
+	return out
+}
+
+// one returns the single object span of the given name.
+func (h *harness) one(name string) ptrace.Span {
+	h.t.Helper()
+	spans := h.objectSpans()[name]
+	if len(spans) != 1 {
+		h.t.Fatalf("want exactly one object span %q, got %d (have %v)", name, len(spans), names(h.objectSpans()))
+	}
+	return spans[0]
+}
+
+func names(m map[string][]ptrace.Span) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s×%d", k, len(v)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// activitySpan returns the output span of the given receiver-side name.
+func (h *harness) activitySpan(name string) ptrace.Span {
+	h.t.Helper()
+	var found []ptrace.Span
+	for _, o := range h.spans() {
+		if o.span.Name() == name {
+			found = append(found, o.span)
+		}
+	}
+	if len(found) != 1 {
+		h.t.Fatalf("want exactly one span %q, got %d", name, len(found))
+	}
+	return found[0]
+}
+
+// assertChild checks that child sits in parent's trace directly under it.
+func assertChild(t *testing.T, parent, child ptrace.Span) {
+	t.Helper()
+	if child.TraceID() != parent.TraceID() || child.ParentSpanID() != parent.SpanID() {
+		t.Fatalf("%q (trace %s, parent %s) is not a child of %q (trace %s, span %s)",
+			child.Name(), child.TraceID(), child.ParentSpanID(), parent.Name(), parent.TraceID(), parent.SpanID())
+	}
+}
+
+func assertRoot(t *testing.T, s ptrace.Span) {
+	t.Helper()
+	if !s.ParentSpanID().IsEmpty() {
+		t.Fatalf("%q must be a root, has parent %s", s.Name(), s.ParentSpanID())
+	}
+}
+
+func linkTypes(s ptrace.Span) []string {
+	var out []string
+	for _, l := range s.Links().All() {
+		v, _ := l.Attributes().Get(AttrLinkType)
+		out = append(out, v.Str())
+	}
+	return out
+}
+
+// uniquePrefix gives each Redis test its own key space.
+func uniquePrefix(t *testing.T) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(time.Now().UnixNano()))
+	return "kubetrail-test:" + strings.ReplaceAll(t.Name(), "/", "_") + ":" + fmt.Sprintf("%x", b) + ":"
+}

@@ -1,0 +1,415 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+func TestAnObjectsFirstSpanCreatesItsWindowSpan(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(deploy, "a1", t0.Add(time.Minute)))
+
+	obj := h.one("Deployment default/demo")
+	assertRoot(t, obj)
+	w := t0
+	if obj.TraceID() != model.ObjectTraceID(deploy.Key(), w) || obj.SpanID() != model.ObjectSpanID(deploy.Key(), w) {
+		t.Fatalf("a root's object span must carry its derived per-object IDs, got %s/%s", obj.TraceID(), obj.SpanID())
+	}
+	if obj.StartTimestamp().AsTime() != w || obj.EndTimestamp().AsTime() != w.Add(30*time.Minute) {
+		t.Fatalf("object span must cover the window, got %s..%s", obj.StartTimestamp(), obj.EndTimestamp())
+	}
+	if v, _ := obj.Attributes().Get(model.AttrObjectUID); v.Str() != "d-1" {
+		t.Fatal("object span must carry the object's identity")
+	}
+	assertChild(t, obj, h.activitySpan("audit a1"))
+}
+
+func TestNesting(t *testing.T) {
+	tests := []struct {
+		name    string
+		batches [][]activity
+		tree    [][2]string // parent, child object span names
+		leaves  map[string]string
+	}{
+		{
+			name: "Deployment → ReplicaSet → Pod in one batch",
+			batches: [][]activity{{
+				audit(deploy, "d", t0.Add(time.Second)),
+				audit(rsA, "rs", t0.Add(2*time.Second)),
+				audit(podA1, "p", t0.Add(3*time.Second)),
+			}},
+			tree:   [][2]string{{"Deployment default/demo", "ReplicaSet default/demo-a"}, {"ReplicaSet default/demo-a", "Pod default/demo-a-1"}},
+			leaves: map[string]string{"audit p": "Pod default/demo-a-1", "audit rs": "ReplicaSet default/demo-a", "audit d": "Deployment default/demo"},
+		},
+		{
+			name: "Deployment → ReplicaSet → Pod over three batches",
+			batches: [][]activity{
+				{audit(deploy, "d", t0.Add(time.Second))},
+				{audit(rsA, "rs", t0.Add(2*time.Second))},
+				{audit(podA1, "p", t0.Add(3*time.Second))},
+			},
+			tree:   [][2]string{{"Deployment default/demo", "ReplicaSet default/demo-a"}, {"ReplicaSet default/demo-a", "Pod default/demo-a-1"}},
+			leaves: map[string]string{"audit p": "Pod default/demo-a-1"},
+		},
+		{
+			name: "a Pod alone brings its ReplicaSet and Deployment spans once the relation is known",
+			batches: [][]activity{
+				{audit(rsA, "rs", t0.Add(time.Second))},
+				{event(podA1, "ev", t0.Add(31*time.Minute))},
+			},
+			tree: [][2]string{},
+		},
+		{
+			name: "CronJob → Job → Pod, Pod first",
+			batches: [][]activity{{
+				event(jobPod, "scheduled", t0.Add(time.Second)),
+				audit(job, "job", t0.Add(2*time.Second)),
+				audit(cron, "cj", t0.Add(3*time.Second)),
+			}},
+			tree:   [][2]string{{"CronJob default/nightly", "Job default/nightly-1"}, {"Job default/nightly-1", "Pod default/nightly-1-x"}},
+			leaves: map[string]string{"event scheduled": "Pod default/nightly-1-x", "audit cj": "CronJob default/nightly"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, memoryConfig(), newFakeClock(t0))
+			for _, b := range tt.batches {
+				h.consume(b...)
+			}
+			for _, e := range tt.tree {
+				assertChild(t, h.one(e[0]), h.one(e[1]))
+			}
+			for leaf, parent := range tt.leaves {
+				assertChild(t, h.one(parent), h.activitySpan(leaf))
+			}
+			for _, e := range tt.tree {
+				if e[0] == "Deployment default/demo" || e[0] == "CronJob default/nightly" {
+					assertRoot(t, h.one(e[0]))
+				}
+			}
+		})
+	}
+}
+
+func TestAPodAloneEmitsItsAncestorsInANewWindow(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(rsA, "rs", t0.Add(time.Second)))
+	// Next window: only an Event about the Pod, which names no owner; the Pod's audit span named
+	// its ReplicaSet in the first window, the ReplicaSet's named the Deployment.
+	h.consume(audit(podA1, "p", t0.Add(2*time.Second)))
+	w2 := t0.Add(30 * time.Minute)
+	h.consume(event(withoutOwner(podA1), "ev", w2.Add(time.Minute)))
+
+	byName := h.objectSpans()
+	for _, name := range []string{"Deployment default/demo", "ReplicaSet default/demo-a", "Pod default/demo-a-1"} {
+		if len(byName[name]) != 2 {
+			t.Fatalf("%s: want an object span in each of the two windows, got %d", name, len(byName[name]))
+		}
+	}
+	inW2 := func(name string) ptrace.Span {
+		for _, s := range byName[name] {
+			if s.StartTimestamp().AsTime().Equal(w2) {
+				return s
+			}
+		}
+		t.Fatalf("no %s span in the second window", name)
+		return ptrace.Span{}
+	}
+	assertChild(t, inW2("Deployment default/demo"), inW2("ReplicaSet default/demo-a"))
+	assertChild(t, inW2("ReplicaSet default/demo-a"), inW2("Pod default/demo-a-1"))
+	assertChild(t, inW2("Pod default/demo-a-1"), h.activitySpan("event ev"))
+}
+
+func TestAnObjectActiveAcrossAWindowBoundaryGetsTwoLinkedSpans(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(deploy, "before", t0.Add(29*time.Minute)))
+	h.consume(audit(deploy, "after", t0.Add(31*time.Minute)))
+
+	spans := h.objectSpans()["Deployment default/demo"]
+	if len(spans) != 2 {
+		t.Fatalf("want two object spans, got %d", len(spans))
+	}
+	first, second := spans[0], spans[1]
+	if first.TraceID() == second.TraceID() {
+		t.Fatal("each window is its own trace")
+	}
+	if first.Links().Len() != 0 || second.Links().Len() != 1 {
+		t.Fatalf("only the second window links back: %d, %d links", first.Links().Len(), second.Links().Len())
+	}
+	l := second.Links().At(0)
+	if l.TraceID() != first.TraceID() || l.SpanID() != first.SpanID() || linkTypes(second)[0] != LinkTypePreviousWindow {
+		t.Fatal("the link must point at the previous window's span of the same object")
+	}
+	assertChild(t, first, h.activitySpan("audit before"))
+	assertChild(t, second, h.activitySpan("audit after"))
+}
+
+func TestDeleteAndRecreateUnderTheSameNameAreTwoObjects(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	old := podA1
+	recreated := podA1
+	recreated.UID = "pod-a1-second"
+	h.consume(audit(old, "create-1", t0.Add(time.Second)), audit(old, "delete-1", t0.Add(2*time.Second)))
+	h.consume(audit(recreated, "create-2", t0.Add(3*time.Second)))
+	// A failed write carries no UID: the name index says which object it concerned.
+	h.consume(audit(withoutUID(recreated), "conflict", t0.Add(4*time.Second)))
+
+	spans := h.objectSpans()["Pod default/demo-a-1"]
+	if len(spans) != 2 || spans[0].SpanID() == spans[1].SpanID() {
+		t.Fatalf("want two distinct object spans for the two UIDs, got %d", len(spans))
+	}
+	byUID := map[string]ptrace.Span{}
+	for _, s := range spans {
+		v, _ := s.Attributes().Get(model.AttrObjectUID)
+		byUID[v.Str()] = s
+	}
+	assertChild(t, byUID["pod-a1"], h.activitySpan("audit delete-1"))
+	assertChild(t, byUID["pod-a1-second"], h.activitySpan("audit create-2"))
+	conflict := h.activitySpan("audit conflict")
+	assertChild(t, byUID["pod-a1-second"], conflict)
+	if v, _ := conflict.Attributes().Get(model.AttrObjectUID); v.Str() != "pod-a1-second" {
+		t.Fatal("a span resolved through the name index must carry the resolved UID")
+	}
+}
+
+func TestOwnerWait(t *testing.T) {
+	t.Run("a held span joins its owner's trace when the owner turns up", func(t *testing.T) {
+		cfg := memoryConfig()
+		cfg.OwnerWait = 3 * time.Second
+		clk := newFakeClock(t0.Add(time.Minute))
+		h := newHarness(t, cfg, clk)
+		h.consume(event(withoutOwner(podA1), "scheduled", t0.Add(time.Minute)))
+		if n := len(h.spans()); n != 0 {
+			t.Fatalf("the Event span must be held while its Pod's owner is unknown, %d spans passed", n)
+		}
+		h.consume(audit(podA1, "create", t0.Add(time.Minute)), audit(rsA, "rs", t0.Add(time.Minute)), audit(deploy, "d", t0.Add(time.Minute)))
+		clk.Advance(time.Second)
+		if err := h.p.release(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event scheduled"))
+		assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
+	})
+	t.Run("a span whose owner never turns up becomes a root after owner_wait", func(t *testing.T) {
+		cfg := memoryConfig()
+		cfg.OwnerWait = 3 * time.Second
+		clk := newFakeClock(t0.Add(time.Minute))
+		h := newHarness(t, cfg, clk)
+		h.consume(event(withoutOwner(podA1), "scheduled", t0.Add(time.Minute)))
+		clk.Advance(2 * time.Second)
+		_ = h.p.release(context.Background(), false)
+		if n := len(h.spans()); n != 0 {
+			t.Fatalf("released before owner_wait: %d spans", n)
+		}
+		clk.Advance(2 * time.Second)
+		clk.Tick() // through the release goroutine this time
+		waitFor(t, func() bool { return len(h.spans()) == 2 })
+		assertRoot(t, h.one("Pod default/demo-a-1"))
+		assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event scheduled"))
+	})
+	t.Run("shutdown releases every held span", func(t *testing.T) {
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		h := newHarness(t, cfg, newFakeClock(t0.Add(time.Minute)))
+		h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+		if err := h.p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.activitySpan("event e1")
+		h.activitySpan("event e2")
+	})
+	t.Run("beyond max_held_spans spans are released at once", func(t *testing.T) {
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		cfg.MaxHeldSpans = 1
+		h := newHarness(t, cfg, newFakeClock(t0.Add(time.Minute)))
+		h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+		h.activitySpan("event e2")
+		if len(h.p.held) != 1 {
+			t.Fatalf("want one held span, have %d", len(h.p.held))
+		}
+	})
+}
+
+// waitFor polls for the release goroutine, which the fake clock has already triggered.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCyclesAndSelfReferencesCannotHang(t *testing.T) {
+	a := model.Object{Cluster: "c1", Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespace: "ns", Name: "a", UID: "a"}
+	b := a
+	b.Name, b.UID = "b", "b"
+	a.Owner = ownerOf(b)
+	b.Owner = ownerOf(a)
+	self := a
+	self.Name, self.UID = "self", "self"
+	self.Owner = ownerOf(self)
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(a, "a", t0.Add(time.Second)), audit(b, "b", t0.Add(time.Second)), audit(self, "self", t0.Add(time.Second)))
+
+	for _, n := range []string{"audit a", "audit b", "audit self"} {
+		h.activitySpan(n)
+	}
+	assertRoot(t, h.one("Widget ns/self"))
+	wa, wb := h.one("Widget ns/a"), h.one("Widget ns/b")
+	if wa.TraceID() != wb.TraceID() {
+		t.Fatal("a two-object cycle is broken at one point and stays one trace")
+	}
+	if wa.ParentSpanID().IsEmpty() == wb.ParentSpanID().IsEmpty() {
+		t.Fatal("exactly one of the two objects of a cycle must be the root")
+	}
+}
+
+func TestDuplicateActivitySpansAreDroppedOnce(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(deploy, "same", t0.Add(time.Second)), audit(deploy, "same", t0.Add(time.Second)))
+	h.consume(audit(deploy, "same", t0.Add(time.Second)), audit(deploy, "other", t0.Add(time.Second)))
+	count := 0
+	for _, o := range h.spans() {
+		if o.span.Name() == "audit same" {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Fatalf("a redelivered audit span must pass exactly once, passed %d times", count)
+	}
+	h.activitySpan("audit other")
+}
+
+func TestSpansWithoutIdentityPassThroughUntouched(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	td := ptrace.NewTraces()
+	s := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	s.SetName("GET /healthz")
+	s.SetTraceID(pcommon.TraceID{1})
+	s.SetSpanID(pcommon.SpanID{2})
+	s.SetParentSpanID(pcommon.SpanID{3})
+	want := ptrace.NewTraces()
+	td.CopyTo(want)
+	if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+		t.Fatal(err)
+	}
+	got := h.sink.AllTraces()
+	if len(got) != 1 || got[0].SpanCount() != 1 {
+		t.Fatal("the span must pass, alone")
+	}
+	g := got[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+	if g.TraceID() != s.TraceID() || g.ParentSpanID() != (pcommon.SpanID{3}) || g.Links().Len() != 0 {
+		t.Fatal("the span must be untouched")
+	}
+}
+
+func TestFirstWriterWinsAndALaterOwnerAppliesFromTheNextWindow(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	// The ReplicaSet is first seen without its owner: it becomes a root for this window.
+	h.consume(event(withoutOwner(rsA), "early", t0.Add(time.Second)))
+	h.consume(audit(rsA, "late", t0.Add(2*time.Second)), audit(deploy, "d", t0.Add(2*time.Second)))
+
+	rsSpans := h.objectSpans()["ReplicaSet default/demo-a"]
+	if len(rsSpans) != 1 {
+		t.Fatalf("the assignment, once written, is never changed: %d spans", len(rsSpans))
+	}
+	assertRoot(t, rsSpans[0])
+	late := h.activitySpan("audit late")
+	assertChild(t, rsSpans[0], late)
+	if got := linkTypes(late); len(got) != 1 || got[0] != LinkTypeOwner {
+		t.Fatalf("the span that revealed the owner must link to the owner's span now, links %v", got)
+	}
+	if late.Links().At(0).SpanID() != h.one("Deployment default/demo").SpanID() {
+		t.Fatal("owner link points elsewhere")
+	}
+	// Next window: nested.
+	h.consume(audit(rsA, "next", t0.Add(31*time.Minute)))
+	for _, s := range h.objectSpans()["ReplicaSet default/demo-a"] {
+		if s.StartTimestamp().AsTime().Equal(t0.Add(30 * time.Minute)) {
+			for _, d := range h.objectSpans()["Deployment default/demo"] {
+				if d.StartTimestamp().AsTime().Equal(t0.Add(30 * time.Minute)) {
+					assertChild(t, d, s)
+					return
+				}
+			}
+		}
+	}
+	t.Fatal("no nested ReplicaSet/Deployment pair in the next window")
+}
+
+func TestARefusedBatchIsNotMistakenForADuplicateWhenRedelivered(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	refuse := true
+	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if refuse {
+			return errors.New("memory limiter says no")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	h := newHarnessConsumer(t, memoryConfig(), newFakeClock(t0), next, sink)
+	if err := h.p.ConsumeTraces(context.Background(), batch(audit(deploy, "a1", t0.Add(time.Second)))); err == nil {
+		t.Fatal("the refusal must reach the receiver")
+	}
+	refuse = false
+	h.consume(audit(deploy, "a1", t0.Add(time.Second)))
+	assertChild(t, h.one("Deployment default/demo"), h.activitySpan("audit a1"))
+}
+
+func TestOwnerLookupAsksTheAPIServerWhenNothingElseKnows(t *testing.T) {
+	cfg := memoryConfig()
+	cfg.OwnerWait = time.Hour // the look-up must answer, not the wait
+	h := newHarness(t, cfg, newFakeClock(t0))
+	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA), time.Minute, time.Second, h.clock.Now)
+	h.consume(event(withoutOwner(podA1), "ev", t0.Add(time.Second)))
+	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
+	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event ev"))
+	// The ReplicaSet has no owner in the fake apiserver beyond rsA.Owner; the Deployment is
+	// unknown there, so it becomes a root without holding anything.
+	assertRoot(t, h.one("Deployment default/demo"))
+}
+
+func TestLifecycleStartStopTwice(t *testing.T) {
+	for _, backend := range []string{BackendMemory, BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			f := NewFactory()
+			cfg := f.CreateDefaultConfig().(*Config)
+			if backend == BackendRedis {
+				requireRedis(t)
+				cfg.IDMap.Backend = BackendRedis
+				cfg.IDMap.Redis.Addresses = []string{redisAddr}
+				cfg.IDMap.Redis.KeyPrefix = uniquePrefix(t)
+			}
+			for range 2 {
+				p, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.ConsumeTraces(context.Background(), batch(audit(deploy, "x", time.Now()))); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Shutdown(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
