@@ -101,6 +101,16 @@ func (c *objectCache) remove(e *cacheEntry) {
 	c.size(-1)
 }
 
+// uidOf returns the UID of the object that currently holds the name key, if known.
+func (c *objectCache) uidOf(key string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		return e.uid
+	}
+	return ""
+}
+
 func (c *objectCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

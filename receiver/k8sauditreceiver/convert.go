@@ -1,6 +1,7 @@
 package k8sauditreceiver
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -197,6 +198,12 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 			}
 		}
 	}
+	if obj.UID == "" && obj.Name != "" && c.cache != nil {
+		// Deletions answered with a Status and patches without a body name the object but
+		// not its UID; the cache knows which object currently holds the name (a create
+		// always starts its entry afresh), so the span joins the UID-keyed trace.
+		obj.UID = c.cache.uidOf(obj.NameKey())
+	}
 	if obj.Kind == "" || obj.Version == "" {
 		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok {
 			if obj.Kind == "" {
@@ -259,7 +266,11 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	if p, _, _ := strings.Cut(ev.RequestURI, "?"); p != "" {
 		attrs.PutStr(model.AttrURLPath, p)
 	}
-	putNonEmpty(attrs, model.AttrObjectResourceVersion, ref.ResourceVersion)
+	baseRV := ref.ResourceVersion
+	if baseRV == "" && ev.Verb == "patch" && hasBody(ev.RequestObject) {
+		baseRV = patchPrecondition(ev.RequestObject)
+	}
+	putNonEmpty(attrs, model.AttrObjectResourceVersion, baseRV)
 	if !failed && (resp != nil || scale != nil) {
 		putNonEmpty(attrs, model.AttrObjectNewRV, respMeta.ResourceVersion)
 	}
@@ -288,7 +299,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 
 	var cached string
 	if c.cache != nil && obj.Name != "" {
-		cached = c.remember(span, ev, ref, obj, failed, code, resp, scale, respJSON, respMeta.ResourceVersion, redact, endTS)
+		cached = c.remember(span, ev, ref, obj, baseRV, failed, code, resp, scale, respJSON, respMeta.ResourceVersion, redact, endTS)
 	}
 
 	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
@@ -306,7 +317,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 // remember updates the object cache with this event and adds what the cache knows to the
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
-func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object,
+func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object, baseRV string,
 	failed bool, code int, resp, scale tree, respJSON, newRV string, redact bool, ts pcommon.Timestamp,
 ) (deletedBody string) {
 	key := obj.NameKey()
@@ -314,10 +325,10 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	defer c.cache.mu.Unlock()
 
 	if failed {
-		if code == http.StatusConflict && ref.ResourceVersion != "" && ev.Verb != "create" &&
+		if code == http.StatusConflict && baseRV != "" && ev.Verb != "create" &&
 			(ev.ResponseStatus == nil || ev.ResponseStatus.Reason != "AlreadyExists") {
 			if e := c.cache.get(key); e != nil && (obj.UID == "" || e.uid == "" || e.uid == obj.UID) {
-				if w, ok := e.conflictWinner(ref.ResourceVersion); ok {
+				if w, ok := e.conflictWinner(baseRV); ok {
 					link := span.Links().AppendEmpty()
 					link.SetTraceID(w.traceID)
 					link.SetSpanID(w.spanID)
@@ -347,7 +358,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 		return deletedBody
 	}
 	e = c.cache.entry(key, obj.UID)
-	e.record(write{auditID: ev.AuditID, baseRV: ref.ResourceVersion, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
+	e.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
 	if scale != nil {
 		resp, respJSON = scaledBody(e, scale, newRV)
 		if resp == nil {
@@ -430,4 +441,20 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) (tree, string) {
 		md["resourceVersion"] = newRV
 	}
 	return body, marshalJSON(body)
+}
+
+// patchPrecondition is the resourceVersion a merge or strategic-merge patch sets as its
+// optimistic-concurrency precondition (kubectl patch with metadata.resourceVersion). The
+// apiserver does not copy it into objectRef, yet a 409 on such a patch is a lost race like
+// any stale update.
+func patchPrecondition(raw []byte) string {
+	var p struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return ""
+	}
+	return p.Metadata.ResourceVersion
 }

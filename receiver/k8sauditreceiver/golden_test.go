@@ -1,0 +1,92 @@
+package k8sauditreceiver
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+var update = flag.Bool("update", false, "regenerate testdata/golden/*.yaml from the recorded fixtures")
+
+const (
+	fixturesDir   = "../../testbed/fixtures"
+	goldenCluster = "testbed"
+)
+
+// scenarios lists the recorded fixtures that have webhook captures.
+func scenarios(t testing.TB) []string {
+	dirs, err := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range dirs {
+		names = append(names, filepath.Base(filepath.Dir(d)))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// replayScenario feeds every recorded webhook body of a scenario, in arrival order, through
+// one converter with the default configuration, as the receiver would.
+func replayScenario(t testing.TB, scenario string, cfg *Config) (ptrace.Traces, batchStats) {
+	t.Helper()
+	if cfg == nil {
+		cfg = createDefaultConfig().(*Config)
+	}
+	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
+	if err != nil || len(posts) == 0 {
+		t.Fatalf("no webhook captures for %s: %v", scenario, err)
+	}
+	slices.Sort(posts)
+	conv := newConverter(cfg, "test", nil)
+	all := ptrace.NewTraces()
+	var st batchStats
+	for _, p := range posts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := decodeBody(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		td := conv.convert(goldenCluster, events, &st)
+		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
+	}
+	return all, st
+}
+
+func TestGoldenFixtures(t *testing.T) {
+	names := scenarios(t)
+	if len(names) == 0 {
+		t.Fatal("no recorded fixtures under " + fixturesDir)
+	}
+	for _, scenario := range names {
+		t.Run(scenario, func(t *testing.T) {
+			got, _ := replayScenario(t, scenario, nil)
+			path := filepath.Join("testdata", "golden", scenario+".yaml")
+			if *update {
+				if err := golden.WriteTracesToFile(path, got); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := golden.ReadTraces(path)
+			if err != nil {
+				t.Fatalf("reading %s (run go test -run TestGoldenFixtures -update to create it): %v", path, err)
+			}
+			if err := ptracetest.CompareTraces(want, got); err != nil {
+				t.Fatalf("%s differs from the converter's output (regenerate with -update if intended): %v", path, err)
+			}
+		})
+	}
+}
