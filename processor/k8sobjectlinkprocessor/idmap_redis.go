@@ -160,9 +160,9 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 		case OpGet:
 			cmds[j] = pipe.Get(ctx, key)
 		case OpSetIfAbsent:
-			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "NX", "GET", "PXAT", pxat(op.ExpireAt, s.now()))
+			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "NX", "GET", "PXAT", pxat(op.ExpireAt, time.Now()))
 		case OpSet:
-			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "PXAT", pxat(op.ExpireAt, s.now()))
+			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "PXAT", pxat(op.ExpireAt, time.Now()))
 		case OpDelete:
 			cmds[j] = pipe.Del(ctx, key)
 		}
@@ -220,8 +220,8 @@ func isReplyError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// pxat is the absolute expiry in Unix milliseconds, never in the past: Redis rejects a PXAT
-// that has already passed only by deleting the key at once, which would lose a first write.
+// pxat is the absolute expiry in Unix milliseconds, never in the past of Redis's own (wall)
+// clock: a PXAT that has already passed deletes the key at once, which would lose a first write.
 func pxat(t, now time.Time) int64 {
 	if !t.After(now) {
 		t = now.Add(time.Second)

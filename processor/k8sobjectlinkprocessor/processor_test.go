@@ -190,12 +190,23 @@ func TestOwnerWait(t *testing.T) {
 		cfg.OwnerWait = 3 * time.Second
 		clk := newFakeClock(t0.Add(time.Minute))
 		h := newHarness(t, cfg, clk)
-		h.consume(event(withoutOwner(podA1), "scheduled", t0.Add(time.Minute)))
+		// The chain's top waits owner_wait for its own owner, then settles as a root.
+		h.consume(audit(deploy, "d", t0.Add(time.Minute)), audit(rsA, "rs", t0.Add(time.Minute)))
 		if n := len(h.spans()); n != 0 {
+			t.Fatalf("a chain whose top's owner is unknown waits, %d spans passed", n)
+		}
+		clk.Advance(4 * time.Second)
+		if err := h.p.release(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		assertChild(t, h.one("Deployment default/demo"), h.one("ReplicaSet default/demo-a"))
+
+		h.consume(event(withoutOwner(podA1), "scheduled", t0.Add(time.Minute)))
+		if n := len(h.spans()); n != 4 {
 			t.Fatalf("the Event span must be held while its Pod's owner is unknown, %d spans passed", n)
 		}
-		h.consume(audit(podA1, "create", t0.Add(time.Minute)), audit(rsA, "rs", t0.Add(time.Minute)), audit(deploy, "d", t0.Add(time.Minute)))
-		clk.Advance(time.Second)
+		h.consume(audit(podA1, "create", t0.Add(time.Minute)))
+		clk.Advance(time.Second) // well before the Event span's deadline
 		if err := h.p.release(context.Background(), false); err != nil {
 			t.Fatal(err)
 		}
@@ -375,12 +386,11 @@ func TestOwnerLookupAsksTheAPIServerWhenNothingElseKnows(t *testing.T) {
 	cfg := memoryConfig()
 	cfg.OwnerWait = time.Hour // the look-up must answer, not the wait
 	h := newHarness(t, cfg, newFakeClock(t0))
-	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA), time.Minute, time.Second, h.clock.Now)
+	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA, deploy), time.Minute, time.Second, h.clock.Now)
 	h.consume(event(withoutOwner(podA1), "ev", t0.Add(time.Second)))
 	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
 	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event ev"))
-	// The ReplicaSet has no owner in the fake apiserver beyond rsA.Owner; the Deployment is
-	// unknown there, so it becomes a root without holding anything.
+	// The apiserver says the Deployment has no owner: a root at once, nothing waits.
 	assertRoot(t, h.one("Deployment default/demo"))
 }
 

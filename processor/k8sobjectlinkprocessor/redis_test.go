@@ -3,11 +3,33 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"net"
+	"os/exec"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
+
+func testTelemetry(t testing.TB) *metadata.Telemetry {
+	tel, err := metadata.NewTelemetry(componenttest.NewNopTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tel
+}
 
 const redisAddr = "127.0.0.1:6379"
 
@@ -46,4 +68,304 @@ func redisConfig(t testing.TB, addr string) *Config {
 	cfg.IDMap.Redis.KeyPrefix = uniquePrefix(t.(*testing.T))
 	cleanupPrefix(t, addr, cfg.IDMap.Redis.KeyPrefix)
 	return cfg
+}
+
+// statusHost records the component status events the processor reports.
+type statusHost struct {
+	component.Host
+	mu     sync.Mutex
+	events []componentstatus.Status
+}
+
+func (h *statusHost) Report(e *componentstatus.Event) {
+	h.mu.Lock()
+	h.events = append(h.events, e.Status())
+	h.mu.Unlock()
+}
+
+func (h *statusHost) statuses() []componentstatus.Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]componentstatus.Status(nil), h.events...)
+}
+
+func TestRedisSetIfAbsentFirstWriterWinsUnderConcurrency(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	const writers = 8
+	stores := make([]*redisStore, writers)
+	for i := range stores {
+		s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = s
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+	}
+	results := make([]string, writers)
+	won := make([]bool, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			ops := []Op{{Kind: OpSetIfAbsent, Key: "race", Value: string(rune('A' + i)), ExpireAt: time.Now().Add(time.Minute)}}
+			if err := stores[i].Do(context.Background(), ops); err != nil {
+				t.Error(err)
+			}
+			results[i], won[i] = ops[0].Value, !ops[0].Found
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i := range writers {
+		if results[i] != results[0] {
+			t.Fatalf("writer %d sees %q, writer 0 sees %q: first writer must win for everyone", i, results[i], results[0])
+		}
+		if won[i] {
+			winners++
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("exactly one writer must win, %d did", winners)
+	}
+}
+
+func TestTwoProcessorsRacingOnTheSameStreamAgreeOnEveryTraceID(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	// Redis expires records by its own wall clock, so the injected clock starts at the real time.
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	clk := newFakeClock(time.Now())
+	h1 := newHarness(t, cfg, clk)
+	h2 := newHarness(t, cfg, clk)
+	stream := scenarioStream(base)
+
+	// Both replicas see the whole stream concurrently (an audit webhook and a log tailer, say):
+	// the union must hold every span once and one tree.
+	var wg sync.WaitGroup
+	for _, h := range []*harness{h1, h2} {
+		wg.Go(func() {
+			for _, b := range stream {
+				if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assertOneTree(t, append(h1.spans(), h2.spans()...), stream)
+
+	// And split between them: every span once, the same tree.
+	cfg2 := redisConfig(t, redisAddr)
+	h3, h4 := newHarness(t, cfg2, clk), newHarness(t, cfg2, clk)
+	// The apiserver's webhook sends one batch at a time; a load balancer alternates replicas.
+	for i, b := range stream {
+		h := h3
+		if i%2 == 1 {
+			h = h4
+		}
+		if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split := append(h3.spans(), h4.spans()...)
+	assertOneTree(t, split, stream)
+	// Identical trace IDs whichever pair processed the stream.
+	if rootTrace(t, split) != rootTrace(t, append(h1.spans(), h2.spans()...)) {
+		t.Fatal("the two pairs of replicas must derive the same Deployment trace")
+	}
+}
+
+// scenarioStream is a Deployment rollout as batches of receiver spans.
+func scenarioStream(base time.Time) [][]activity {
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	podA2 := podA1
+	podA2.Name, podA2.UID = "demo-a-2", "pod-a2"
+	return [][]activity{
+		{audit(deploy, "create-deploy", at(1))},
+		{audit(rsA, "create-rs-a", at(2)), event(withoutOwner(deploy), "scaled-up", at(2))},
+		{audit(podA1, "create-pod-a1", at(3)), audit(podA2, "create-pod-a2", at(3))},
+		{event(withoutOwner(podA1), "scheduled-a1", at(4)), event(withoutOwner(podA2), "scheduled-a2", at(4))},
+		{audit(deploy, "patch-image", at(10)), audit(rsB, "create-rs-b", at(11))},
+		{audit(podB1, "create-pod-b1", at(12)), event(withoutOwner(podB1), "scheduled-b1", at(13))},
+		{audit(podA1, "delete-pod-a1", at(14)), audit(podA2, "delete-pod-a2", at(14))},
+	}
+}
+
+// assertOneTree checks the union of replicas' output: each activity span exactly once, one
+// object span per object, one root Deployment whose children are the ReplicaSets, whose
+// children are the Pods, and each activity span under its object's span.
+func assertOneTree(t *testing.T, spans []outSpan, stream [][]activity) {
+	t.Helper()
+	objects := map[string]ptrace.Span{}
+	byID := map[pcommon.SpanID]ptrace.Span{}
+	activities := map[string]int{}
+	for _, o := range spans {
+		if spanType(o.span) == model.SpanTypeObject {
+			if _, dup := objects[o.span.Name()]; dup {
+				t.Fatalf("object span %q emitted more than once across replicas", o.span.Name())
+			}
+			objects[o.span.Name()] = o.span
+			byID[o.span.SpanID()] = o.span
+			continue
+		}
+		activities[o.span.Name()]++
+	}
+	for _, b := range stream {
+		for _, a := range b {
+			if activities[a.name] != 1 {
+				t.Fatalf("%s passed %d times, want exactly once", a.name, activities[a.name])
+			}
+		}
+	}
+	d := objects["Deployment default/demo"]
+	assertRoot(t, d)
+	for _, rs := range []string{"ReplicaSet default/demo-a", "ReplicaSet default/demo-b"} {
+		assertChild(t, d, objects[rs])
+	}
+	assertChild(t, objects["ReplicaSet default/demo-a"], objects["Pod default/demo-a-1"])
+	assertChild(t, objects["ReplicaSet default/demo-a"], objects["Pod default/demo-a-2"])
+	assertChild(t, objects["ReplicaSet default/demo-b"], objects["Pod default/demo-b-1"])
+	for _, o := range spans {
+		if spanType(o.span) == model.SpanTypeObject {
+			continue
+		}
+		parent, ok := byID[o.span.ParentSpanID()]
+		if !ok {
+			t.Fatalf("%s has no object span parent", o.span.Name())
+		}
+		assertChild(t, parent, o.span)
+	}
+}
+
+func rootTrace(t *testing.T, spans []outSpan) pcommon.TraceID {
+	for _, o := range spans {
+		if o.span.Name() == "Deployment default/demo" {
+			return o.span.TraceID()
+		}
+	}
+	t.Fatal("no Deployment span")
+	return pcommon.TraceID{}
+}
+
+func TestRedisRecordsExpireAtTheirTTL(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ops := []Op{{Kind: OpSetIfAbsent, Key: "ttl", Value: "v", ExpireAt: time.Now().Add(300 * time.Millisecond)}}
+	if err := s.Do(context.Background(), ops); err != nil || ops[0].Found {
+		t.Fatalf("first write must win: %v %+v", err, ops[0])
+	}
+	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer raw.Close()
+	key := cfg.IDMap.Redis.KeyPrefix + "ttl"
+	pttl, err := raw.PTTL(context.Background(), key).Result()
+	if err != nil || pttl <= 0 || pttl > 300*time.Millisecond {
+		t.Fatalf("the record must carry its absolute expiry, PTTL = %v (%v)", pttl, err)
+	}
+	// Redis's own clock expires it; poll rather than guess the instant.
+	waitFor(t, func() bool { return raw.Exists(context.Background(), key).Val() == 0 })
+	ops = []Op{{Kind: OpSetIfAbsent, Key: "ttl", Value: "w", ExpireAt: time.Now().Add(time.Minute)}}
+	if err := s.Do(context.Background(), ops); err != nil || ops[0].Found || ops[0].Value != "w" {
+		t.Fatalf("after expiry a new writer must win: %+v", ops[0])
+	}
+}
+
+// throwawayRedis runs a private redis-server for tests that kill it; the shared one on 6379
+// is never touched.
+type throwawayRedis struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+}
+
+func startThrowawayRedis(t *testing.T, port int) *throwawayRedis {
+	t.Helper()
+	if port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd.Dir = t.TempDir()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	r := &throwawayRedis{t: t, port: port, cmd: cmd}
+	t.Cleanup(r.stop)
+	waitFor(t, func() bool {
+		c, err := net.DialTimeout("tcp", r.addr(), 100*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	return r
+}
+
+func (r *throwawayRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *throwawayRedis) stop() {
+	if r.cmd.ProcessState != nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+}
+
+func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
+	srv := startThrowawayRedis(t, 0)
+	cfg := redisConfig(t, srv.addr())
+	cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
+	cfg.IDMap.Redis.RetryMaxBackoff = 100 * time.Millisecond
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	clk := newFakeClock(time.Now())
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, sink, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, p: p, sink: sink, clock: clk}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+
+	stream := scenarioStream(base)
+	h.consume(stream[0]...)
+	h.consume(stream[1]...)
+	srv.stop()
+	for _, b := range stream[2:5] {
+		start := time.Now()
+		h.consume(b...)
+		if d := time.Since(start); d > 2*cfg.IDMap.Redis.Timeout+time.Second {
+			t.Fatalf("a batch during the outage blocked %s", d)
+		}
+	}
+	srv2 := startThrowawayRedis(t, srv.port)
+	waitFor(t, func() bool {
+		st := host.statuses()
+		return len(st) >= 2 && st[len(st)-1] == componentstatus.StatusOK
+	})
+	if st := host.statuses(); st[0] != componentstatus.StatusRecoverableError {
+		t.Fatalf("the outage must be reported as a recoverable error first, got %v", st)
+	}
+	for _, b := range stream[5:] {
+		h.consume(b...)
+	}
+	assertOneTree(t, h.spans(), stream)
+	// The records written from memory during the outage are in the restarted (empty) Redis.
+	raw := redis.NewClient(&redis.Options{Addr: srv2.addr()})
+	defer raw.Close()
+	key := cfg.IDMap.Redis.KeyPrefix + assignmentKey(podA1.Key(), base)
+	if raw.Exists(context.Background(), key).Val() != 1 {
+		t.Fatal("the Pod's assignment made during the outage must be reconciled into Redis")
+	}
 }

@@ -169,9 +169,14 @@ func (r *resolver) linkOwner(n *node) {
 	}
 	n.owner = o
 	o.dependents++
-	if o.state == stHeld {
-		// Something depends on it now: an owner is never held back, it becomes a root if its
-		// own owner stays unknown.
+	if n.force {
+		// A span that has waited long enough makes its whole chain settle now.
+		for a := o; a != nil && !a.force; a = a.owner {
+			a.force = true
+		}
+	}
+	if o.state == stHeld && n.force {
+		// A forced dependent cannot wait: its owner settles now, as a root if still unknown.
 		o.state = stOwner
 	}
 }
@@ -295,6 +300,12 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		if n.owner != nil {
+			if n.owner.resolve().state == stHeld {
+				// The owner waits for its own owner, so the chain below it waits too: settling
+				// now would fix this window's trace before the chain's top is known.
+				n.state = stHeld
+				return true
+			}
 			return false // waiting for the owner's own assignment
 		}
 		if !n.obj.Owner.IsZero() {
@@ -310,7 +321,7 @@ func (r *resolver) plan(n *node) bool {
 			r.lookups = append(r.lookups, n)
 			return true
 		}
-		if n.direct && n.dependents == 0 && !n.force && r.p.cfg.OwnerWait > 0 {
+		if !n.force && r.p.cfg.OwnerWait > 0 {
 			n.state = stHeld
 			return true
 		}
