@@ -1,0 +1,262 @@
+package k8sobjectlinkprocessor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver"
+)
+
+var update = flag.Bool("update", false, "regenerate testdata/golden/*.yaml from the recorded fixtures")
+
+const fixturesDir = "../../testbed/fixtures"
+
+// replayFixture posts a scenario's recorded audit webhook bodies, in arrival order, to a real
+// k8s_audit receiver whose next consumer is this processor, then shuts the processor down so
+// that spans still held for owner_wait are released, and returns everything it passed on.
+func replayFixture(t *testing.T, scenario string) ptrace.Traces {
+	t.Helper()
+	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
+	if err != nil || len(posts) == 0 {
+		t.Fatalf("no webhook captures for %s: %v", scenario, err)
+	}
+	slices.Sort(posts)
+	var meta struct {
+		Start time.Time `json:"start"`
+	}
+	raw, err := os.ReadFile(filepath.Join(fixturesDir, scenario, "scenario.json"))
+	if err != nil || json.Unmarshal(raw, &meta) != nil {
+		t.Fatalf("scenario.json of %s: %v", scenario, err)
+	}
+
+	sink := new(consumertest.TracesSink)
+	// The clock stands still at the recording's start: no owner wait expires on its own, so the
+	// held spans leave at Shutdown, deterministically.
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), createDefaultConfig(), sink, newFakeClock(meta.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+
+	f := k8sauditreceiver.NewFactory()
+	rcfg := f.CreateDefaultConfig()
+	endpoint := freeAddr(t)
+	rcfg.(*k8sauditreceiver.Config).ServerConfig.NetAddr.Endpoint = endpoint
+	rcv, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(f.Type()), rcfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	for _, post := range posts {
+		body, err := os.ReadFile(post)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post("http://"+endpoint+"/audit/testbed", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s: webhook answered %d", post, resp.StatusCode)
+		}
+	}
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := ptrace.NewTraces()
+	for _, td := range sink.AllTraces() {
+		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
+	}
+	return all
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestGoldenFixturesThroughTheAuditReceiver(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook"))
+	if len(dirs) == 0 {
+		t.Fatal("no recorded fixtures under " + fixturesDir)
+	}
+	for _, d := range dirs {
+		scenario := filepath.Base(filepath.Dir(d))
+		t.Run(scenario, func(t *testing.T) {
+			got := replayFixture(t, scenario)
+			path := filepath.Join("testdata", "golden", scenario+".yaml")
+			if *update {
+				if err := golden.WriteTracesToFile(path, got); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := golden.ReadTraces(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestGolden -update to generate it from the fixture)", err)
+			}
+			if err := ptracetest.CompareTraces(want, got,
+				ptracetest.IgnoreResourceSpansOrder(), ptracetest.IgnoreScopeSpansOrder(), ptracetest.IgnoreSpansOrder()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// tree indexes one replay's output.
+type tree struct {
+	objects  map[pcommon.SpanID]ptrace.Span
+	byName   map[string][]ptrace.Span
+	children map[pcommon.SpanID][]ptrace.Span
+	activity []ptrace.Span
+}
+
+func buildTree(td ptrace.Traces) tree {
+	tr := tree{objects: map[pcommon.SpanID]ptrace.Span{}, byName: map[string][]ptrace.Span{}, children: map[pcommon.SpanID][]ptrace.Span{}}
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				if spanType(s) == model.SpanTypeObject {
+					tr.objects[s.SpanID()] = s
+					tr.byName[s.Name()] = append(tr.byName[s.Name()], s)
+					tr.children[s.ParentSpanID()] = append(tr.children[s.ParentSpanID()], s)
+				} else {
+					tr.activity = append(tr.activity, s)
+				}
+			}
+		}
+	}
+	return tr
+}
+
+func TestFixtureDeploymentIsOneTreePerWindow(t *testing.T) {
+	tr := buildTree(replayFixture(t, "deployment"))
+	deploys := tr.byName["Deployment default/demo"]
+	if len(deploys) == 0 {
+		t.Fatal("no Deployment default/demo object span")
+	}
+	windows := map[int64]bool{}
+	for _, d := range deploys {
+		w := d.StartTimestamp().AsTime().UnixNano()
+		if windows[w] {
+			t.Fatal("more than one Deployment default/demo span in one window")
+		}
+		windows[w] = true
+		assertRoot(t, d)
+		var rsNames []string
+		for _, c := range tr.children[d.SpanID()] {
+			if c.TraceID() != d.TraceID() {
+				t.Fatalf("%s is under the Deployment but in another trace", c.Name())
+			}
+			rsNames = append(rsNames, c.Name())
+		}
+		if len(rsNames) != 2 || !strings.HasPrefix(rsNames[0], "ReplicaSet default/demo-") || !strings.HasPrefix(rsNames[1], "ReplicaSet default/demo-") || rsNames[0] == rsNames[1] {
+			t.Fatalf("the Deployment's children must be exactly the two ReplicaSets, got %v", rsNames)
+		}
+	}
+	pods := 0
+	for name, spans := range tr.byName {
+		if !strings.HasPrefix(name, "Pod default/demo-") {
+			continue
+		}
+		for _, pod := range spans {
+			pods++
+			parent, ok := tr.objects[pod.ParentSpanID()]
+			if !ok {
+				t.Fatalf("%s has no parent object span", name)
+			}
+			// Pod names are <ReplicaSet name>-<suffix>: the parent must be that ReplicaSet.
+			rsName := strings.TrimPrefix(parent.Name(), "ReplicaSet default/")
+			if !strings.HasPrefix(strings.TrimPrefix(name, "Pod default/"), rsName+"-") || parent.TraceID() != pod.TraceID() {
+				t.Fatalf("%s must sit under its own ReplicaSet, sits under %s", name, parent.Name())
+			}
+		}
+	}
+	if pods < 5 {
+		t.Fatalf("the scenario ran at least five Pods, the tree has %d", pods)
+	}
+	for _, s := range tr.activity {
+		obj, ok := tr.objects[s.ParentSpanID()]
+		if !ok {
+			continue // spans of objects outside any tree (e.g. kube-system noise) are checked below
+		}
+		if obj.TraceID() != s.TraceID() {
+			t.Fatalf("%s is under %s but in another trace", s.Name(), obj.Name())
+		}
+	}
+	for _, s := range tr.activity {
+		if _, ok := tr.objects[s.ParentSpanID()]; !ok {
+			t.Fatalf("activity span %q has no object span parent", s.Name())
+		}
+	}
+}
+
+func TestFixtureJobNestsCronJobJobPod(t *testing.T) {
+	tr := buildTree(replayFixture(t, "job"))
+	cj := tr.byName["CronJob default/nightly"]
+	if len(cj) != 1 {
+		t.Fatalf("want one CronJob span, got %d", len(cj))
+	}
+	assertRoot(t, cj[0])
+	jobs := tr.byName["Job default/nightly-manual"]
+	if len(jobs) != 1 {
+		t.Fatalf("want one Job span, got %d", len(jobs))
+	}
+	assertChild(t, cj[0], jobs[0])
+	pods := 0
+	for name, spans := range tr.byName {
+		if strings.HasPrefix(name, "Pod default/nightly-manual-") {
+			pods += len(spans)
+			assertChild(t, jobs[0], spans[0])
+		}
+	}
+	if pods != 2 {
+		t.Fatalf("want the Job's two Pods under it, got %d", pods)
+	}
+}
+
+func TestFixtureRecreateGivesTwoObjectsPerName(t *testing.T) {
+	tr := buildTree(replayFixture(t, "recreate"))
+	for _, name := range []string{"Pod default/phoenix", "Service default/phoenix"} {
+		spans := tr.byName[name]
+		if len(spans) != 2 || spans[0].SpanID() == spans[1].SpanID() {
+			t.Fatalf("%s was created twice: want two object spans, got %d", name, len(spans))
+		}
+	}
+}
