@@ -1,0 +1,104 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+func TestMemoryStore(t *testing.T) {
+	clk := newFakeClock(t0)
+	exp := t0.Add(time.Minute)
+	do := func(t *testing.T, m *memoryStore, ops ...Op) []Op {
+		t.Helper()
+		if err := m.Do(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+	t.Run("the first writer wins and every later writer reads its value", func(t *testing.T) {
+		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
+		first := do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "one", ExpireAt: exp})
+		second := do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "two", ExpireAt: exp})
+		if first[0].Found || !second[0].Found || second[0].Value != "one" {
+			t.Fatalf("first %+v second %+v", first[0], second[0])
+		}
+	})
+	t.Run("a record is gone at its expiry", func(t *testing.T) {
+		c := newFakeClock(t0)
+		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, nil)
+		do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "one", ExpireAt: t0.Add(time.Second)})
+		c.Advance(time.Second)
+		if got := do(t, m, Op{Kind: OpGet, Key: "k"}); got[0].Found {
+			t.Fatal("expired record still readable")
+		}
+		if got := do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "two", ExpireAt: t0.Add(time.Hour)}); got[0].Found {
+			t.Fatal("a new writer must win after expiry")
+		}
+	})
+	t.Run("beyond max_entries the least recently used record goes", func(t *testing.T) {
+		evicted := 0
+		m := newMemoryStore(MemoryConfig{MaxEntries: 2, MaxBytes: 1 << 20}, clk.Now, func(reason string) {
+			if reason == "max_entries" {
+				evicted++
+			}
+		})
+		do(t, m, Op{Kind: OpSet, Key: "a", Value: "1", ExpireAt: exp}, Op{Kind: OpSet, Key: "b", Value: "2", ExpireAt: exp})
+		do(t, m, Op{Kind: OpGet, Key: "a"}) // a is now more recent than b
+		do(t, m, Op{Kind: OpSet, Key: "c", Value: "3", ExpireAt: exp})
+		got := do(t, m, Op{Kind: OpGet, Key: "a"}, Op{Kind: OpGet, Key: "b"}, Op{Kind: OpGet, Key: "c"})
+		if !got[0].Found || got[1].Found || !got[2].Found || evicted != 1 || m.len() != 2 {
+			t.Fatalf("a=%v b=%v c=%v evicted=%d len=%d", got[0].Found, got[1].Found, got[2].Found, evicted, m.len())
+		}
+	})
+	t.Run("beyond max_bytes records are evicted until it fits", func(t *testing.T) {
+		m := newMemoryStore(MemoryConfig{MaxEntries: 1000, MaxBytes: 3 * (entryOverhead + 100)}, clk.Now, nil)
+		for i := range 10 {
+			do(t, m, Op{Kind: OpSet, Key: fmt.Sprint(i), Value: string(make([]byte, 100)), ExpireAt: exp})
+		}
+		if m.len() != 3 || m.bytes > m.maxBytes {
+			t.Fatalf("len=%d bytes=%d max=%d", m.len(), m.bytes, m.maxBytes)
+		}
+	})
+	t.Run("a deleted dedup mark lets the span through again", func(t *testing.T) {
+		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
+		do(t, m, Op{Kind: OpSetIfAbsent, Key: "d", ExpireAt: exp})
+		do(t, m, Op{Kind: OpDelete, Key: "d"})
+		if got := do(t, m, Op{Kind: OpSetIfAbsent, Key: "d", ExpireAt: exp}); got[0].Found {
+			t.Fatal("mark survived its deletion")
+		}
+	})
+}
+
+func TestRecordEncodingsRoundTrip(t *testing.T) {
+	a := assignment{TraceID: model.ObjectTraceID("k", t0), SpanID: model.ObjectSpanID("k", t0), Parent: model.ObjectSpanID("o", t0)}
+	if got, ok := decodeAssignment(a.encode()); !ok || got != a || len(a.encode()) != 32 {
+		t.Fatalf("assignment round trip: %+v %v", got, ok)
+	}
+	o := model.Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-65b6865b5c", UID: "0b0e5a54-1c4f-4b0a-9d2e-1f1d0c7b7a11"}
+	if got, ok := decodeOwner(encodeOwner(o)); !ok || got != o {
+		t.Fatalf("owner round trip: %+v %v", got, ok)
+	}
+	for _, bad := range []string{"", "\x05ab", encodeOwner(o) + "x"} {
+		if _, ok := decodeOwner(bad); ok {
+			t.Fatalf("malformed owner %q must not decode", bad)
+		}
+	}
+}
+
+func FuzzDecodeOwner(f *testing.F) {
+	f.Add(encodeOwner(model.Owner{APIVersion: "v1", Kind: "Node", Name: "n", UID: "u"}))
+	f.Add("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")
+	f.Fuzz(func(t *testing.T, s string) {
+		// Whatever Redis hands back, decoding never panics, and what decodes survives a round trip
+		// (varints may arrive in a longer-than-needed form; that is harmless).
+		if o, ok := decodeOwner(s); ok {
+			if back, ok := decodeOwner(encodeOwner(o)); !ok || back != o {
+				t.Fatalf("decode(%q) = %+v does not round-trip", s, o)
+			}
+		}
+	})
+}
