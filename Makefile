@@ -14,7 +14,7 @@ COLLECTOR     := bin/otelcol-kubetrail
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
 FUZZTIME      ?= 20s
 
-.PHONY: build run test unit fuzz e2e lint bench redis binaries cluster-up cluster-down record help
+.PHONY: build run test unit fuzz dist-test e2e lint bench redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -37,7 +37,7 @@ run: build ## run the collector on distribution/config.yaml and replay a recorde
 
 ## ---- tests -----------------------------------------------------------------------------------
 
-test: lint redis unit fuzz e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, end-to-end
+test: lint redis unit fuzz dist-test e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, the built binary, end-to-end
 
 redis: ## make sure a redis-server answers on 127.0.0.1:6379 (installs and starts one if not)
 	testbed/hack/ensure-redis.sh
@@ -52,12 +52,16 @@ fuzz: ## run each fuzz target for FUZZTIME
 	  done; \
 	done
 
+dist-test: build ## the real bin/otelcol-kubetrail: shipped configs validate, a recorded capture becomes one tree
+	go test -tags dist -count=1 ./distribution/
+
 e2e: build binaries ## end-to-end: real control plane + collector + Jaeger
 	testbed/hack/e2e.sh
 
-lint: ## gofmt and go vet
+lint: ## gofmt and go vet (including the dist and e2e build tags)
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	go vet -tags dist,e2e ./distribution/ ./testbed/...
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...

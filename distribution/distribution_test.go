@@ -1,0 +1,303 @@
+//go:build dist
+
+// Package distribution_test runs the real otelcol-kubetrail binary built by ocb (`make build`) on
+// the shipped configurations: the configs must validate, and a recorded audit capture POSTed to
+// its webhook must come out of the file exporter as one object tree, once.
+// Run with `make dist-test` (part of `make test`).
+package distribution_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/tracetree"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	root   = filepath.Join("..")
+	binary = filepath.Join(root, "bin", "otelcol-kubetrail")
+)
+
+func requireBinary(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(binary); err != nil {
+		t.Fatalf("%s is missing: run `make build` first (%v)", binary, err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func validate(t *testing.T, config string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(binary, "validate", "--config", config)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("validate %s: %v\n%s", config, err, out)
+	}
+}
+
+func TestShippedConfigsValidate(t *testing.T) {
+	requireBinary(t)
+	validate(t, filepath.Join(root, "distribution", "config.yaml"))
+
+	// The Kubernetes manifests embed the in-cluster config in a ConfigMap: extract and validate it.
+	raw, err := os.ReadFile(filepath.Join(root, "distribution", "kubernetes", "kubetrail.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var obj struct {
+			Kind string            `json:"kind"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("manifest document does not parse: %v", err)
+		}
+		if obj.Kind != "ConfigMap" {
+			continue
+		}
+		found = true
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(obj.Data["config.yaml"]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		validate(t, path, "POD_IP=127.0.0.1", "KUBETRAIL_CLUSTER=test", "OTLP_ENDPOINT=127.0.0.1:4317")
+	}
+	if !found {
+		t.Fatal("no ConfigMap with the collector config in distribution/kubernetes/kubetrail.yaml")
+	}
+}
+
+// auditEvent is the part of an audit.k8s.io/v1 Event this test reads from the fixtures.
+type auditEvent struct {
+	AuditID   string `json:"auditID"`
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	ObjectRef *struct {
+		Resource string `json:"resource"`
+		APIGroup string `json:"apiGroup"`
+	} `json:"objectRef"`
+}
+
+// expectedAuditIDs are the events the default k8s_audit config turns into spans: completed
+// writes, leases and Events excluded (DESIGN §3.3, the receiver's documented defaults).
+func expectedAuditIDs(t *testing.T, bodies [][]byte) map[string]bool {
+	t.Helper()
+	want := map[string]bool{}
+	writes := map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
+	for _, b := range bodies {
+		var list struct {
+			Items []auditEvent `json:"items"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if (ev.Stage != "ResponseComplete" && ev.Stage != "Panic") || !writes[ev.Verb] || ev.ObjectRef == nil {
+				continue
+			}
+			if ev.ObjectRef.Resource == "events" || (ev.ObjectRef.APIGroup == "coordination.k8s.io" && ev.ObjectRef.Resource == "leases") {
+				continue
+			}
+			want[ev.AuditID] = true
+		}
+	}
+	return want
+}
+
+func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
+	requireBinary(t)
+	files, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "deployment", "audit-webhook", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recorded deployment capture: %v", err)
+	}
+	var bodies [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+
+	out := filepath.Join(t.TempDir(), "traces.jsonl")
+	auditPort, healthPort := freePort(t), freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--config", filepath.Join(root, "distribution", "config.yaml"))
+	cmd.Env = append(os.Environ(),
+		fmt.Sprintf("KUBETRAIL_AUDIT_ENDPOINT=127.0.0.1:%d", auditPort),
+		fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
+		fmt.Sprintf("KUBETRAIL_METRICS_PORT=%d", freePort(t)),
+		"KUBETRAIL_CLUSTER=ignored-when-the-path-names-one",
+		"KUBETRAIL_OUT="+out)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("collector log:\n%s", logs.String())
+		}
+	}()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", healthPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector did not become healthy: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	post := func(body []byte) int {
+		resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/disttest", auditPort), "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, b := range bodies {
+		if code := post(b); code != http.StatusOK {
+			t.Fatalf("POST of batch %d answered %d", i+1, code)
+		}
+	}
+	// The apiserver redelivers a batch when it misses the answer: the same events must not
+	// produce a second copy of any span.
+	if code := post(bodies[0]); code != http.StatusOK {
+		t.Fatalf("redelivered batch answered %d", code)
+	}
+	if code := post([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`)); code != http.StatusBadRequest {
+		t.Fatalf("a truncated body answered %d, want 400", code)
+	}
+
+	want := expectedAuditIDs(t, bodies)
+	var forest *tracetree.Forest
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		forest = readForest(t, out)
+		if forest != nil && countType(forest, model.SpanTypeAudit) >= len(want) {
+			time.Sleep(1500 * time.Millisecond) // one more batch-processor flush for stragglers
+			forest = readForest(t, out)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exported audit spans: %d, want %d", countType(forest, model.SpanTypeAudit), len(want))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	if forest.Duplicates != 0 {
+		t.Errorf("%d spans were exported twice", forest.Duplicates)
+	}
+	got := map[string]int{}
+	for _, n := range forest.Find(tracetree.ByAttr(model.AttrSpanType, model.SpanTypeAudit)) {
+		got[n.Attr(model.AttrAuditID)]++
+		if n.Parent == nil || n.Parent.Attr(model.AttrSpanType) != model.SpanTypeObject {
+			t.Errorf("audit span %q is not under an object span", n.Span.Name())
+		}
+		if v, _ := n.Resource.Attributes().Get(model.AttrClusterName); v.Str() != "disttest" {
+			t.Errorf("cluster = %q, want the one named by the webhook path", v.Str())
+		}
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("audit event %s exported %d times, want once", id, got[id])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("exported %d distinct audit events, want %d", len(got), len(want))
+	}
+
+	deployments := forest.Find(tracetree.ByName("Deployment default/demo"))
+	if len(deployments) != 1 || deployments[0].Parent != nil {
+		t.Fatalf("want exactly one root Deployment default/demo, got %d", len(deployments))
+	}
+	var replicaSets int
+	for _, c := range deployments[0].Children {
+		if c.Attr(model.AttrSpanType) != model.SpanTypeObject {
+			continue
+		}
+		if !strings.HasPrefix(c.Span.Name(), "ReplicaSet default/demo-") {
+			t.Errorf("unexpected object under the Deployment: %s", c.Span.Name())
+			continue
+		}
+		replicaSets++
+	}
+	if replicaSets != 2 {
+		t.Errorf("ReplicaSets under the Deployment: %d, want 2 (before and after the image change)", replicaSets)
+	}
+	for _, pod := range forest.Find(func(n *tracetree.Node) bool { return strings.HasPrefix(n.Span.Name(), "Pod default/demo-") }) {
+		if pod.Parent == nil || !strings.HasPrefix(pod.Parent.Span.Name(), "ReplicaSet default/demo-") {
+			t.Errorf("%s is not under a ReplicaSet", pod.Span.Name())
+		}
+	}
+}
+
+func readForest(t *testing.T, path string) *tracetree.Forest {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	batches, err := tracetree.ReadOTLPJSONLines(f)
+	if err != nil {
+		// The exporter may be mid-line; the next poll reads it whole.
+		return nil
+	}
+	return tracetree.Build(batches...)
+}
+
+func countType(f *tracetree.Forest, typ string) int {
+	if f == nil {
+		return 0
+	}
+	return len(f.Find(tracetree.ByAttr(model.AttrSpanType, typ)))
+}
