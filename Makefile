@@ -28,7 +28,7 @@ $(OCB):
 $(COLLECTOR): builder-config.yaml $(GO_SOURCES) | $(OCB)
 	@mkdir -p bin
 	$(OCB) --config builder-config.yaml
-	cp $(DIST_DIR)/otelcol-kubetrail $(COLLECTOR)
+	cp $(DIST_DIR)/otelcol-kubetrail $(COLLECTOR).tmp && mv -f $(COLLECTOR).tmp $(COLLECTOR)
 
 build: $(COLLECTOR) ## build bin/otelcol-kubetrail with ocb
 
