@@ -2,12 +2,14 @@ package k8seventsreceiver
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -212,3 +214,5 @@ type storageError string
 func (e storageError) Error() string { return string(e) }
 
 const errStorageBroken = storageError("storage is broken")
+
+var consumererrorPermanent = consumererror.NewPermanent(errors.New("bad data"))

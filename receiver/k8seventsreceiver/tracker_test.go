@@ -95,9 +95,9 @@ func TestTrackerOccurrences(t *testing.T) {
 			restored: map[string]checkpointEntry{"a": {UID: "a", Namespace: "default", RV: "10", Count: 2}, "b": {UID: "b", Namespace: "default", RV: "20", Count: 1}},
 			steps: []step{
 				{replace: []*eventsv1.Event{
-					testEvent("a", "10", withSeries(2, t0)),                   // unchanged since the checkpoint
+					testEvent("a", "10", withSeries(2, t0)),                  // unchanged since the checkpoint
 					testEvent("b", "25", withSeries(3, t0.Add(time.Second))), // two occurrences while down
-					testEvent("c", "30"),                                      // created while down
+					testEvent("c", "30"),                                     // created while down
 				}, initial: true, want: []int32{2, 3, 1}},
 			},
 			dup: map[string]int64{metadata.DuplicateCheckpointed: 1},

@@ -36,7 +36,7 @@ func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 		groupResource: "events.events.k8s.io",
 		expected:      &eventsv1.Event{},
 		listWatch: func(ns string) cache.ListerWatcher {
-			return &cache.ListWatch{
+			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					selectors(cfg, &o)
 					return client.EventsV1().Events(ns).List(ctx, o)
@@ -45,7 +45,7 @@ func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 					selectors(cfg, &o)
 					return client.EventsV1().Events(ns).Watch(ctx, o)
 				},
-			}
+			}, client)
 		},
 	}
 }
@@ -55,7 +55,7 @@ func coreV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 		groupResource: "events (core/v1)",
 		expected:      &corev1.Event{},
 		listWatch: func(ns string) cache.ListerWatcher {
-			return &cache.ListWatch{
+			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					selectors(cfg, &o)
 					return client.CoreV1().Events(ns).List(ctx, o)
@@ -64,7 +64,7 @@ func coreV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 					selectors(cfg, &o)
 					return client.CoreV1().Events(ns).Watch(ctx, o)
 				},
-			}
+			}, client)
 		},
 	}
 }

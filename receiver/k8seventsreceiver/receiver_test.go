@@ -1,0 +1,492 @@
+package k8seventsreceiver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+var storageID = component.MustNewIDWithName("file_storage", "test")
+
+// newFakeClient serves events.k8s.io/v1 (or only core/v1 when eventsV1 is false) with objs.
+func newFakeClient(eventsV1 bool, objs ...runtime.Object) *fake.Clientset {
+	c := fake.NewClientset(objs...)
+	disc := c.Discovery().(*fakediscovery.FakeDiscovery)
+	disc.Resources = []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "events", Kind: "Event", Namespaced: true}}}}
+	if eventsV1 {
+		disc.Resources = append(disc.Resources, &metav1.APIResourceList{GroupVersion: "events.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "events", Kind: "Event", Namespaced: true}}})
+	}
+	return c
+}
+
+// testHost offers a storage extension and records reported statuses.
+type testHost struct {
+	component.Host
+	exts map[component.ID]component.Component
+
+	mu       sync.Mutex
+	statuses []*componentstatus.Event
+}
+
+func newTestHost(st storage.Client) *testHost {
+	h := &testHost{Host: componenttest.NewNopHost(), exts: map[component.ID]component.Component{}}
+	if st != nil {
+		h.exts[storageID] = &storageExt{client: st}
+	}
+	return h
+}
+
+func (h *testHost) GetExtensions() map[component.ID]component.Component { return h.exts }
+
+func (h *testHost) Report(ev *componentstatus.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.statuses = append(h.statuses, ev)
+}
+
+func (h *testHost) permanentError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ev := range h.statuses {
+		if ev.Status() == componentstatus.StatusPermanentError {
+			return ev.Err()
+		}
+	}
+	return nil
+}
+
+type storageExt struct {
+	component.StartFunc
+	component.ShutdownFunc
+	client storage.Client
+}
+
+func (s *storageExt) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
+	return s.client, nil
+}
+
+type harness struct {
+	t    *testing.T
+	r    *eventsReceiver
+	tm   *telemetry
+	host *testHost
+}
+
+func startReceiver(t *testing.T, client kubernetes.Interface, next consumer.Traces, st storage.Client, mutate func(*Config, *eventsReceiver)) *harness {
+	t.Helper()
+	tm := newTelemetry(t)
+	cfg := createDefaultConfig().(*Config)
+	cfg.Cluster = "test"
+	cfg.Backoff = BackoffConfig{InitialInterval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond}
+	// The test Events happened at t0; max_event_age has its own test.
+	cfg.MaxEventAge = 0
+	if st != nil {
+		cfg.Storage = &storageID
+	}
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tm.set
+	r, err := newReceiver(cfg, set, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.newClient = func(*Config) (kubernetes.Interface, error) { return client, nil }
+	if mutate != nil {
+		mutate(cfg, r)
+	}
+	h := &harness{t: t, r: r, tm: tm, host: newTestHost(st)}
+	if err := r.Start(context.Background(), h.host); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	return h
+}
+
+func (h *harness) stop() {
+	if err := h.r.Shutdown(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) metric(name, reason string) int64 { return h.tm.value(h.t, name, reason) }
+
+// waitFor polls an asynchronous outcome; it bounds the wait, it does not measure time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func spanIDs(sink *consumertest.TracesSink) []pcommon.SpanID {
+	var ids []pcommon.SpanID
+	for _, td := range sink.AllTraces() {
+		eachSpan(td, func(_ pcommon.Map, s ptrace.Span) { ids = append(ids, s.SpanID()) })
+	}
+	return ids
+}
+
+func assertUnique(t *testing.T, ids []pcommon.SpanID) {
+	t.Helper()
+	seen := map[pcommon.SpanID]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("span ID %s emitted twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestReceiverNewEventAndSeriesIncrements(t *testing.T) {
+	client := newFakeClient(true, testEvent("a", "10"))
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, nil)
+	waitFor(t, "the listed Event's span", func() bool { return sink.SpanCount() == 1 })
+
+	ev := testEvent("a", "11", withSeries(3, t0.Add(2*time.Second)))
+	if _, err := client.EventsV1().Events("default").Update(context.Background(), ev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two more occurrence spans", func() bool { return sink.SpanCount() == 3 })
+	assertUnique(t, spanIDs(sink))
+	last := sink.AllTraces()[len(sink.AllTraces())-1]
+	eachSpan(last, func(res pcommon.Map, s ptrace.Span) {
+		if s.Name() != "Scheduled" || !s.StartTimestamp().AsTime().Equal(t0.Add(2*time.Second)) {
+			t.Errorf("occurrence span %q at %v, want Scheduled at the series' lastObservedTime", s.Name(), s.StartTimestamp().AsTime())
+		}
+		obj, _ := model.ObjectFromAttributes(res, s.Attributes())
+		if obj.Kind != "Pod" || obj.Resource != "pods" || obj.UID != "pod-uid-1" {
+			t.Errorf("span is on %+v, want the regarding Pod", obj)
+		}
+	})
+	h.stop()
+	if got := h.metric("otelcol_k8s_event_spans_spans_emitted", ""); got != 3 {
+		t.Errorf("spans_emitted = %d, want 3", got)
+	}
+}
+
+func TestReceiverFallsBackToCoreV1(t *testing.T) {
+	core := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "web.1", Namespace: "default", UID: "core-1", ResourceVersion: "5"},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "dep-1"},
+		Reason:         "ScalingReplicaSet",
+		Message:        "Scaled up replica set web-1 to 2",
+		Type:           corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "deployment-controller"},
+		Count:          1,
+		FirstTimestamp: metav1.NewTime(t0),
+		LastTimestamp:  metav1.NewTime(t0),
+	}
+	sink := new(consumertest.TracesSink)
+	startReceiver(t, newFakeClient(false, core), sink, nil, nil)
+	waitFor(t, "the core/v1 Event's span", func() bool { return sink.SpanCount() == 1 })
+	eachSpan(sink.AllTraces()[0], func(res pcommon.Map, s ptrace.Span) {
+		note, _ := s.Attributes().Get(model.AttrEventNote)
+		ctrl, _ := s.Attributes().Get(model.AttrEventReportingCtrl)
+		res2, _ := s.Attributes().Get(model.AttrObjectResource)
+		if s.Name() != "ScalingReplicaSet" || note.Str() != core.Message || ctrl.Str() != "deployment-controller" || res2.Str() != "deployments" {
+			t.Errorf("core/v1 Event converted to %q note=%q controller=%q resource=%q", s.Name(), note.Str(), ctrl.Str(), res2.Str())
+		}
+	})
+}
+
+func TestReceiverRelistAfterGoneEmitsNoDuplicates(t *testing.T) {
+	client := newFakeClient(true, testEvent("a", "10"), testEvent("b", "11"))
+	watchers := make(chan *watch.FakeWatcher, 10)
+	client.PrependWatchReactor("events", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewFakeWithChanSize(10, false)
+		watchers <- w
+		return true, w, nil
+	})
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, nil)
+	waitFor(t, "the listed Events' spans", func() bool { return sink.SpanCount() == 2 })
+	w := <-watchers
+	// While the watch is down, b recurs; then the apiserver answers 410 Gone.
+	if err := client.Tracker().Update(schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"},
+		testEvent("b", "20", withSeries(2, t0.Add(time.Second))), "default"); err != nil {
+		t.Fatal(err)
+	}
+	w.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
+	<-watchers // the relist is done once the next watch starts
+	waitFor(t, "the occurrence that happened during the gap", func() bool { return sink.SpanCount() == 3 })
+	h.stop()
+	assertUnique(t, spanIDs(sink))
+	if got := h.metric("otelcol_k8s_event_spans_duplicates_suppressed", metadata.DuplicateSameResourceVersion); got != 1 {
+		t.Errorf("duplicates{same_resource_version} = %d, want 1 (a, relisted unchanged)", got)
+	}
+	if got := h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartWatchClosed); got < 1 {
+		t.Errorf("watch_restarts{watch_closed} = %d, want ≥ 1", got)
+	}
+}
+
+func TestReceiverRestartsFromCheckpoint(t *testing.T) {
+	st := newMemStorage()
+	client := newFakeClient(true, testEvent("a", "10"), testEvent("c", "12"))
+	sink1 := new(consumertest.TracesSink)
+	h1 := startReceiver(t, client, sink1, st, nil)
+	waitFor(t, "the first run's spans", func() bool { return sink1.SpanCount() == 2 })
+	waitFor(t, "the checkpoint", func() bool { return st.keys() >= 2 })
+	h1.stop()
+
+	// While the collector is down: a recurs twice, b is created, c is untouched.
+	gvr := schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}
+	if err := client.Tracker().Update(gvr, testEvent("a", "20", withSeries(3, t0.Add(time.Minute))), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Tracker().Add(testEvent("b", "21")); err != nil {
+		t.Fatal(err)
+	}
+	sink2 := new(consumertest.TracesSink)
+	h2 := startReceiver(t, client, sink2, st, func(c *Config, _ *eventsReceiver) { c.MaxEventAge = time.Second })
+	waitFor(t, "the second run's spans", func() bool { return sink2.SpanCount() == 3 })
+	h2.stop()
+
+	all := append(spanIDs(sink1), spanIDs(sink2)...)
+	assertUnique(t, all)
+	if len(all) != 5 {
+		t.Fatalf("%d spans over both runs, want 5 (a×3, b, c)", len(all))
+	}
+	if got := h2.metric("otelcol_k8s_event_spans_duplicates_suppressed", metadata.DuplicateCheckpointed); got != 1 {
+		t.Errorf("duplicates{checkpointed} = %d, want 1 (c)", got)
+	}
+	if got := h2.metric("otelcol_k8s_event_spans_dropped", metadata.ReasonTooOld); got != 0 {
+		t.Errorf("max_event_age dropped %d Events although a checkpoint existed", got)
+	}
+}
+
+func TestReceiverMaxEventAgeAndMalformedEvents(t *testing.T) {
+	fresh := time.Now().Add(-time.Second)
+	client := newFakeClient(true,
+		testEvent("old", "1", withTime(time.Now().Add(-time.Hour))),
+		testEvent("noref", "2", withoutRegarding(), withTime(fresh)),
+		testEvent("notime", "3", withoutTimes()),
+		testEvent("fresh", "4", withTime(fresh)),
+	)
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, func(c *Config, _ *eventsReceiver) { c.MaxEventAge = 5 * time.Minute })
+	waitFor(t, "the fresh Event's span", func() bool { return sink.SpanCount() == 1 })
+	waitFor(t, "the three drops", func() bool {
+		return h.metric("otelcol_k8s_event_spans_dropped", "") == 3
+	})
+	for _, reason := range []string{metadata.ReasonTooOld, metadata.ReasonMissingRegarding, metadata.ReasonMissingTime} {
+		if got := h.metric("otelcol_k8s_event_spans_dropped", reason); got != 1 {
+			t.Errorf("dropped{reason=%s} = %d, want 1", reason, got)
+		}
+	}
+	h.stop()
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans, want only the fresh Event's", sink.SpanCount())
+	}
+}
+
+func TestReceiverRetriesRefusedSpansAndCheckpointsOnlyAccepted(t *testing.T) {
+	st := newMemStorage()
+	clk := clocktesting.NewFakeClock(time.Now())
+	var calls atomic.Int32
+	sink := new(consumertest.TracesSink)
+	next, err := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if calls.Add(1) <= 2 {
+			return errors.New("exporter queue full")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), next, st, func(c *Config, r *eventsReceiver) {
+		c.StalledWatchTimeout = 0
+		r.clock = clk
+	})
+	for i := int32(1); i <= 2; i++ {
+		waitFor(t, "a refused attempt", func() bool { return calls.Load() == i && clk.HasWaiters() })
+		if _, err := st.Get(context.Background(), checkpointStateKey); err != nil || st.keys() != 0 {
+			t.Fatalf("checkpoint written while the consumer refuses (keys=%d)", st.keys())
+		}
+		clk.Step(time.Second)
+	}
+	waitFor(t, "the accepted batch and its checkpoint", func() bool { return sink.SpanCount() == 1 && st.keys() >= 2 })
+	h.stop()
+	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorConsumer); got != 2 {
+		t.Errorf("errors{consumer} = %d, want 2", got)
+	}
+}
+
+func TestReceiverDropsPermanentlyRefusedSpans(t *testing.T) {
+	next, err := consumer.NewTraces(func(context.Context, ptrace.Traces) error {
+		return consumererrorPermanent
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), next, nil, nil)
+	waitFor(t, "the permanent refusal to be counted", func() bool {
+		return h.metric("otelcol_k8s_event_spans_dropped", metadata.ReasonConsumerPermanent) == 1
+	})
+	h.stop()
+}
+
+func TestReceiverReportsRBACForbiddenPermanently(t *testing.T) {
+	client := newFakeClient(true)
+	client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "", errors.New("RBAC: access denied"))
+	})
+	h := startReceiver(t, client, new(consumertest.TracesSink), nil, nil)
+	waitFor(t, "a permanent status", func() bool { return h.host.permanentError() != nil })
+	h.stop()
+	msg := h.host.permanentError().Error()
+	for _, want := range []string{"list and watch", "events.k8s.io", "all namespaces"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("permanent status %q does not name %q", msg, want)
+		}
+	}
+	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorForbidden); got < 1 {
+		t.Errorf("errors{forbidden} = %d, want ≥ 1", got)
+	}
+}
+
+func TestReceiverRecoversFromAnUnreachableAPIServer(t *testing.T) {
+	client := newFakeClient(true, testEvent("a", "10"))
+	var failures atomic.Int32
+	client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures.Add(1) <= 3 {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, nil)
+	waitFor(t, "the span after the apiserver came back", func() bool { return sink.SpanCount() == 1 })
+	h.stop()
+	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorListWatch); got != 3 {
+		t.Errorf("errors{list_watch} = %d, want 3", got)
+	}
+	if h.host.permanentError() != nil {
+		t.Error("an unreachable apiserver was reported as a permanent error")
+	}
+}
+
+func TestReceiverRestartsAStalledWatch(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	client := newFakeClient(true, testEvent("a", "10"))
+	watches := make(chan struct{}, 10)
+	client.PrependWatchReactor("events", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watches <- struct{}{}
+		return true, watch.NewFakeWithChanSize(1, false), nil // never delivers anything
+	})
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, func(c *Config, r *eventsReceiver) {
+		c.StalledWatchTimeout = time.Minute
+		r.clock = clk
+	})
+	<-watches
+	for h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartStalled) == 0 {
+		clk.Step(15 * time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	<-watches // relisted and watching again
+	h.stop()
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans after the stalled watch was restarted, want 1", sink.SpanCount())
+	}
+}
+
+func TestReceiverWatchesOnlyConfiguredNamespaces(t *testing.T) {
+	client := newFakeClient(true,
+		testEvent("in-a", "1", withNamespace("team-a")),
+		testEvent("in-b", "2", withNamespace("team-b")),
+		testEvent("in-c", "3", withNamespace("team-c")),
+	)
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, func(c *Config, _ *eventsReceiver) { c.Namespaces = []string{"team-a", "team-b"} })
+	waitFor(t, "spans of both namespaces", func() bool { return sink.SpanCount() == 2 })
+	h.stop()
+	for _, td := range sink.AllTraces() {
+		eachSpan(td, func(_ pcommon.Map, s ptrace.Span) {
+			if ns, _ := s.Attributes().Get(model.AttrNamespaceName); ns.Str() == "team-c" {
+				t.Error("an Event of an unwatched namespace became a span")
+			}
+		})
+	}
+}
+
+func TestLifecycleStartStopTwice(t *testing.T) {
+	f := NewFactory()
+	cfg := f.CreateDefaultConfig().(*Config)
+	cfg.Cluster = "test"
+	cfg.Storage = &storageID
+	cfg.MaxEventAge = 0
+	st := newMemStorage()
+	sink := new(consumertest.TracesSink)
+	rcv, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := newFakeClient(true, testEvent("a", "10"))
+	rcv.(*eventsReceiver).newClient = func(*Config) (kubernetes.Interface, error) { return client, nil }
+	for i := range 2 {
+		if err := rcv.Start(context.Background(), newTestHost(st)); err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		waitFor(t, "the watch to have delivered", func() bool { return st.keys() >= 2 })
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Fatalf("shutdown %d: %v", i, err)
+		}
+	}
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans over two starts with a checkpoint, want 1", sink.SpanCount())
+	}
+	if st.closed != 2 {
+		t.Errorf("storage client closed %d times, want once per shutdown", st.closed)
+	}
+	// Shutdown without Start must be harmless too.
+	rcv2, _ := f.CreateTraces(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err := rcv2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStartFailsOnAMissingStorageExtension(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Cluster = "test"
+	cfg.Storage = &storageID
+	r, err := newReceiver(cfg, receivertest.NewNopSettings(metadata.Type), new(consumertest.TracesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.newClient = func(*Config) (kubernetes.Interface, error) { return newFakeClient(true), nil }
+	if err := r.Start(context.Background(), newTestHost(nil)); err == nil || !strings.Contains(err.Error(), "file_storage/test") {
+		t.Fatalf("Start = %v, want an error naming the storage extension", err)
+	}
+}
