@@ -1,0 +1,86 @@
+package k8seventsreceiver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	clock := func() time.Time { return now }
+
+	t.Run("no checkpoint yet loads as nil so that max_event_age applies", func(t *testing.T) {
+		got, err := newCheckpoint(newMemStorage(), time.Hour, clock).load(ctx)
+		if err != nil || got != nil {
+			t.Fatalf("load() = %v, %v; want nil, nil", got, err)
+		}
+	})
+
+	t.Run("entries round-trip with nanosecond times and the newest entry per Event wins", func(t *testing.T) {
+		st := newMemStorage()
+		c := newCheckpoint(st, time.Hour, clock)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", Namespace: "default", RV: "10", Count: 1, Last: t0.UnixNano() + 1}}))
+		now = now.Add(2 * bucketSpan) // a later bucket
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", Namespace: "default", RV: "15", Count: 4, Last: t0.UnixNano() + 999}, {UID: "b", Namespace: "kube-system", RV: "16", Count: 1}}))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		want := map[string]checkpointEntry{
+			"a": {UID: "a", Namespace: "default", RV: "15", Count: 4, Last: t0.UnixNano() + 999},
+			"b": {UID: "b", Namespace: "kube-system", RV: "16", Count: 1},
+		}
+		if len(got) != len(want) || got["a"] != want["a"] || got["b"] != want["b"] {
+			t.Fatalf("load() = %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("a restarted receiver writes a new bucket instead of overwriting the last one", func(t *testing.T) {
+		st := newMemStorage()
+		must(t, newCheckpoint(st, time.Hour, clock).commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
+		c := newCheckpoint(st, time.Hour, clock)
+		_, err := c.load(ctx)
+		must(t, err)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "b", RV: "2", Count: 1}}))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if _, ok := got["a"]; !ok || len(got) != 2 {
+			t.Fatalf("load() after a restart = %+v, want a and b", got)
+		}
+	})
+
+	t.Run("buckets older than checkpoint_ttl are deleted", func(t *testing.T) {
+		st := newMemStorage()
+		c := newCheckpoint(st, time.Hour, clock)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "old", RV: "1", Count: 1}}))
+		now = now.Add(2 * time.Hour)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "new", RV: "2", Count: 1}}))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if _, ok := got["old"]; ok || len(got) != 1 {
+			t.Fatalf("load() = %+v, want only the entry younger than checkpoint_ttl", got)
+		}
+		if st.keys() != 2 {
+			t.Fatalf("storage holds %d keys, want the state and one bucket", st.keys())
+		}
+	})
+
+	t.Run("a corrupt bucket is an error naming the bucket", func(t *testing.T) {
+		st := newMemStorage()
+		c := newCheckpoint(st, time.Hour, clock)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
+		must(t, st.Set(ctx, bucketPrefix+"0", []byte("a\tdefault\n")))
+		_, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		if err == nil || !strings.Contains(err.Error(), bucketPrefix+"0") {
+			t.Fatalf("load() = %v, want an error naming the bucket", err)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,142 @@
+package k8seventsreceiver
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+func convertOne(t *testing.T, ev *eventsv1.Event, occ occurrenceSpan) (ptrace.ResourceSpans, ptrace.Span) {
+	t.Helper()
+	conv := &converter{cluster: "prod", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
+	b := model.NewTracesBuilder("scope", "v")
+	stripped, _ := strip(ev)
+	conv.appendSpan(b, stripped, occ)
+	rs := b.Traces().ResourceSpans().At(0)
+	return rs, rs.ScopeSpans().At(0).Spans().At(0)
+}
+
+func TestConvertEventSpan(t *testing.T) {
+	at := t0.Add(1500 * time.Microsecond)
+	ev := testEvent("e-1", "10", withWarning("FailedScheduling"), func(ev *eventsv1.Event) {
+		ev.Related = &corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "node-1"}
+	})
+	rs, span := convertOne(t, ev, occurrenceSpan{count: 3, id: "3", at: at})
+
+	t.Run("the span is named after the reason and sits at the occurrence time", func(t *testing.T) {
+		if span.Name() != "FailedScheduling" || span.StartTimestamp() != span.EndTimestamp() || !span.StartTimestamp().AsTime().Equal(at) {
+			t.Fatalf("span %q [%v, %v], want FailedScheduling at %v", span.Name(), span.StartTimestamp(), span.EndTimestamp(), at)
+		}
+	})
+	t.Run("a Warning is an error carrying the note", func(t *testing.T) {
+		if span.Status().Code() != ptrace.StatusCodeError || span.Status().Message() != ev.Note {
+			t.Fatalf("status %s %q", span.Status().Code(), span.Status().Message())
+		}
+	})
+	t.Run("IDs derive from the regarding object, its window and the occurrence", func(t *testing.T) {
+		key := model.UIDKey("prod", "pod-uid-1")
+		w := model.WindowStart(at, model.DefaultWindow)
+		if span.TraceID() != model.ObjectTraceID(key, w) || span.ParentSpanID() != model.ObjectSpanID(key, w) || span.SpanID() != model.EventSpanID("e-1", "3") {
+			t.Fatal("trace, parent or span ID is not the derived one")
+		}
+	})
+	t.Run("the resource is the cluster and the regarding kind", func(t *testing.T) {
+		c, _ := rs.Resource().Attributes().Get(model.AttrClusterName)
+		s, _ := rs.Resource().Attributes().Get(model.AttrServiceName)
+		if c.Str() != "prod" || s.Str() != "Pod" {
+			t.Fatalf("resource %v", rs.Resource().Attributes().AsRaw())
+		}
+	})
+	t.Run("every event attribute and the related object are set", func(t *testing.T) {
+		want := map[string]any{
+			model.AttrSpanType:               model.SpanTypeEvent,
+			model.AttrObjectAPIGroup:         "",
+			model.AttrObjectAPIVersion:       "v1",
+			model.AttrObjectResource:         "pods",
+			model.AttrObjectKind:             "Pod",
+			model.AttrNamespaceName:          "default",
+			model.AttrObjectName:             "web-1",
+			model.AttrObjectUID:              "pod-uid-1",
+			model.AttrEventReason:            "FailedScheduling",
+			model.AttrEventAction:            "Binding",
+			model.AttrEventType:              "Warning",
+			model.AttrEventNote:              ev.Note,
+			model.AttrEventReportingCtrl:     "default-scheduler",
+			model.AttrEventReportingInstance: "default-scheduler-host",
+			model.AttrEventCount:             int64(3),
+			model.AttrEventUID:               "e-1",
+			model.AttrEventName:              "web-1.e-1",
+			model.AttrEventRelatedKind:       "Node",
+			model.AttrEventRelatedName:       "kwok-node-0",
+			model.AttrEventRelatedUID:        "node-1",
+		}
+		got := span.Attributes().AsRaw()
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v", k, got[k], v)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%d attributes, want %d: %v", len(got), len(want), got)
+		}
+	})
+}
+
+func TestConvertClusterScopedAndUnknownKinds(t *testing.T) {
+	node := testEvent("n", "1", func(ev *eventsv1.Event) {
+		ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "kwok-node-0", UID: "node-1", Namespace: "default"}
+	})
+	_, span := convertOne(t, node, occurrenceSpan{count: 1, id: "1", at: t0})
+	if _, ok := span.Attributes().Get(model.AttrNamespaceName); ok {
+		t.Error("a Node Event's span carries a namespace")
+	}
+	crd := testEvent("c", "2", func(ev *eventsv1.Event) {
+		ev.Regarding = corev1.ObjectReference{APIVersion: "example.com/v1", Kind: "Widget", Namespace: "default", Name: "w", UID: "w-1"}
+	})
+	_, span = convertOne(t, crd, occurrenceSpan{count: 1, id: "1", at: t0})
+	attrs := span.Attributes().AsRaw()
+	if _, ok := attrs[model.AttrObjectResource]; ok || attrs[model.AttrObjectKind] != "Widget" || attrs[model.AttrObjectAPIGroup] != "example.com" {
+		t.Errorf("an unknown kind must keep its kind and group and leave the resource out: %v", attrs)
+	}
+}
+
+func TestOccurrenceTime(t *testing.T) {
+	tests := []struct {
+		name string
+		ev   *eventsv1.Event
+		want time.Time
+	}{
+		{"eventTime for a single events.k8s.io occurrence", testEvent("a", "1"), t0},
+		{"series lastObservedTime for a series", testEvent("a", "1", withSeries(2, t0.Add(time.Minute))), t0.Add(time.Minute)},
+		{"deprecatedLastTimestamp for a repeated core Event", testEvent("a", "1", withDeprecatedCount(3, t0, t0.Add(time.Hour))), t0.Add(time.Hour).Truncate(time.Second)},
+		{"deprecatedLastTimestamp when eventTime is missing", testEvent("a", "1", withDeprecatedCount(1, t0, t0)), t0.Truncate(time.Second)},
+		{"deprecatedFirstTimestamp as a last resort", testEvent("a", "1", withoutTimes(), func(ev *eventsv1.Event) { ev.DeprecatedFirstTimestamp = metav1.NewTime(t0) }), t0.Truncate(time.Second)},
+		{"zero when the Event has no time", testEvent("a", "1", withoutTimes()), time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Round-trip through JSON precision: Time has seconds, MicroTime microseconds.
+			got := occurrenceTime(tt.ev)
+			if !got.Truncate(time.Second).Equal(tt.want.Truncate(time.Second)) || (tt.want.IsZero() != got.IsZero()) {
+				t.Fatalf("occurrenceTime = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStripKeepsOnlyWhatConversionNeeds(t *testing.T) {
+	ev := testEvent("a", "1")
+	s, ok := strip(ev)
+	if !ok || s.Labels != nil || s.ManagedFields != nil || s.UID != ev.UID || s.ResourceVersion != "1" || s.Note != ev.Note {
+		t.Fatalf("strip kept %+v", s.ObjectMeta)
+	}
+	if _, ok := strip(&corev1.Pod{}); ok {
+		t.Fatal("strip accepted a Pod")
+	}
+}
