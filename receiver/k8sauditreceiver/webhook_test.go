@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,10 +41,11 @@ func eventList(ids ...string) string {
 
 // switchConsumer accepts into a sink, or refuses with err when set.
 type switchConsumer struct {
-	mu   sync.Mutex
-	err  error
-	sink ptrace.Traces
-	n    int
+	mu       sync.Mutex
+	err      error
+	n        int
+	auditIDs []string
+	refusals int
 }
 
 func (c *switchConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
@@ -52,9 +54,14 @@ func (c *switchConsumer) ConsumeTraces(_ context.Context, td ptrace.Traces) erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
+		c.refusals++
 		return c.err
 	}
 	c.n += td.SpanCount()
+	for _, s := range allSpans(td) {
+		v, _ := s.Attributes().Get("k8s.audit.id")
+		c.auditIDs = append(c.auditIDs, v.Str())
+	}
 	return nil
 }
 
@@ -62,6 +69,12 @@ func (c *switchConsumer) refuse(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.err = err
+}
+
+func (c *switchConsumer) ids() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.auditIDs)
 }
 
 func (c *switchConsumer) spans() int {

@@ -1,0 +1,365 @@
+package k8sauditreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// memStorage is an in-memory storage.Client: what a file_storage extension keeps on disk.
+type memStorage struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func newMemStorage() *memStorage { return &memStorage{data: map[string][]byte{}} }
+
+func (m *memStorage) Get(_ context.Context, key string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.data[key]), nil
+}
+
+func (m *memStorage) Set(_ context.Context, key string, value []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.data[key] = slices.Clone(value)
+	return nil
+}
+
+func (m *memStorage) Delete(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.data, key)
+	return nil
+}
+
+func (m *memStorage) Batch(ctx context.Context, ops ...*storage.Operation) error {
+	for _, op := range ops {
+		switch op.Type {
+		case storage.Get:
+			op.Value, _ = m.Get(ctx, op.Key)
+		case storage.Set:
+			_ = m.Set(ctx, op.Key, op.Value)
+		case storage.Delete:
+			_ = m.Delete(ctx, op.Key)
+		}
+	}
+	return nil
+}
+
+func (m *memStorage) Close(context.Context) error { return nil }
+
+// line is one audit log line of a create with the given audit ID.
+func line(id string) string {
+	return `{"kind":"Event","apiVersion":"audit.k8s.io/v1",` + strings.TrimPrefix(fmt.Sprintf(oneCreate, id), "{") + "\n"
+}
+
+func lines(ids ...string) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(strings.ReplaceAll(line(id), "\n", " ") + "\n")
+	}
+	return b.String()
+}
+
+type tailEnv struct {
+	path  string
+	next  *switchConsumer
+	store *memStorage
+	rcv   *auditReceiver
+	slept []time.Duration
+}
+
+func newTailEnv(t *testing.T, startAt string) *tailEnv {
+	t.Helper()
+	cfg := createDefaultConfig().(*Config)
+	cfg.ServerConfig.NetAddr.Endpoint = ""
+	cfg.Cluster = "c1"
+	cfg.StartAt = startAt
+	env := &tailEnv{path: filepath.Join(t.TempDir(), "audit.log"), next: &switchConsumer{}, store: newMemStorage()}
+	cfg.Files = []string{env.path}
+	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, env.next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.rcv = r
+	return env
+}
+
+// tailer makes a tailer as Start would, with sleeps recorded instead of slept.
+func (e *tailEnv) tailer(withStorage bool) *tailer {
+	var client storage.Client
+	if withStorage {
+		client = e.store
+	}
+	tl := newTailer(e.path, e.rcv, client)
+	tl.sleep = func(_ context.Context, d time.Duration) bool {
+		e.slept = append(e.slept, d)
+		if len(e.slept) == 3 {
+			e.next.refuse(nil) // the pipeline recovers after three refusals
+		}
+		return true
+	}
+	return tl
+}
+
+func (e *tailEnv) write(t *testing.T, s string) {
+	t.Helper()
+	f, err := os.OpenFile(e.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+}
+
+func expectIDs(t *testing.T, next *switchConsumer, want ...string) {
+	t.Helper()
+	if got := next.ids(); !slices.Equal(got, want) {
+		t.Fatalf("spans of audit IDs %v, want %v", got, want)
+	}
+}
+
+func TestTailerFollowsAppendsAndWaitsForPartialLines(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	tl := env.tailer(false)
+	defer tl.close()
+	ctx := context.Background()
+	tl.poll(ctx) // no file yet: nothing, no error
+	env.write(t, lines("a", "b"))
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b")
+	whole := strings.TrimSuffix(lines("c"), "\n")
+	env.write(t, whole[:40])
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b")
+	env.write(t, whole[40:]+"\n")
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c")
+}
+
+func TestTailerFollowsRenameAndCreateRotation(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	tl := env.tailer(false)
+	defer tl.close()
+	ctx := context.Background()
+	env.write(t, lines("a"))
+	tl.poll(ctx)
+	// The writer finishes the old file, it is renamed away and a new file takes its name.
+	env.write(t, lines("b"))
+	if err := os.Rename(env.path, env.path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	env.write(t, lines("c", "d"))
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c", "d")
+	env.write(t, lines("e"))
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c", "d", "e")
+}
+
+func TestTailerRereadsATruncatedFile(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	tl := env.tailer(false)
+	defer tl.close()
+	ctx := context.Background()
+	env.write(t, lines("a", "b"))
+	tl.poll(ctx)
+	if err := os.Truncate(env.path, 0); err != nil {
+		t.Fatal(err)
+	}
+	env.write(t, lines("c"))
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c")
+}
+
+func TestTailerResumesFromTheCheckpoint(t *testing.T) {
+	env := newTailEnv(t, startAtEnd)
+	env.write(t, lines("old"))
+	ctx := context.Background()
+	first := env.tailer(true)
+	first.poll(ctx) // no checkpoint: starts at the end, skipping "old"
+	env.write(t, lines("a", "b"))
+	first.poll(ctx)
+	first.close() // the collector stops
+
+	env.write(t, lines("c")) // written while the collector is down
+	second := env.tailer(true)
+	defer second.close()
+	second.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c")
+
+	t.Run("a checkpoint of a file rotated away while stopped reads the new file whole", func(t *testing.T) {
+		second.close()
+		if err := os.Rename(env.path, env.path+".1"); err != nil {
+			t.Fatal(err)
+		}
+		env.write(t, lines("new-1", "new-2"))
+		third := env.tailer(true)
+		defer third.close()
+		third.poll(ctx)
+		expectIDs(t, env.next, "a", "b", "c", "new-1", "new-2")
+	})
+}
+
+func TestTailerWithoutStorageStartsAtTheEnd(t *testing.T) {
+	env := newTailEnv(t, startAtEnd)
+	env.write(t, lines("before-start"))
+	tl := env.tailer(false)
+	defer tl.close()
+	tl.poll(context.Background())
+	env.write(t, lines("after-start"))
+	tl.poll(context.Background())
+	expectIDs(t, env.next, "after-start")
+}
+
+func TestTailerRetriesARefusalWithoutAdvancingTheCheckpoint(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	env.write(t, lines("a", "b"))
+	env.next.refuse(errors.New("memory limiter: data refused"))
+	tl := env.tailer(true)
+	defer tl.close()
+	tl.sleep = func(_ context.Context, d time.Duration) bool {
+		env.slept = append(env.slept, d)
+		if data, _ := env.store.Get(context.Background(), tl.key); data != nil && !strings.Contains(string(data), `"offset":0`) {
+			t.Fatalf("the checkpoint moved past refused data: %s", data)
+		}
+		if len(env.slept) == 3 {
+			env.next.refuse(nil)
+		}
+		return true
+	}
+	tl.poll(context.Background())
+	expectIDs(t, env.next, "a", "b")
+	if !slices.Equal(env.slept, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}) {
+		t.Fatalf("backoff = %v", env.slept)
+	}
+	data, _ := env.store.Get(context.Background(), tl.key)
+	if !strings.Contains(string(data), fmt.Sprintf(`"offset":%d`, len(lines("a", "b")))) {
+		t.Fatalf("checkpoint after acceptance = %s", data)
+	}
+
+	t.Run("a permanent refusal skips the lines instead of blocking forever", func(t *testing.T) {
+		env.next.refuse(consumererror.NewPermanent(errors.New("never")))
+		env.write(t, lines("c"))
+		tl.poll(context.Background())
+		env.next.refuse(nil)
+		env.write(t, lines("d"))
+		tl.poll(context.Background())
+		expectIDs(t, env.next, "a", "b", "d")
+	})
+}
+
+func TestTailerSkipsLinesThatAreNotAuditEvents(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	tl := env.tailer(false)
+	defer tl.close()
+	env.write(t, "not json\n"+`{"kind":"Pod","apiVersion":"v1"}`+"\n\n"+lines("a"))
+	tl.poll(context.Background())
+	expectIDs(t, env.next, "a")
+}
+
+func TestTailerRunStopsOnShutdown(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	env.write(t, lines("a"))
+	env.rcv.cfg.PollInterval = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		env.tailer(false).run(ctx)
+		close(done)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(env.next.ids()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatal("the running tailer never delivered the line")
+		}
+	}
+	cancel()
+	<-done
+	expectIDs(t, env.next, "a")
+}
+
+// The audit log carries the same events as the webhook; tailing it must give the very spans
+// the golden files hold for the webhook, whatever the batching.
+func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
+	for _, scenario := range scenarios(t) {
+		t.Run(scenario, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(fixturesDir, scenario, "audit.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := createDefaultConfig().(*Config)
+			cfg.ServerConfig.NetAddr.Endpoint = ""
+			cfg.Cluster = goldenCluster
+			cfg.StartAt = startAtBeginning
+			path := filepath.Join(t.TempDir(), "audit.log")
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Files = []string{path}
+			sink := new(consumertest.TracesSink)
+			set := receivertest.NewNopSettings(metadata.Type)
+			set.BuildInfo.Version = "test"
+			r, err := newAuditReceiver(set, cfg, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl := newTailer(path, r, nil)
+			defer tl.close()
+			tl.poll(context.Background())
+
+			want, err := golden.ReadTraces(filepath.Join("testdata", "golden", scenario+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSpans := spansByID(allSpans(want))
+			var got []ptrace.Span
+			for _, td := range sink.AllTraces() {
+				got = append(got, allSpans(td)...)
+			}
+			if len(got) != len(wantSpans) {
+				t.Fatalf("file mode made %d spans, the webhook %d", len(got), len(wantSpans))
+			}
+			for _, s := range got {
+				w, ok := wantSpans[s.SpanID()]
+				if !ok {
+					t.Fatalf("span %q (%s) is not in the golden file", s.Name(), s.SpanID())
+				}
+				if err := ptracetest.CompareSpan(w, s); err != nil {
+					t.Fatalf("span %q: %v", s.Name(), err)
+				}
+			}
+		})
+	}
+}
+
+func spansByID(spans []ptrace.Span) map[pcommon.SpanID]ptrace.Span {
+	m := make(map[pcommon.SpanID]ptrace.Span, len(spans))
+	for _, s := range spans {
+		m[s.SpanID()] = s
+	}
+	return m
+}
