@@ -25,7 +25,8 @@ type memoryStore struct {
 	seed1   maphash.Seed
 	seed2   maphash.Seed
 	index   map[memKey]int32
-	entries []memEntry
+	chunks  []*[chunkSize]memEntry // fixed-size chunks: growing never copies or doubles the slab
+	used    int32                  // entries handed out so far (free ones are reused first)
 	free    int32 // head of the free list threaded through entries[].next, -1 when empty
 	head    int32 // most recently used, -1 when empty
 	tail    int32 // least recently used
@@ -34,6 +35,11 @@ type memoryStore struct {
 }
 
 type memKey [16]byte
+
+// chunkSize entries are allocated at once (192 KiB), so the slab wastes at most one chunk.
+const chunkSize = 4096
+
+func (m *memoryStore) at(idx int32) *memEntry { return &m.chunks[idx/chunkSize][idx%chunkSize] }
 
 type memEntry struct {
 	key        memKey
@@ -96,7 +102,7 @@ func (m *memoryStore) Do(_ context.Context, ops []Op) error {
 func (m *memoryStore) apply(op *Op, now int64) {
 	k := m.hash(op.Key)
 	idx, ok := m.index[k]
-	if ok && m.entries[idx].expire <= now {
+	if ok && m.at(idx).expire <= now {
 		m.remove(idx)
 		ok = false
 	}
@@ -104,13 +110,13 @@ func (m *memoryStore) apply(op *Op, now int64) {
 	case OpGet:
 		op.Found = ok
 		if ok {
-			op.Value = m.entries[idx].val
+			op.Value = m.at(idx).val
 			m.touch(idx)
 		}
 	case OpSetIfAbsent:
 		op.Found = ok
 		if ok {
-			op.Value = m.entries[idx].val
+			op.Value = m.at(idx).val
 			m.touch(idx)
 			return
 		}
@@ -118,7 +124,7 @@ func (m *memoryStore) apply(op *Op, now int64) {
 	case OpSet:
 		op.Found = ok
 		if ok {
-			e := &m.entries[idx]
+			e := m.at(idx)
 			m.bytes += int64(len(op.Value)) - int64(len(e.val))
 			e.val, e.expire = op.Value, op.ExpireAt.UnixNano()
 			m.touch(idx)
@@ -145,24 +151,27 @@ func (m *memoryStore) peek(key string) (string, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	idx, ok := m.index[m.hash(key)]
-	if !ok || m.entries[idx].expire <= m.now().UnixNano() {
+	if !ok || m.at(idx).expire <= m.now().UnixNano() {
 		return "", time.Time{}, false
 	}
-	return m.entries[idx].val, time.Unix(0, m.entries[idx].expire), true
+	return m.at(idx).val, time.Unix(0, m.at(idx).expire), true
 }
 
 func (m *memoryStore) insert(k memKey, val string, expire int64) {
 	var idx int32
 	if m.free >= 0 {
 		idx = m.free
-		m.free = m.entries[idx].next
+		m.free = m.at(idx).next
 	} else {
-		m.entries = append(m.entries, memEntry{})
-		idx = int32(len(m.entries) - 1)
+		if m.used%chunkSize == 0 {
+			m.chunks = append(m.chunks, new([chunkSize]memEntry))
+		}
+		idx = m.used
+		m.used++
 	}
-	m.entries[idx] = memEntry{key: k, val: val, expire: expire, prev: -1, next: m.head}
+	*m.at(idx) = memEntry{key: k, val: val, expire: expire, prev: -1, next: m.head}
 	if m.head >= 0 {
-		m.entries[m.head].prev = idx
+		m.at(m.head).prev = idx
 	}
 	m.head = idx
 	if m.tail < 0 {
@@ -185,20 +194,20 @@ func (m *memoryStore) evict() {
 }
 
 func (m *memoryStore) sweep(now int64, n int) {
-	for ; n > 0 && m.tail >= 0 && m.entries[m.tail].expire <= now; n-- {
+	for ; n > 0 && m.tail >= 0 && m.at(m.tail).expire <= now; n-- {
 		m.remove(m.tail)
 	}
 }
 
 func (m *memoryStore) unlink(idx int32) {
-	e := &m.entries[idx]
+	e := m.at(idx)
 	if e.prev >= 0 {
-		m.entries[e.prev].next = e.next
+		m.at(e.prev).next = e.next
 	} else {
 		m.head = e.next
 	}
 	if e.next >= 0 {
-		m.entries[e.next].prev = e.prev
+		m.at(e.next).prev = e.prev
 	} else {
 		m.tail = e.prev
 	}
@@ -209,9 +218,9 @@ func (m *memoryStore) touch(idx int32) {
 		return
 	}
 	m.unlink(idx)
-	e := &m.entries[idx]
+	e := m.at(idx)
 	e.prev, e.next = -1, m.head
-	m.entries[m.head].prev = idx
+	m.at(m.head).prev = idx
 	m.head = idx
 	if m.tail < 0 {
 		m.tail = idx
@@ -220,7 +229,7 @@ func (m *memoryStore) touch(idx int32) {
 
 func (m *memoryStore) remove(idx int32) {
 	m.unlink(idx)
-	e := &m.entries[idx]
+	e := m.at(idx)
 	delete(m.index, e.key)
 	m.bytes -= entryOverhead + int64(len(e.val))
 	*e = memEntry{next: m.free, prev: -1}
@@ -238,6 +247,6 @@ func (m *memoryStore) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	m.index, m.entries = nil, nil
+	m.index, m.chunks = nil, nil
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,8 @@ type redisStore struct {
 
 	maxBackoff time.Duration
 	maxPending int
+
+	roundTrips atomic.Int64 // for benchmarks and tests: pipelines sent
 
 	mu         sync.Mutex
 	down       bool
@@ -170,6 +173,7 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 	start := time.Now()
 	_, err := pipe.Exec(ctx)
 	s.tel.RedisRoundTrips.Add(ctx, 1)
+	s.roundTrips.Add(1)
 	s.tel.RedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
 	// Exec reports only the first failed command; an outage is any command failing for another
 	// reason than a missing key or a per-command reply error.

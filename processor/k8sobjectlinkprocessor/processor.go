@@ -337,15 +337,17 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		})
 	}
 	r.run()
+	r.report()
 
 	// Rewrite, drop or hold each activity span.
 	remove := make([]bool, pos)
 	var toHold []int
+	duplicates := 0
 	for i := range items {
 		it := &items[i]
 		if it.dup {
 			remove[it.pos] = true
-			p.tel.SpansDropped.Add(ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
+			duplicates++
 			p.logger.Debug("Dropping duplicate activity span", zap.Stringer("span_id", it.span.SpanID()))
 			continue
 		}
@@ -379,6 +381,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		}
 	}
 
+	if duplicates > 0 {
+		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
+	}
 	held = p.holdSpans(ctx, td, items, toHold, dedup)
 	if removed := countTrue(remove); removed > 0 {
 		removeSpans(td, remove)

@@ -83,6 +83,25 @@ type item struct {
 	uidFromName bool
 }
 
+// resolverCounts are added to the telemetry once per batch, not once per object: instruments
+// with attributes cost allocations the hot path should not pay per span.
+type resolverCounts struct {
+	created, reused, relationHit, relationMiss int64
+}
+
+func (r *resolver) report() {
+	add := func(c metric.Int64Counter, n int64, attrs ...attribute.KeyValue) {
+		if n > 0 {
+			c.Add(r.ctx, n, metric.WithAttributes(attrs...))
+		}
+	}
+	tel := r.p.tel
+	add(tel.Assignments, r.count.created, attribute.String(metadata.AttrResult, "created"))
+	add(tel.Assignments, r.count.reused, attribute.String(metadata.AttrResult, "reused"))
+	add(tel.OwnerLookups, r.count.relationHit, attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "hit"))
+	add(tel.OwnerLookups, r.count.relationMiss, attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "miss"))
+}
+
 // resolver settles the assignments of one batch: every object of the batch and all its
 // ancestors, in as few store round trips as the ownership levels new in the window require.
 type resolver struct {
@@ -95,6 +114,7 @@ type resolver struct {
 
 	ops     []Op
 	cbs     []func(*Op)
+	count   resolverCounts
 	writes  []Op // relation and name index writes, sent with the next round
 	lookups []*node
 }
@@ -223,12 +243,10 @@ func (r *resolver) localRound() {
 			case rel[i]:
 				if owner, ok := decodeOwner(ops[i].Value); ops[i].Found && ok {
 					n.obj.Owner = owner
-					r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
-						attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "hit")))
+					r.count.relationHit++
 				} else if authoritative {
 					n.relQueried = true
-					r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
-						attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "miss")))
+					r.count.relationMiss++
 				}
 			case ops[i].Found:
 				r.settle(n, ops[i].Value, false)
@@ -253,11 +271,11 @@ func (r *resolver) settle(n *node, value string, won bool) {
 		a = assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
 	}
 	n.asg, n.won, n.state = a, won, stFinal
-	result := "reused"
 	if won {
-		result = "created"
+		r.count.created++
+	} else {
+		r.count.reused++
 	}
-	r.p.tel.Assignments.Add(r.ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrResult, result)))
 }
 
 // plan queues the operations n needs next and reports whether it changed state.
@@ -353,15 +371,14 @@ func (r *resolver) queueRelation(n *node) {
 	n.inflight = true
 	r.queue(Op{Kind: OpGet, Key: relationKey(n.id.key)}, func(op *Op) {
 		n.inflight = false
-		result := "miss"
 		if owner, ok := decodeOwner(op.Value); op.Found && ok {
-			result = "hit"
+			r.count.relationHit++
 			if n.obj.Owner.IsZero() {
 				n.obj.Owner = owner
 			}
+		} else {
+			r.count.relationMiss++
 		}
-		r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
-			attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, result)))
 	})
 }
 

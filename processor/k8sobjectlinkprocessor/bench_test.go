@@ -1,0 +1,234 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
+// benchFleet is a namespace of Deployments, each with one ReplicaSet and podsPerRS Pods.
+type benchFleet struct {
+	deploys, rss []model.Object
+	pods         []model.Object
+}
+
+func newBenchFleet(deployments, podsPerRS int) *benchFleet {
+	f := &benchFleet{}
+	for d := range deployments {
+		dep := deploy
+		dep.Name, dep.UID = fmt.Sprintf("app-%d", d), fmt.Sprintf("5f0c3a1e-0000-4000-8000-%012d", d)
+		rs := rsA
+		rs.Name, rs.UID, rs.Owner = dep.Name+"-6d4b", fmt.Sprintf("7a1d2b3c-0000-4000-8000-%012d", d), ownerOf(dep)
+		f.deploys, f.rss = append(f.deploys, dep), append(f.rss, rs)
+		for p := range podsPerRS {
+			pod := podA1
+			pod.Name, pod.UID, pod.Owner = fmt.Sprintf("%s-%05d", rs.Name, p), fmt.Sprintf("9c8b7a6d-%04d-4000-8000-%012d", p, d), ownerOf(rs)
+			f.pods = append(f.pods, pod)
+		}
+	}
+	return f
+}
+
+// batchAt is one realistic audit/event batch: mostly spans about objects already seen (Pod
+// status updates, Events naming only the Pod), a fifth about objects new to the processor.
+func (f *benchFleet) batchAt(i, size int, at time.Time) ptrace.Traces {
+	acts := make([]activity, 0, size)
+	for j := range size {
+		n := i*size + j
+		id := fmt.Sprintf("audit-%d", n)
+		switch {
+		case j%5 == 0: // a Pod this run has not touched yet, with its owner (a create)
+			acts = append(acts, audit(f.pods[(n/5)%len(f.pods)], id, at))
+		case j%5 == 1: // an Event about a known Pod: no owner on the span, the relation knows it
+			acts = append(acts, event(withoutOwner(f.pods[j%len(f.pods)]), id, at))
+		case j%5 == 2:
+			acts = append(acts, audit(f.rss[j%len(f.rss)], id, at))
+		default:
+			acts = append(acts, audit(f.pods[j%len(f.pods)], id, at))
+		}
+	}
+	return batch(acts...)
+}
+
+func benchProcess(b *testing.B, cfg *Config, parallel int) {
+	const batchSize = 200
+	fleet := newBenchFleet(100, 50)
+	clk := newFakeClock(time.Now())
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), clk)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	at := model.WindowStart(clk.Now(), cfg.Window).Add(time.Minute)
+	// Warm up: the fleet's RS and Deployments are known, as in a running collector.
+	var warm []activity
+	for k, rs := range fleet.rss {
+		warm = append(warm, audit(fleet.deploys[k], fmt.Sprintf("warm-d-%d", k), at), audit(rs, fmt.Sprintf("warm-rs-%d", k), at))
+	}
+	if err := p.ConsumeTraces(context.Background(), batch(warm...)); err != nil {
+		b.Fatal(err)
+	}
+	var rtBefore int64
+	if p.redis != nil {
+		rtBefore = p.redis.roundTrips.Load()
+	}
+	// Batches are built before the clock starts: building pdata is the receiver's cost.
+	batches := make([]ptrace.Traces, b.N)
+	spans := 0
+	for i := range batches {
+		batches[i] = fleet.batchAt(i, batchSize, at)
+		spans += batches[i].SpanCount()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpuBefore := processCPU()
+	start := time.Now()
+	if parallel <= 1 {
+		for _, td := range batches {
+			if err := p.ConsumeTraces(context.Background(), td); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		// Several pipelines (or receivers) feed one processor at once, as in a collector.
+		work := make(chan ptrace.Traces, len(batches))
+		for _, td := range batches {
+			work <- td
+		}
+		close(work)
+		var wg sync.WaitGroup
+		for range parallel {
+			wg.Go(func() {
+				for td := range work {
+					if err := p.ConsumeTraces(context.Background(), td); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpuBefore
+	b.StopTimer()
+	b.ReportMetric(float64(spans)/elapsed.Seconds(), "spans/s")
+	// Per CPU-second of this process (GC and the Redis client included, the Redis server not):
+	// the per-core figure, much less sensitive to other load on a shared machine than wall time.
+	b.ReportMetric(float64(spans)/cpu.Seconds(), "spans/cpu-s")
+	if p.redis != nil {
+		b.ReportMetric(float64(p.redis.roundTrips.Load()-rtBefore)/float64(b.N), "roundtrips/batch")
+	}
+}
+
+func BenchmarkProcess(b *testing.B) {
+	redisCfg := func(b *testing.B) *Config {
+		requireRedis(b)
+		cfg := memoryConfig()
+		cfg.IDMap.Backend = BackendRedis
+		cfg.IDMap.Redis.Addresses = []string{redisAddr}
+		cfg.IDMap.Redis.KeyPrefix = fmt.Sprintf("kubetrail-bench:%d:", time.Now().UnixNano())
+		cleanupPrefix(b, redisAddr, cfg.IDMap.Redis.KeyPrefix)
+		return cfg
+	}
+	b.Run("memory", func(b *testing.B) { benchProcess(b, memoryConfig(), 1) })
+	b.Run("redis", func(b *testing.B) { benchProcess(b, redisCfg(b), 1) })
+	b.Run("redis-4-concurrent-batches", func(b *testing.B) { benchProcess(b, redisCfg(b), 4) })
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMemoryIDMapHolding1MObjectWindows measures the heap one live object-window costs:
+// one million Pods, each seen once in one window, through the processor (assignment, relation,
+// name index and the dedup mark of the span that introduced it). Run with -benchtime=1x.
+func BenchmarkMemoryIDMapHolding1MObjectWindows(b *testing.B) {
+	const objects = 1_000_000
+	for range b.N {
+		cfg := memoryConfig()
+		cfg.IDMap.Memory.MaxEntries = 10 * objects
+		cfg.IDMap.Memory.MaxBytes = 4 << 30
+		clk := newFakeClock(time.Now())
+		p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), clk)
+		if err != nil {
+			b.Fatal(err)
+		}
+		at := model.WindowStart(clk.Now(), cfg.Window).Add(time.Minute)
+		rs := rsA
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const per = 1000
+		for i := 0; i < objects; i += per {
+			acts := make([]activity, 0, per)
+			for j := range per {
+				pod := podA1
+				pod.Name, pod.UID, pod.Owner = fmt.Sprintf("web-6d4b-%07d", i+j), fmt.Sprintf("9c8b7a6d-0000-4000-8000-%012d", i+j), ownerOf(rs)
+				acts = append(acts, audit(pod, fmt.Sprintf("a-%d", i+j), at))
+			}
+			if err := p.ConsumeTraces(context.Background(), batch(acts...)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		mem := p.store.(*memoryStore)
+		entries := mem.len()
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/objects, "B/object-window")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(entries), "B/record")
+		b.ReportMetric(float64(entries)/objects, "records/object-window")
+		runtime.KeepAlive(p)
+		_ = p.Shutdown(context.Background())
+	}
+}
+
+// BenchmarkMemoryAssignmentsHolding1M measures what the memory backend keeps per live
+// object-window proper: one assignment record (key of a UID-keyed object and window, 32-byte
+// value). Run with -benchtime=1x.
+func BenchmarkMemoryAssignmentsHolding1M(b *testing.B) {
+	const records = 1_000_000
+	for range b.N {
+		clk := newFakeClock(time.Now())
+		m := newMemoryStore(MemoryConfig{MaxEntries: records, MaxBytes: 1 << 30}, clk.Now, nil)
+		w := model.WindowStart(clk.Now(), model.DefaultWindow)
+		value := assignment{TraceID: model.ObjectTraceID("x", w), SpanID: model.ObjectSpanID("x", w)}.encode()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ops := make([]Op, 1000)
+		for i := 0; i < records; i += len(ops) {
+			for j := range ops {
+				key := model.UIDKey("prod-eu-1", fmt.Sprintf("9c8b7a6d-0000-4000-8000-%012d", i+j))
+				ops[j] = Op{Kind: OpSetIfAbsent, Key: assignmentKey(key, w), Value: value, ExpireAt: w.Add(time.Hour)}
+			}
+			_ = m.Do(context.Background(), ops)
+		}
+		clear(ops)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if m.len() != records {
+			b.Fatalf("holding %d records, want %d", m.len(), records)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/records, "B/object-window")
+		runtime.KeepAlive(m)
+	}
+}
