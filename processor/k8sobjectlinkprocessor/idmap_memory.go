@@ -21,17 +21,17 @@ type memoryStore struct {
 	maxBytes   int64
 	onEvict    func(reason string)
 
-	mu      sync.Mutex
-	seed1   maphash.Seed
-	seed2   maphash.Seed
-	index   map[memKey]int32
-	chunks  []*[chunkSize]memEntry // fixed-size chunks: growing never copies or doubles the slab
-	used    int32                  // entries handed out so far (free ones are reused first)
-	free    int32 // head of the free list threaded through entries[].next, -1 when empty
-	head    int32 // most recently used, -1 when empty
-	tail    int32 // least recently used
-	bytes   int64
-	closed  bool
+	mu     sync.Mutex
+	seed1  maphash.Seed
+	seed2  maphash.Seed
+	index  map[memKey]int32
+	chunks []*[chunkSize]memEntry // fixed-size chunks: growing never copies or doubles the slab
+	used   int32                  // entries handed out so far (free ones are reused first)
+	free   int32                  // head of the free list threaded through entries[].next, -1 when empty
+	head   int32                  // most recently used, -1 when empty
+	tail   int32                  // least recently used
+	bytes  int64
+	closed bool
 }
 
 type memKey [16]byte
