@@ -93,7 +93,7 @@ type telemetry struct {
 	set    component.TelemetrySettings
 }
 
-func newTelemetry(t *testing.T) *telemetry {
+func newTelemetry(t testing.TB) *telemetry {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	set := componenttest.NewNopTelemetrySettings()

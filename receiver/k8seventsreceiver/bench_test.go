@@ -1,0 +1,107 @@
+package k8seventsreceiver
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
+)
+
+// benchEvents are realistic Events: a scheduler note, a UUID, managedFields as the apiserver
+// returns them.
+func benchEvents(n int) []*eventsv1.Event {
+	evs := make([]*eventsv1.Event, n)
+	for i := range evs {
+		uid := fmt.Sprintf("%08x-7f06-47c9-b26f-2a710af8cb81", i)
+		evs[i] = testEvent(uid, strconv.Itoa(1000+i), withNamespace(fmt.Sprintf("team-%d", i%10)), func(ev *eventsv1.Event) {
+			ev.Name = fmt.Sprintf("web-%d.18ea099874f8915f", i)
+			ev.Regarding.Name = fmt.Sprintf("web-%d", i)
+			ev.Regarding.UID = types.UID(fmt.Sprintf("%08x-0000-47c9-b26f-2a710af8cb81", i))
+		})
+	}
+	return evs
+}
+
+// BenchmarkEventToSpan measures one Event version through the tracker and the converter, in
+// batches of maxBatchItems like the pipeline.
+func BenchmarkEventToSpan(b *testing.B) {
+	evs := benchEvents(maxBatchItems)
+	tm := newTelemetry(b)
+	conv := &converter{cluster: "bench", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var spans int
+	for i := 0; i < b.N; {
+		tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+		builder := model.NewTracesBuilder(metadata.ScopeName, "bench")
+		for j := 0; j < len(evs) && i < b.N; j, i = j+1, i+1 {
+			ev, _ := strip(evs[j])
+			item, _ := tr.observe(ev, false)
+			for _, occ := range item.spans {
+				conv.appendSpan(builder, item.ev, occ)
+			}
+		}
+		spans += builder.SpanCount()
+	}
+	elapsed := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N)/elapsed, "events/s")
+	b.ReportMetric(float64(spans)/elapsed, "spans/s")
+}
+
+// BenchmarkLiveEventsMemory reports the heap the receiver holds for 100k live Events: the
+// tracker's state, which is all it keeps between versions. For comparison it also reports what
+// the same Events cost as stripped objects (what the watch-list buffer holds while the initial
+// stream arrives) and as full objects (what an unstripped informer store would hold).
+func BenchmarkLiveEventsMemory(b *testing.B) {
+	const n = 100_000
+	tm := newTelemetry(b)
+	for b.Loop() {
+		full := benchEvents(n)
+		fullBytes := heapAfter(func() any { return benchEvents(n) })
+		strippedBytes := heapAfter(func() any {
+			s := make([]*eventsv1.Event, n)
+			for i, ev := range full {
+				s[i], _ = strip(ev)
+			}
+			return s
+		})
+		trackerBytes := heapAfter(func() any {
+			tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+			for _, ev := range full {
+				s, _ := strip(ev)
+				// A decoded Event owns its strings; the tracker keeps the UID and the
+				// resourceVersion alive, so count them.
+				s.UID = types.UID(strings.Clone(string(s.UID)))
+				s.ResourceVersion = strings.Clone(s.ResourceVersion)
+				tr.observe(s, false)
+			}
+			return tr
+		})
+		b.ReportMetric(float64(trackerBytes)/n, "tracker-B/event")
+		b.ReportMetric(float64(trackerBytes)/(1<<20), "tracker-MiB/100k")
+		b.ReportMetric(float64(strippedBytes)/(1<<20), "stripped-MiB/100k")
+		b.ReportMetric(float64(fullBytes)/(1<<20), "full-MiB/100k")
+		runtime.KeepAlive(full)
+	}
+}
+
+// heapAfter returns how much live heap the value built by build retains.
+func heapAfter(build func() any) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return after.HeapAlloc - before.HeapAlloc
+}
