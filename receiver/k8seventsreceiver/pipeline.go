@@ -79,6 +79,10 @@ func (p *pipeline) run(ctx context.Context) {
 // when ctx ended first; the batch is then neither emitted nor checkpointed, so the next start
 // emits it.
 func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
+	// A shutdown must not cut a delivery in half: spans the consumer accepted while the
+	// receiver stopped still get their checkpoint, or the next start would emit them again.
+	// Only the wait between retries gives way to shutdown.
+	opCtx := context.WithoutCancel(ctx)
 	delay := p.backoff.InitialInterval
 	for {
 		b := model.NewTracesBuilder(metadata.ScopeName, p.version)
@@ -91,11 +95,11 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 		if n == 0 {
 			break
 		}
-		obsCtx := p.obs.StartTracesOp(ctx)
+		obsCtx := p.obs.StartTracesOp(opCtx)
 		err := p.next.ConsumeTraces(obsCtx, b.Traces())
 		p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
 		if err == nil {
-			p.tel.SpansEmitted.Add(ctx, int64(n))
+			p.tel.SpansEmitted.Add(opCtx, int64(n))
 			break
 		}
 		if consumererror.IsPermanent(err) {
@@ -121,7 +125,7 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 			entries = append(entries, item.entry)
 		}
 	}
-	if err := p.ckpt.commit(ctx, entries); err != nil {
+	if err := p.ckpt.commit(opCtx, entries); err != nil {
 		// The spans are out; a failed write only means a restart may emit them again with the
 		// same span IDs.
 		p.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorCheckpointWrite))
