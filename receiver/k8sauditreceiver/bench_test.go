@@ -1,0 +1,130 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// fixtureBodies returns the recorded webhook bodies of a scenario, in arrival order.
+func fixtureBodies(tb testing.TB, scenario string) [][]byte {
+	tb.Helper()
+	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
+	if err != nil || len(posts) == 0 {
+		tb.Fatalf("no webhook captures for %s", scenario)
+	}
+	slices.Sort(posts)
+	var out [][]byte
+	for _, p := range posts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	return out
+}
+
+// metadataBatch turns the deployment fixture into 400-event EventLists at Metadata level (no
+// bodies): the apiserver's default batch size and the level most clusters audit at.
+func metadataBatch(tb testing.TB) ([]byte, int) {
+	var items []map[string]any
+	for _, body := range fixtureBodies(tb, "deployment") {
+		var list struct {
+			Items []map[string]any `json:"items"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil {
+			tb.Fatal(err)
+		}
+		items = append(items, list.Items...)
+	}
+	const batch = 400
+	out := make([]map[string]any, 0, batch)
+	for i := 0; len(out) < batch; i++ {
+		src := items[i%len(items)]
+		ev := make(map[string]any, len(src))
+		for k, v := range src {
+			ev[k] = v
+		}
+		delete(ev, "requestObject")
+		delete(ev, "responseObject")
+		ev["level"] = "Metadata"
+		ev["auditID"] = fmt.Sprintf("%s-%d", src["auditID"], i)
+		out = append(out, ev)
+	}
+	data, err := json.Marshal(map[string]any{"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": out})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data, batch
+}
+
+func benchReceiver(b *testing.B) (*auditReceiver, http.Handler) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Cluster = "bench"
+	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r, (&webhook{r: r, maxBody: 64 << 20}).routes()
+}
+
+func post(b *testing.B, h http.Handler, body []byte) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/audit", bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		b.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+}
+
+// BenchmarkWebhook measures decode + convert + consume of real EventLists through the webhook
+// handler (no network): Metadata level, and the recorded RequestResponse deployment scenario
+// replayed into a fresh converter each time so that every update is really diffed.
+func BenchmarkWebhook(b *testing.B) {
+	b.Run("Metadata", func(b *testing.B) {
+		body, n := metadataBatch(b)
+		_, h := benchReceiver(b)
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			post(b, h, body)
+		}
+		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("RequestResponse", func(b *testing.B) {
+		bodies := fixtureBodies(b, "deployment")
+		events, size := 0, 0
+		for _, body := range bodies {
+			evs, err := decodeBody(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			events += len(evs)
+			size += len(body)
+		}
+		r, h := benchReceiver(b)
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			r.conv = newConverter(r.cfg, "bench", nil)
+			for _, body := range bodies {
+				post(b, h, body)
+			}
+		}
+		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
