@@ -135,8 +135,12 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 	w.maxBody = sc.MaxRequestBodySize
 	r.server = srv
 	r.addr = ln.Addr()
-	r.set.Logger.Info("Audit webhook listening", zap.Stringer("address", ln.Addr()),
-		zap.String("default_cluster", r.cfg.Cluster))
+	if r.cfg.Cluster == "" {
+		r.set.Logger.Info("Audit webhook listening; no cluster is configured, so only POST /audit/{cluster} is served",
+			zap.Stringer("address", ln.Addr()))
+	} else {
+		r.set.Logger.Info("Audit webhook listening", zap.Stringer("address", ln.Addr()), zap.String("default_cluster", r.cfg.Cluster))
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
