@@ -57,7 +57,11 @@
 // Collector.Stop let a test take a collector away mid-scenario: run the scenario script in a
 // goroutine with RunScenario, restart, then check the spans. Every extra collector exports to the
 // same Jaeger; give each a distinct name (its config and log go to testbed/.out/e2e/collector-<name>.*).
-// With several collectors running k8s_event_spans, each watches Events itself.
+// With several collectors running k8s_event_spans, each watches Events itself and exports
+// every Event: drop that receiver from extra collectors (cfg.Delete plus SetPipeline) unless the
+// test is about that. Two k8s_object_link processors without a shared Redis ID map each emit the
+// object spans they see. Both leave duplicate span IDs in Jaeger for later tests' windows, so
+// such tests go in files named after the ones they could disturb (zz_harness_test.go runs last).
 //
 // Env also has Kubeconfig, Kubectl and RunKubectl for direct cluster access, Components (what
 // the binary was built with: Components.Has("processors", "k8s_object_link")), Root and OutDir.

@@ -528,3 +528,5 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -27,9 +27,10 @@ type AuditRouter struct {
 	srv *http.Server
 	mu  sync.Mutex
 	// route picks the targets of POST number n (1-based).
-	route  Route
-	posts  int
-	client *http.Client
+	route     Route
+	posts     int
+	delivered map[string]int // target → bodies it accepted
+	client    *http.Client
 }
 
 // Route returns the base URLs (http://host:port) of the collectors that get POST number n.
@@ -51,7 +52,7 @@ func startAuditRouter() (*AuditRouter, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &AuditRouter{client: &http.Client{Timeout: 30 * time.Second}}
+	r := &AuditRouter{client: &http.Client{Timeout: 30 * time.Second}, delivered: map[string]int{}}
 	r.URL = fmt.Sprintf("http://%s/audit/%s", ln.Addr(), ClusterName)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /audit/{cluster}", r.handle)
@@ -75,6 +76,13 @@ func (r *AuditRouter) Posts() int {
 	return r.posts
 }
 
+// Delivered returns how many bodies target (a collector's AuditURL) has accepted.
+func (r *AuditRouter) Delivered(target string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.delivered[target]
+}
+
 func (r *AuditRouter) handle(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
@@ -95,6 +103,9 @@ func (r *AuditRouter) handle(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
+		r.mu.Lock()
+		r.delivered[target]++
+		r.mu.Unlock()
 	}
 	w.WriteHeader(http.StatusOK)
 }
