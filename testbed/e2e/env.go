@@ -480,6 +480,10 @@ func (e *Env) summary(total time.Duration, testsFailed bool) string {
 			fmt.Fprintf(&b, "by service: %s\n", formatCounts(spans.CountBy(func(s *Span) string { return s.Service })))
 		}
 	}
+	if e.Collector != nil {
+		warn, errs := logLevels(e.Collector.LogPath)
+		fmt.Fprintf(&b, "collector log: %d warn, %d error lines (%s)\n", warn, errs, e.Collector.LogPath)
+	}
 	checksMu.Lock()
 	defer checksMu.Unlock()
 	passed, failed := 0, 0
@@ -530,3 +534,25 @@ func truncate(s string, n int) string {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// logLevels counts warn and error lines of a collector log (zap's console encoding: the level is
+// the second tab-separated field).
+func logLevels(path string) (warn, errs int) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.SplitN(line, "\t", 3)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[1] {
+		case "warn":
+			warn++
+		case "error":
+			errs++
+		}
+	}
+	return warn, errs
+}
