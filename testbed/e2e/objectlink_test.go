@@ -1,0 +1,314 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Object-tree checks: they need the k8s_object_link processor. Each works on the objects the
+// run itself created (by UID), so reruns of a scenario in the same window by other tests do not
+// disturb them.
+
+func requireObjectLink(t *testing.T, env *Env) {
+	t.Helper()
+	requireAuditReceiver(t, env)
+	if !Check(t, "the collector has the k8s_object_link processor", env.Components.Has("processors", "k8s_object_link"),
+		"processors %v", env.Components["processors"]) {
+		t.FailNow()
+	}
+}
+
+func ofClusterName(ss Spans, cluster string) Spans {
+	return ss.Where(func(s *Span) bool { return s.Resource[model.AttrClusterName] == cluster })
+}
+
+// createdUIDs are the UIDs of kind namespace/name created (audit create, 2xx) within w.
+func createdUIDs(ss Spans, w Window, kind, namespace, name string) []string {
+	return ss.OfType(model.SpanTypeAudit).ForObject(kind, namespace, name).
+		WithAttr(model.AttrAuditVerb, "create").WithAttr(model.AttrHTTPStatusCode, "201").
+		Between(w.Start, w.End).Values(model.AttrObjectUID)
+}
+
+// objectTree indexes the object spans of one cluster: per UID, per window start.
+type objectTree struct {
+	byUID   map[string]map[time.Time]*Span
+	dupes   []string
+	spans   Spans
+	objects Spans
+}
+
+func newObjectTree(ss Spans) *objectTree {
+	ot := &objectTree{byUID: map[string]map[time.Time]*Span{}, spans: ss, objects: ss.OfType(model.SpanTypeObject)}
+	for _, o := range ot.objects {
+		uid := o.Attr(model.AttrObjectUID)
+		if ot.byUID[uid] == nil {
+			ot.byUID[uid] = map[time.Time]*Span{}
+		}
+		if prev, dup := ot.byUID[uid][o.Start]; dup {
+			ot.dupes = append(ot.dupes, fmt.Sprintf("%s@%s (%s, %s)", o.Name, o.Start.Format(time.TimeOnly), prev.SpanID, o.SpanID))
+		}
+		ot.byUID[uid][o.Start] = o
+	}
+	return ot
+}
+
+// childrenOf are the object spans with the given owner UID.
+func (ot *objectTree) childrenOf(ownerUID string) Spans {
+	return ot.objects.WithAttr(model.AttrOwnerUID, ownerUID)
+}
+
+// checkUnder checks that every object span of the child UIDs sits under its owner's object span of
+// the same window, in the same trace.
+func (ot *objectTree) checkUnder(t *testing.T, what string, children Spans) {
+	t.Helper()
+	var bad []string
+	for _, c := range children {
+		owner := ot.byUID[c.Attr(model.AttrOwnerUID)][c.Start]
+		if owner == nil || c.ParentSpanID != owner.SpanID || c.TraceID != owner.TraceID {
+			bad = append(bad, c.Name)
+		}
+	}
+	Check(t, what, len(children) > 0 && len(bad) == 0, "%d of %d not under their owner's span of the same window: %v", len(bad), len(children), bad)
+}
+
+// checkActivity checks that every audit and Event span about the given UIDs is a child of its
+// object's span of its window.
+func (ot *objectTree) checkActivity(t *testing.T, what string, uids map[string]bool) {
+	t.Helper()
+	n := 0
+	var bad []string
+	for _, s := range ot.spans {
+		if s.Type() == model.SpanTypeObject || !uids[s.Attr(model.AttrObjectUID)] {
+			continue
+		}
+		n++
+		var obj *Span
+		for w, o := range ot.byUID[s.Attr(model.AttrObjectUID)] {
+			if !s.Start.Before(w) && s.Start.Before(o.End) {
+				obj = o
+			}
+		}
+		if obj == nil || s.ParentSpanID != obj.SpanID || s.TraceID != obj.TraceID {
+			bad = append(bad, s.Name+" on "+s.Object())
+		}
+	}
+	Check(t, what, n > 0 && len(bad) == 0, "%d of %d activity spans not under their object's span: %v", len(bad), n, bad[:min(len(bad), 10)])
+}
+
+// checkDeploymentTree is the design's "done" picture for one Deployment demo (by UID): per
+// window one root, its object children exactly ReplicaSets (two over the run), each Pod under
+// its ReplicaSet, every activity span under its object, and one trace per window.
+func checkDeploymentTree(t *testing.T, prefix string, ss Spans, deployUID string) {
+	t.Helper()
+	ot := newObjectTree(ss)
+	Check(t, prefix+"exactly one object span per object per window", len(ot.dupes) == 0, "duplicated: %v", ot.dupes)
+	roots := ot.byUID[deployUID]
+	if !Check(t, prefix+"an object span for Deployment default/demo", len(roots) > 0, "none for UID %s among %d object spans", deployUID, len(ot.objects)) {
+		return
+	}
+	var notRoot, notRS []string
+	for _, d := range roots {
+		if d.ParentSpanID != "" {
+			notRoot = append(notRoot, d.Start.Format(time.TimeOnly))
+		}
+	}
+	Check(t, prefix+"Deployment default/demo is the root of its window's trace", len(notRoot) == 0, "has a parent in windows %v", notRoot)
+	rsSpans := ot.childrenOf(deployUID)
+	rsUIDs := map[string]bool{}
+	for _, rs := range rsSpans {
+		rsUIDs[rs.Attr(model.AttrObjectUID)] = true
+		if rs.Attr(model.AttrObjectKind) != "ReplicaSet" || !strings.HasPrefix(rs.Name, "ReplicaSet default/demo-") {
+			notRS = append(notRS, rs.Name)
+		}
+	}
+	Check(t, prefix+"the Deployment's children are exactly its two ReplicaSets", len(rsUIDs) == 2 && len(notRS) == 0,
+		"%d ReplicaSet UIDs, other children %v; children %v", len(rsUIDs), notRS, rsSpans.Names())
+	ot.checkUnder(t, prefix+"each ReplicaSet under the Deployment", rsSpans)
+	var pods Spans
+	for uid := range rsUIDs {
+		pods = append(pods, ot.childrenOf(uid)...)
+	}
+	podUIDs := map[string]bool{}
+	for _, p := range pods {
+		podUIDs[p.Attr(model.AttrObjectUID)] = true
+	}
+	Check(t, prefix+"the rollout's Pods are in the tree", len(podUIDs) >= 5, "%d Pods (create 2, scale to 4, new image: at least 5 over the run)", len(podUIDs))
+	ot.checkUnder(t, prefix+"each Pod under its ReplicaSet", pods)
+	all := map[string]bool{deployUID: true}
+	for uid := range rsUIDs {
+		all[uid] = true
+	}
+	for uid := range podUIDs {
+		all[uid] = true
+	}
+	ot.checkActivity(t, prefix+"every audit and Event span under its object's span", all)
+	traces := map[time.Time]map[string]bool{}
+	for uid := range all {
+		for w, o := range ot.byUID[uid] {
+			if traces[w] == nil {
+				traces[w] = map[string]bool{}
+			}
+			traces[w][o.TraceID] = true
+		}
+	}
+	var split []string
+	for w, ids := range traces {
+		if len(ids) != 1 {
+			split = append(split, fmt.Sprintf("%s: %d traces", w.Format(time.TimeOnly), len(ids)))
+		}
+	}
+	Check(t, prefix+"one trace per window for the whole tree", len(split) == 0, "%v", split)
+}
+
+func TestObjectLinkDeploymentTree(t *testing.T) {
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	run := env.Run(t, "deployment")
+	spans := ofClusterName(env.Spans(t, run), ClusterName)
+	uids := createdUIDs(spans, run.Window(), "Deployment", "default", "demo")
+	if !Check(t, "the run created one Deployment default/demo", len(uids) == 1, "created UIDs %v", uids) {
+		return
+	}
+	checkDeploymentTree(t, "", spans, uids[0])
+}
+
+func TestObjectLinkRecreateIsTwoObjects(t *testing.T) {
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	run := env.Run(t, "recreate")
+	spans := ofClusterName(env.Spans(t, run), ClusterName)
+	ot := newObjectTree(spans)
+	Check(t, "recreate: exactly one object span per object per window", len(ot.dupes) == 0, "duplicated: %v", ot.dupes)
+	for _, kind := range []string{"Pod", "Service"} {
+		uids := createdUIDs(spans, run.Window(), kind, "default", "phoenix")
+		var withSpan int
+		uidSet := map[string]bool{}
+		for _, uid := range uids {
+			uidSet[uid] = true
+			if len(ot.byUID[uid]) > 0 {
+				withSpan++
+			}
+		}
+		Check(t, "recreate: "+kind+" phoenix is two objects with two object spans", len(uids) == 2 && withSpan == 2,
+			"created UIDs %v, %d with an object span", uids, withSpan)
+		ot.checkActivity(t, "recreate: each "+kind+" incarnation's spans under its own object span", uidSet)
+	}
+}
+
+func TestObjectLinkJobTree(t *testing.T) {
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	run := env.Run(t, "job")
+	spans := ofClusterName(env.Spans(t, run), ClusterName)
+	ot := newObjectTree(spans)
+	Check(t, "job: exactly one object span per object per window", len(ot.dupes) == 0, "duplicated: %v", ot.dupes)
+	cj := createdUIDs(spans, run.Window(), "CronJob", "default", "nightly")
+	if !Check(t, "job: the run created CronJob nightly", len(cj) == 1, "%v", cj) {
+		return
+	}
+	for _, c := range ot.byUID[cj[0]] {
+		Check(t, "job: CronJob nightly is a root", c.ParentSpanID == "", "parent %s", c.ParentSpanID)
+	}
+	jobs := ot.childrenOf(cj[0])
+	Check(t, "job: the CronJob's child is Job nightly-manual", len(jobs) > 0 && len(jobs.Values(model.AttrObjectUID)) == 1 &&
+		jobs[0].Name == "Job default/nightly-manual", "children %v", jobs.Names())
+	ot.checkUnder(t, "job: the Job under the CronJob", jobs)
+	var pods Spans
+	uids := map[string]bool{cj[0]: true}
+	for _, uid := range jobs.Values(model.AttrObjectUID) {
+		uids[uid] = true
+		pods = append(pods, ot.childrenOf(uid)...)
+	}
+	for _, uid := range pods.Values(model.AttrObjectUID) {
+		uids[uid] = true
+	}
+	Check(t, "job: the Job's two Pods are its children", len(pods.Values(model.AttrObjectUID)) == 2, "pods %v", pods.Names())
+	ot.checkUnder(t, "job: each Pod under the Job", pods)
+	ot.checkActivity(t, "job: every audit and Event span under its object's span", uids)
+}
+
+// clusterProxy forwards audit webhook bodies to a collector under its own cluster path, so a
+// test's collectors tag their spans with a cluster name of their own and the main collector's
+// spans (its Event watch keeps running) never mix into the test's checks.
+func clusterProxy(t *testing.T, target, cluster string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := client.Post(target+"/audit/"+cluster, r.Header.Get("Content-Type"), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestObjectLinkTwoReplicasShareRedis splits the audit stream between two collectors (round
+// robin, as behind a load balancer) that share the Redis ID map: the tree must come out as if
+// one collector had seen everything — identical trace IDs across replicas and exactly one object
+// span per object per window.
+func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	cluster := fmt.Sprintf("e2e-objectlink-%d", time.Now().Unix())
+	replica := func(name string) *Collector {
+		cfg := env.CollectorConfig()
+		cfg.Delete("receivers.k8s_event_spans")
+		cfg.SetPipeline("receivers", "k8s_audit")
+		cfg.Set("processors.k8s_object_link.id_map.backend", "redis")
+		cfg.Set("processors.k8s_object_link.id_map.redis.addresses", []any{"127.0.0.1:6379"})
+		cfg.Set("processors.k8s_object_link.id_map.redis.key_prefix", cluster+":")
+		return env.StartExtraCollector(t, name, cfg)
+	}
+	a, b := replica("objectlink-a"), replica("objectlink-b")
+	pa, pb := clusterProxy(t, a.AuditURL, cluster), clusterProxy(t, b.AuditURL, cluster)
+	env.Router.SetRoute(RoundRobin(pa, pb))
+	t.Cleanup(env.RestoreRoute)
+
+	run, err := env.RunScenario("deployment")
+	if err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	env.RestoreRoute()
+	Check(t, "replicas: both collectors received part of the audit stream",
+		env.Router.Delivered(pa) > 0 && env.Router.Delivered(pb) > 0,
+		"delivered a=%d b=%d", env.Router.Delivered(pa), env.Router.Delivered(pb))
+	spans := ofClusterName(env.Spans(t, run), cluster)
+	uids := createdUIDs(spans, run.Window(), "Deployment", "default", "demo")
+	if !Check(t, "replicas: the run created one Deployment default/demo", len(uids) == 1, "created UIDs %v among %d spans", uids, len(spans)) {
+		return
+	}
+	checkDeploymentTree(t, "replicas: ", spans, uids[0])
+	ids := spans.DuplicateIDs()
+	sort.Strings(ids)
+	Check(t, "replicas: no span exported twice", len(ids) == 0, "%d duplicated span IDs", len(ids))
+}
