@@ -16,9 +16,10 @@ import (
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
-// retryAfterSeconds is what a refused batch asks the apiserver to wait. The webhook batch
-// backend retries only answers that suggest a delay (429 or 5xx with Retry-After); one second
-// lets a memory limiter recover without holding the apiserver's buffer for long.
+// retryAfterSeconds is what a refused batch asks its sender to wait. The apiserver's audit
+// webhook backend retries every failure on its own backoff (5 attempts from
+// --audit-webhook-initial-backoff); other senders learn from Retry-After that the refusal is
+// temporary. One second lets a memory limiter recover.
 const retryAfterSeconds = 1
 
 // webhook serves the audit webhook: POST /audit and POST /audit/{cluster}.
