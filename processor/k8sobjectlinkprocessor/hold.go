@@ -14,9 +14,9 @@ import (
 
 // holdSpans moves the spans at the given items out of td into the held list. Past
 // max_held_spans a span is not held but released at once as a root would be, counted.
-func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) int {
+func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (int, ptrace.Traces) {
 	if len(idx) == 0 {
-		return 0
+		return 0, ptrace.Traces{}
 	}
 	want := make(map[int]time.Time, len(idx))
 	for _, i := range idx {
@@ -62,10 +62,11 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 		// the processor growing without bound.
 		n := overflow.SpanCount()
 		p.tel.SpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(metadata.AttrReason, "hold_full")))
-		p.process(ctx, overflow, p.clock.Now(), func(int) (time.Time, bool) { return time.Time{}, true }, false)
+		res := p.process(ctx, overflow, p.clock.Now(), func(int) (time.Time, bool) { return time.Time{}, true }, false)
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+		return held, res.objects
 	}
-	return held
+	return held, ptrace.Traces{}
 }
 
 // releaseLoop re-examines held spans on every tick of the injected clock. The ticker is made in
@@ -112,10 +113,11 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 			timedOut++
 		}
 	}
-	_, reheld := p.process(ctx, td, now, func(pos int) (time.Time, bool) {
+	res := p.process(ctx, td, now, func(pos int) (time.Time, bool) {
 		d := deadlines[pos]
 		return d, all || !now.Before(d)
 	}, false)
+	reheld := res.held
 	reason := "timeout"
 	if all {
 		reason, timedOut = "shutdown", len(deadlines)
@@ -126,5 +128,5 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	if found := len(deadlines) - timedOut - reheld; found > 0 {
 		p.tel.SpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(metadata.AttrReason, "owner_found")))
 	}
-	return p.send(ctx, td, nil)
+	return p.send(ctx, td, res)
 }

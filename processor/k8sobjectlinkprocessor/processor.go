@@ -173,15 +173,15 @@ func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 	p.tel.SpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
-	marks, _ := p.process(ctx, td, now, func(int) (time.Time, bool) {
+	res := p.process(ctx, td, now, func(int) (time.Time, bool) {
 		return now.Add(p.cfg.OwnerWait), p.cfg.OwnerWait <= 0
 	}, true)
-	return p.send(ctx, td, marks)
+	return p.send(ctx, td, res)
 }
 
 // send passes td on, with any object spans still owed from a refused batch, and undoes the
 // batch's duplicate marks if the next consumer refuses it.
-func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, marks []Op) error {
+func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res processResult) error {
 	p.heldMu.Lock()
 	owed := p.owed
 	p.owed = ptrace.NewTraces()
@@ -193,30 +193,35 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, marks 
 	if td.SpanCount() == 0 {
 		return nil
 	}
-	// The next consumer may keep td (MutatesData), so remember what to re-send first.
-	var objectSpans ptrace.Traces
-	objectSpans, hasObjects := copyObjectSpans(td)
 	n := td.SpanCount()
 	err := p.next.ConsumeTraces(ctx, td)
 	if err == nil {
 		p.tel.SpansOut.Add(ctx, int64(n))
 		return nil
 	}
-	if len(marks) > 0 {
-		undo := make([]Op, len(marks))
-		for i, m := range marks {
+	if len(res.marks) > 0 {
+		undo := make([]Op, len(res.marks))
+		for i, m := range res.marks {
 			undo[i] = Op{Kind: OpDelete, Key: m.Key}
 		}
 		if store := p.store; store != nil {
 			_ = store.Do(context.WithoutCancel(ctx), undo)
 		}
 	}
-	if hasObjects {
+	// Object spans owed from before are owed still, with this batch's.
+	objectSpans := ptrace.NewTraces()
+	if owedCount > 0 {
+		owedBack := copyObjectSpans(td)
+		owedBack.ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
+	} else if res.objects != (ptrace.Traces{}) {
+		res.objects.ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
+	}
+	if count := objectSpans.SpanCount(); count > 0 {
 		p.heldMu.Lock()
-		if p.owed.SpanCount()+objectSpans.SpanCount() <= maxOwedSpans {
+		if p.owed.SpanCount()+count <= maxOwedSpans {
 			objectSpans.ResourceSpans().MoveAndAppendTo(p.owed.ResourceSpans())
 		} else {
-			p.tel.SpansDropped.Add(ctx, int64(objectSpans.SpanCount()), metric.WithAttributes(attribute.String(metadata.AttrReason, "owed_full")))
+			p.tel.SpansDropped.Add(ctx, int64(count), metric.WithAttributes(attribute.String(metadata.AttrReason, "owed_full")))
 		}
 		p.heldMu.Unlock()
 	}
@@ -224,16 +229,14 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, marks 
 }
 
 // copyObjectSpans copies the object spans of td.
-func copyObjectSpans(td ptrace.Traces) (ptrace.Traces, bool) {
+func copyObjectSpans(td ptrace.Traces) ptrace.Traces {
 	out := ptrace.NewTraces()
-	found := false
 	for _, rs := range td.ResourceSpans().All() {
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, s := range ss.Spans().All() {
 				if v, ok := s.Attributes().Get(model.AttrSpanType); !ok || v.Str() != model.SpanTypeObject {
 					continue
 				}
-				found = true
 				ors := out.ResourceSpans().AppendEmpty()
 				rs.Resource().CopyTo(ors.Resource())
 				oss := ors.ScopeSpans().AppendEmpty()
@@ -242,7 +245,16 @@ func copyObjectSpans(td ptrace.Traces) (ptrace.Traces, bool) {
 			}
 		}
 	}
-	return out, found
+	return out
+}
+
+// processResult is what process leaves for send: the duplicate marks it set (undone if the
+// batch is refused), how many spans it held, and a copy of the object spans it emitted (kept
+// and re-sent if the batch is refused; the next consumer may keep td itself).
+type processResult struct {
+	marks   []Op
+	held    int
+	objects ptrace.Traces
 }
 
 // process rewrites td in place: activity spans move into their root ancestor's window trace
@@ -251,7 +263,7 @@ func copyObjectSpans(td ptrace.Traces) (ptrace.Traces, bool) {
 // returns the duplicate marks it set (to undo if the batch is refused).
 func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
 	hold func(pos int) (time.Time, bool), dedup bool,
-) (marks []Op, held int) {
+) (res processResult) {
 	r := newResolver(ctx, p, now)
 	var items []item
 	pos := 0
@@ -291,7 +303,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		}
 	}
 	if len(items) == 0 {
-		return nil, 0
+		return res
 	}
 
 	// Round one carries the batch's unconditional writes: duplicate marks, the name index and
@@ -332,7 +344,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			if op.Found {
 				items[idx].dup = true
 			} else {
-				marks = append(marks, *op)
+				res.marks = append(res.marks, *op)
 			}
 		})
 	}
@@ -384,7 +396,8 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	if duplicates > 0 {
 		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
 	}
-	held = p.holdSpans(ctx, td, items, toHold, dedup)
+	var overflowObjects ptrace.Traces
+	res.held, overflowObjects = p.holdSpans(ctx, td, items, toHold, dedup)
 	if removed := countTrue(remove); removed > 0 {
 		removeSpans(td, remove)
 	}
@@ -398,11 +411,18 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			emitted++
 		}
 	}
+	if emitted > 0 || overflowObjects != (ptrace.Traces{}) {
+		res.objects = ptrace.NewTraces()
+		b.Traces().CopyTo(res.objects)
+		if overflowObjects != (ptrace.Traces{}) {
+			overflowObjects.ResourceSpans().MoveAndAppendTo(res.objects.ResourceSpans())
+		}
+	}
 	if emitted > 0 {
 		p.tel.ObjectSpans.Add(ctx, int64(emitted))
 		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
-	return marks, held
+	return res
 }
 
 func countTrue(b []bool) int {
