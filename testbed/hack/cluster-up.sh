@@ -59,6 +59,10 @@ if [[ -d $STATE/pids ]]; then
     fi
   done
 fi
+# The state directory is wiped: only when it is one of ours (or empty).
+if [[ -d $STATE && ! -d $STATE/pids && -n $(ls -A "$STATE") ]]; then
+  die "$STATE exists and is not a testbed state directory (no pids/); refusing to wipe it"
+fi
 rm -rf "$STATE"
 mkdir -p "$STATE"/{pki,pids,logs,etcd,kwok}
 chmod 700 "$STATE"
