@@ -51,6 +51,8 @@ type Env struct {
 	extra     []*Collector
 	timings   []timing
 	setupDone time.Time
+
+	teardownOnce sync.Once
 }
 
 type timing struct {
@@ -388,7 +390,11 @@ func (e *Env) RunKubectl(args ...string) (string, error) {
 	return string(out), err
 }
 
-func (e *Env) teardown() {
+// teardown stops everything the harness started; the first call does the work (TestMain and the
+// signal handler may both call it).
+func (e *Env) teardown() { e.teardownOnce.Do(e.stopAll) }
+
+func (e *Env) stopAll() {
 	e.mu.Lock()
 	extra := e.extra
 	e.mu.Unlock()
