@@ -315,3 +315,38 @@ func TestStartFailsOnAMissingStorageExtension(t *testing.T) {
 	}
 	_ = r.Shutdown(context.Background())
 }
+
+func TestConcurrentBatchesAreAllAccepted(t *testing.T) {
+	env := startWebhook(t, func(cfg *Config) { cfg.ServerConfig.MaxRequestBodySize = 0 })
+	bodies := fixtureBodies(t, "deployment")
+	single, _ := replayScenario(t, "deployment", nil)
+	const senders = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for i := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, body := range bodies {
+				resp, err := http.Post(fmt.Sprintf("%s/audit/cluster-%d", env.url, i), "application/json", bytes.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("sender %d: status %d", i, resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got, want := env.next.spans(), senders*single.SpanCount(); got != want {
+		t.Fatalf("spans = %d, want %d", got, want)
+	}
+}
