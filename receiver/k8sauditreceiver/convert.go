@@ -349,11 +349,16 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 			c.cache.remove(old)
 		}
 	}
-	if ev.Verb == "delete" && resp == nil {
-		// The object is gone: keep nothing, but hand its last body to the snapshot.
+	if ev.Verb == "delete" && ref.Subresource == "" && (resp == nil || !stillExists(resp)) {
+		// The object is gone: drop its body (the snapshot gets it when the response had none)
+		// but keep its UID and writes as a tombstone, so late requests on the name (a kubelet
+		// retrying the delete, a 404) still join its trace; a create starts the name afresh.
 		if old := c.cache.get(key); old != nil && (obj.UID == "" || old.uid == "" || old.uid == obj.UID) {
-			deletedBody = string(old.body)
-			c.cache.remove(old)
+			if resp == nil && old.body != nil {
+				deletedBody = string(old.body)
+			}
+			old.body, old.rv, old.lastDiff = nil, "", nil
+			old.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
 		}
 		return deletedBody
 	}
@@ -457,4 +462,19 @@ func patchPrecondition(raw []byte) string {
 		return ""
 	}
 	return p.Metadata.ResourceVersion
+}
+
+// stillExists reports whether a deletion's response describes an object that is still there:
+// a graceful deletion (deletionGracePeriodSeconds > 0, a Pod's first delete) or one held by
+// finalizers (foreground deletion, PVC protection). Otherwise the body is the object's last state.
+func stillExists(t tree) bool {
+	md := child(t, "metadata")
+	if f, _ := md["finalizers"].([]any); len(f) > 0 {
+		return true
+	}
+	if g, ok := md["deletionGracePeriodSeconds"].(json.Number); ok {
+		n, err := g.Int64()
+		return err == nil && n > 0
+	}
+	return false
 }

@@ -418,3 +418,35 @@ func TestConflictLinksToTheWinningWrite(t *testing.T) {
 		}
 	})
 }
+
+func TestDeletedObjects(t *testing.T) {
+	c := testConverter()
+	podRef := objectReference{Resource: "pods", Namespace: "default", Name: "phoenix", APIVersion: "v1"}
+	pod := func(uid, rv string, extra string) string {
+		return fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"phoenix","namespace":"default","uid":%q,"resourceVersion":%q%s}}`, uid, rv, extra)
+	}
+	_, _ = convertOne(t, c, event("c1", "create", "alice", podRef, 201, withResponse(pod("u1", "1", ""))))
+	graceful := onlySpan(t, must(convertOne(t, c, event("d1", "delete", "alice", podRef, 200, withResponse(pod("u1", "2", `,"deletionGracePeriodSeconds":30`))))))
+	if _, ok := spanEvent(graceful, model.EventObjectSnapshot); !ok {
+		t.Fatal("a delete carries a snapshot")
+	}
+	if e := c.cache.entries[podRef.key("c1")]; e == nil || e.body == nil {
+		t.Fatal("a graceful deletion leaves the object, and its body, in place")
+	}
+	_, _ = convertOne(t, c, event("d2", "delete", "kubelet", podRef, 200, withResponse(pod("u1", "3", `,"deletionGracePeriodSeconds":0`))))
+	if e := c.cache.entries[podRef.key("c1")]; e == nil || e.body != nil || e.uid != "u1" {
+		t.Fatal("a final deletion drops the body and keeps a tombstone with the UID")
+	}
+	late := onlySpan(t, must(convertOne(t, c, event("d3", "delete", "kubelet", podRef, 404, withStatus(status{Code: 404, Reason: "NotFound"})))))
+	if attrStr(late.Attributes(), model.AttrObjectUID) != "u1" {
+		t.Fatal("a late request on the name joins the deleted object's trace")
+	}
+	again := onlySpan(t, must(convertOne(t, c, event("c2", "create", "alice", podRef, 201, withResponse(pod("u2", "5", ""))))))
+	if attrStr(again.Attributes(), model.AttrObjectUID) != "u2" || again.TraceID() == late.TraceID() {
+		t.Fatal("a recreated name is a new object in a new trace")
+	}
+}
+
+func (r objectReference) key(cluster string) string {
+	return model.Object{Cluster: cluster, Group: r.APIGroup, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}.NameKey()
+}
