@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -271,4 +272,92 @@ func TestAllSpansUnique(t *testing.T) {
 		ex = append(ex, fmt.Sprint(byID[id]))
 	}
 	Check(t, "no duplicate span IDs across scenarios", len(dups) == 0, "%d duplicated span IDs, e.g. %v", len(dups), ex)
+}
+
+// TestEveryAuditedWriteIsOneSpan compares Jaeger with the apiserver's own audit log file, which
+// the apiserver writes synchronously: every write it logged while the scenarios ran must be
+// exactly one audit span (nothing lost between webhook, collector and backend, nothing doubled).
+func TestEveryAuditedWriteIsOneSpan(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	var start, end time.Time
+	for _, name := range scenarioList() {
+		r := env.Runs[name]
+		if r == nil {
+			continue
+		}
+		if start.IsZero() || r.Start.Before(start) {
+			start = r.Start
+		}
+		if r.End.After(end) {
+			end = r.End
+		}
+	}
+	if start.IsZero() {
+		t.Fatal("no scenario ran")
+	}
+	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), start, end)
+	spans := env.SpansIn(t, Window{Start: start.Add(-time.Second), End: end.Add(2 * time.Second)}).OfType(model.SpanTypeAudit)
+	perID := spans.CountBy(func(s *Span) string { return s.Attr(model.AttrAuditID) })
+	var missing, doubled []string
+	for id, what := range logged {
+		switch n := perID[id]; {
+		case n == 0:
+			missing = append(missing, what)
+		case n > 1:
+			doubled = append(doubled, fmt.Sprintf("%s ×%d", what, n))
+		}
+	}
+	Check(t, "the audit log has the scenarios' writes", len(logged) > 100, "%d writes logged between %s and %s", len(logged), start, end)
+	Check(t, "every logged write reached Jaeger", len(missing) == 0, "%d of %d missing, e.g. %v", len(missing), len(logged), missing[:min(5, len(missing))])
+	Check(t, "no logged write reached Jaeger twice", len(doubled) == 0, "%d doubled, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
+	t.Logf("%d audited writes logged, %d audit spans in Jaeger for the window", len(logged), len(spans))
+}
+
+// loggedWrites returns the audit IDs (with a description) of the final-stage events of the audit
+// log file received in [start, end], minus what the receiver excludes by default.
+func loggedWrites(t *testing.T, path string, start, end time.Time) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	excluded := map[string]bool{"coordination.k8s.io/leases": true, "/events": true, "events.k8s.io/events": true}
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for sc.Scan() {
+		var ev struct {
+			AuditID   string    `json:"auditID"`
+			Stage     string    `json:"stage"`
+			Verb      string    `json:"verb"`
+			Received  time.Time `json:"requestReceivedTimestamp"`
+			User      struct{ Username string }
+			ObjectRef *struct {
+				APIGroup, Resource, Subresource, Namespace, Name string
+			} `json:"objectRef"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if ev.Stage != "ResponseComplete" && ev.Stage != "Panic" {
+			continue
+		}
+		if ev.Received.Before(start) || ev.Received.After(end) || ev.ObjectRef == nil {
+			continue
+		}
+		switch ev.Verb {
+		case "get", "list", "watch":
+			continue
+		}
+		if excluded[ev.ObjectRef.APIGroup+"/"+ev.ObjectRef.Resource] {
+			continue
+		}
+		out[ev.AuditID] = fmt.Sprintf("%s %s %s/%s %s/%s", ev.User.Username, ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Subresource, ev.ObjectRef.Namespace, ev.ObjectRef.Name)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
