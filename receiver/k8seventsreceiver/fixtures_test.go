@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,7 +119,7 @@ var compareOpts = []ptracetest.CompareTracesOption{
 }
 
 func TestRecordedFixtures(t *testing.T) {
-	for _, scenario := range []string{"deployment", "unschedulable", "conflict"} {
+	for _, scenario := range []string{"deployment", "unschedulable", "conflict", "recreate", "secret", "job"} {
 		t.Run(scenario, func(t *testing.T) {
 			lines := readFixture(t, scenario)
 			got := replay(t, lines)
@@ -285,5 +286,41 @@ func TestUnschedulableFixtureFailsThenSchedules(t *testing.T) {
 	}
 	if !scheduled[0].StartTimestamp().AsTime().After(failed[len(failed)-1].StartTimestamp().AsTime()) {
 		t.Error("the Pod was scheduled before its last FailedScheduling")
+	}
+}
+
+func TestRecreateFixtureKeepsIncarnationsApart(t *testing.T) {
+	td := replay(t, readFixture(t, "recreate"))
+	spans, objs := spansOf(td, "Scheduled")
+	traces := map[pcommon.TraceID]string{}
+	for i, s := range spans {
+		if objs[i].Name != "phoenix" {
+			continue
+		}
+		traces[s.TraceID()] = objs[i].UID
+	}
+	uids := map[string]bool{}
+	for _, uid := range traces {
+		uids[uid] = true
+	}
+	if len(traces) != 2 || len(uids) != 2 {
+		t.Fatalf("Pod phoenix, deleted and created again, gave %d traces for %d UIDs; want two of each", len(traces), len(uids))
+	}
+}
+
+func TestJobFixtureCountsEveryRepeat(t *testing.T) {
+	td := replay(t, readFixture(t, "job"))
+	spans, objs := spansOf(td, "UnexpectedJob")
+	var counts []int64
+	for i, s := range spans {
+		if objs[i].Kind != "CronJob" || objs[i].Resource != "cronjobs" || objs[i].Group != "batch" {
+			t.Errorf("UnexpectedJob span on %+v, want the CronJob", objs[i])
+		}
+		c, _ := s.Attributes().Get(model.AttrEventCount)
+		counts = append(counts, c.Int())
+	}
+	slices.Sort(counts)
+	if !slices.Equal(counts, []int64{1, 2, 3}) {
+		t.Fatalf("UnexpectedJob occurrences %v, want one span each for counts 1, 2 and 3", counts)
 	}
 }
