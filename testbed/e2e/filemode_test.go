@@ -1,0 +1,123 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// TestAuditLogFileModeMatchesTheWebhook runs a second collector whose k8s_audit receiver tails the
+// apiserver's audit log file (from the beginning) and exports to a file instead of Jaeger, so
+// Jaeger holds each span once. The file mode must yield one audit span per logged write, with
+// the same span IDs the webhook path gave Jaeger: span IDs derive from audit IDs, whichever way
+// the event arrived.
+func TestAuditLogFileModeMatchesTheWebhook(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	if !Check(t, "the collector has the file exporter", env.Components.Has("exporters", "file"), "exporters %v", env.Components["exporters"]) {
+		t.FailNow()
+	}
+	var start, end time.Time
+	for _, name := range scenarioList() {
+		if r := env.Runs[name]; r != nil {
+			if start.IsZero() || r.Start.Before(start) {
+				start = r.Start
+			}
+			if r.End.After(end) {
+				end = r.End
+			}
+		}
+	}
+	if start.IsZero() {
+		t.Fatal("no scenario ran")
+	}
+	auditLog := filepath.Join(env.StateDir, "audit.log")
+	logged := loggedWrites(t, auditLog, start, end)
+
+	out := filepath.Join(env.OutDir, "filemode-spans.jsonl")
+	_ = os.Remove(out)
+	cfg := Config{}
+	cfg.Set("receivers.k8s_audit.cluster", ClusterName)
+	cfg.Set("receivers.k8s_audit.files", []any{auditLog})
+	cfg.Set("receivers.k8s_audit.start_at", "beginning")
+	cfg.Set("exporters.file.path", out)
+	cfg.Set("exporters.file.flush_interval", "100ms")
+	cfg.SetPipeline("receivers", "k8s_audit")
+	cfg.SetPipeline("exporters", "file")
+	cfg.Set("service.telemetry.metrics.level", "none")
+	c := env.StartExtraCollector(t, "filemode", cfg)
+
+	// The file holds thousands of start-up events; poll until every logged write is there.
+	var got map[string][]string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got = auditSpanIDsIn(t, out)
+		missing := 0
+		for id := range logged {
+			if len(got[id]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if !c.Running() {
+		t.Fatalf("the file-mode collector exited:\n%s", c.LogTail(20))
+	}
+
+	webhook := env.SpansIn(t, Window{Start: start.Add(-time.Second), End: end.Add(2 * time.Second)}).OfType(model.SpanTypeAudit)
+	viaWebhook := map[string]string{}
+	for _, s := range webhook {
+		viaWebhook[s.Attr(model.AttrAuditID)] = s.SpanID
+	}
+	var missing, doubled, differ []string
+	for id, what := range logged {
+		switch ids := got[id]; {
+		case len(ids) == 0:
+			missing = append(missing, what)
+		case len(ids) > 1:
+			doubled = append(doubled, what)
+		case viaWebhook[id] != "" && viaWebhook[id] != ids[0]:
+			differ = append(differ, what)
+		}
+	}
+	Check(t, "file mode: every logged write is a span", len(missing) == 0, "%d of %d missing, e.g. %v", len(missing), len(logged), missing[:min(5, len(missing))])
+	Check(t, "file mode: no write twice", len(doubled) == 0, "%d doubled, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
+	Check(t, "file mode and webhook give the same span IDs", len(differ) == 0, "%d differ, e.g. %v", len(differ), differ[:min(5, len(differ))])
+}
+
+// auditSpanIDsIn reads the file exporter's output (one OTLP JSON document per line) and returns
+// the span IDs of each audit ID.
+func auditSpanIDsIn(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
+	var um ptrace.JSONUnmarshaler
+	for sc.Scan() {
+		td, err := um.UnmarshalTraces(sc.Bytes())
+		if err != nil {
+			continue // a line still being written
+		}
+		for _, s := range SpansFromTraces(td).OfType(model.SpanTypeAudit) {
+			id := s.Attr(model.AttrAuditID)
+			out[id] = append(out[id], s.SpanID)
+		}
+	}
+	return out
+}
