@@ -58,6 +58,8 @@ type tailer struct {
 	offset  int64  // file offset of the first byte not yet accepted
 	pending []byte // bytes read after offset: complete lines not yet flushed and a partial line
 	skip    bool   // discarding an over-long line up to its newline
+	head    string // fingerprint of the file's first headLen bytes, which appends never change
+	headLen int64
 }
 
 func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
@@ -108,28 +110,22 @@ func (t *tailer) poll(ctx context.Context) {
 	if t.f == nil && !t.open(ctx) {
 		return
 	}
+	// Truncation is checked before reading: at the old offset of a rewritten file the reader
+	// would start in the middle of new content.
+	if t.truncated() && !t.rewind(ctx) {
+		return
+	}
 	if !t.readAll(ctx) {
 		return
 	}
 	cur, err := os.Stat(t.path)
 	switch {
 	case err == nil && os.SameFile(cur, t.info):
-		if cur.Size() < t.offset {
-			// Truncated in place (copytruncate): what is there now is new.
-			t.logger.Info("Audit log truncated, reading from the start", zap.Int64("old_offset", t.offset), zap.Int64("size", cur.Size()))
-			t.offset, t.pending, t.skip = 0, t.pending[:0], false
-			if _, err := t.f.Seek(0, io.SeekStart); err != nil {
-				t.logger.Warn("Seeking to the start after truncation failed", zap.Error(err))
-				t.close()
-				return
-			}
-			t.save(ctx)
-			t.readAll(ctx)
-		}
 		t.info = cur
 	case err == nil || errors.Is(err, fs.ErrNotExist):
-		// Renamed away (and maybe already replaced): the old file is complete, so its last
-		// partial line, if any, is all there will ever be of it.
+		// Renamed away (and maybe already replaced): the old file is complete once read to
+		// its end again (the writer may have appended between the read and the rename), so
+		// its last partial line, if any, is all there will ever be of it.
 		if !t.readAll(ctx) {
 			return
 		}
@@ -142,13 +138,36 @@ func (t *tailer) poll(ctx context.Context) {
 		t.logger.Info("Audit log rotated, following the new file")
 		t.close()
 		t.offset, t.pending, t.skip = 0, t.pending[:0], false
-		if err == nil {
-			t.open(ctx)
+		if err == nil && t.open(ctx) {
 			t.readAll(ctx)
 		}
 	default:
 		t.logger.Warn("Checking the audit log for rotation failed", zap.Error(err))
 	}
+}
+
+// truncated reports whether the open file was truncated in place (copytruncate): it is shorter
+// than what was read, or its head, which appends never change, is different.
+func (t *tailer) truncated() bool {
+	info, err := t.f.Stat()
+	if err != nil {
+		return false
+	}
+	return info.Size() < t.offset+int64(len(t.pending)) || t.headChanged()
+}
+
+// rewind reads a truncated file again from its start: what is there now is new.
+func (t *tailer) rewind(ctx context.Context) bool {
+	t.logger.Info("Audit log truncated, reading from the start", zap.Int64("old_offset", t.offset))
+	t.offset, t.pending, t.skip = 0, t.pending[:0], false
+	t.head, t.headLen = "", 0
+	if _, err := t.f.Seek(0, io.SeekStart); err != nil {
+		t.logger.Warn("Seeking to the start after truncation failed", zap.Error(err))
+		t.close()
+		return false
+	}
+	t.save(ctx)
+	return true
 }
 
 // open opens the file and decides where to start: at the checkpoint when it names this very
@@ -171,7 +190,7 @@ func (t *tailer) open(ctx context.Context) bool {
 	first := !t.started
 	t.started = true
 	t.f, t.info, t.pending, t.skip = f, info, t.pending[:0], false
-	t.offset = 0
+	t.offset, t.head, t.headLen = 0, "", 0
 	if first {
 		cp, ok := checkpoint{}, false
 		if t.client != nil {
@@ -193,6 +212,7 @@ func (t *tailer) open(ctx context.Context) bool {
 		t.close()
 		return false
 	}
+	t.updateHead()
 	return true
 }
 
@@ -295,8 +315,29 @@ func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool
 		delay = min(2*delay, maxRetryDelay)
 	}
 	t.offset = end
+	t.updateHead()
 	t.save(ctx)
 	return true
+}
+
+// updateHead fingerprints the file's head once the accepted data covers more of it.
+func (t *tailer) updateHead() {
+	n := min(t.offset, fingerprintBytes)
+	if n <= t.headLen || t.f == nil {
+		return
+	}
+	if fp, err := t.fingerprint(n); err == nil {
+		t.head, t.headLen = fp, n
+	}
+}
+
+// headChanged reports whether the file's head differs from what was read: it was rewritten.
+func (t *tailer) headChanged() bool {
+	if t.headLen == 0 {
+		return false
+	}
+	fp, err := t.fingerprint(t.headLen)
+	return err == nil && fp != t.head
 }
 
 func (t *tailer) load(ctx context.Context) (checkpoint, bool) {
@@ -330,10 +371,11 @@ func (t *tailer) matches(cp checkpoint, info fs.FileInfo) bool {
 func (t *tailer) fingerprint(upTo int64) (string, error) {
 	n := min(upTo, fingerprintBytes)
 	head := make([]byte, n)
-	if _, err := t.f.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
+	k, err := t.f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
-	sum := sha256.Sum256(head)
+	sum := sha256.Sum256(head[:k])
 	return hex.EncodeToString(sum[:]), nil
 }
 

@@ -194,6 +194,22 @@ func TestTailerRereadsATruncatedFile(t *testing.T) {
 	expectIDs(t, env.next, "a", "b", "c")
 }
 
+func TestTailerNoticesATruncationThatGrewPastTheOffset(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	tl := env.tailer(false)
+	defer tl.close()
+	ctx := context.Background()
+	env.write(t, lines("a"))
+	tl.poll(ctx)
+	// Between two polls the file is truncated and rewritten longer than it was.
+	if err := os.Truncate(env.path, 0); err != nil {
+		t.Fatal(err)
+	}
+	env.write(t, lines("b", "c", "d"))
+	tl.poll(ctx)
+	expectIDs(t, env.next, "a", "b", "c", "d")
+}
+
 func TestTailerResumesFromTheCheckpoint(t *testing.T) {
 	env := newTailEnv(t, startAtEnd)
 	env.write(t, lines("old"))
