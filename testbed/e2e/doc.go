@@ -51,6 +51,9 @@
 //	run, err := env.RunScenario("deployment")            // scenarios are idempotent: rerun freely
 //	spans := env.Spans(t, run)
 //
+// The apiserver may send a whole short scenario in one or two POSTs, so RoundRobin can leave a
+// replica idle: env.Router.SplitItems(a.AuditURL, b.AuditURL) deals the events of every POST over
+// the replicas one by one instead (each part posted as its own EventList).
 // Route decides, per audit webhook POST, which collectors get the body; a body is acknowledged
 // to the apiserver only when every target took it (otherwise the apiserver retries it, as with
 // a real collector that is down). Collector.Restart (graceful), Collector.Kill (crash) and

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -28,6 +29,8 @@ type AuditRouter struct {
 	mu  sync.Mutex
 	// route picks the targets of POST number n (1-based).
 	route     Route
+	split     []string // when set, items are dealt over these targets instead of routing bodies
+	dealt     int
 	posts     int
 	delivered map[string]int // target → bodies it accepted
 	client    *http.Client
@@ -66,7 +69,17 @@ func startAuditRouter() (*AuditRouter, error) {
 func (r *AuditRouter) SetRoute(route Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.route = route
+	r.route, r.split = route, nil
+}
+
+// SplitItems deals the audit events of every POST over targets, one event at a time, each
+// target getting its share as an EventList of its own: several replicas then see interleaved
+// parts of every batch, as behind a load balancer with many small batches, even when the
+// apiserver sends a whole scenario in one or two POSTs. SetRoute ends it.
+func (r *AuditRouter) SplitItems(targets ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.split = append([]string(nil), targets...)
 }
 
 // Posts returns how many POSTs the apiserver made since the router started.
@@ -91,8 +104,12 @@ func (r *AuditRouter) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.posts++
-	n, route := r.posts, r.route
+	n, route, split := r.posts, r.route, r.split
 	r.mu.Unlock()
+	if len(split) > 0 {
+		r.handleSplit(w, req, body, split)
+		return
+	}
 	if route == nil {
 		w.WriteHeader(http.StatusOK)
 		return
@@ -100,6 +117,40 @@ func (r *AuditRouter) handle(w http.ResponseWriter, req *http.Request) {
 	for _, target := range route(n, body) {
 		if err := r.forward(req.Context(), target+req.URL.Path, req.Header.Get("Content-Type"), body); err != nil {
 			log.Printf("e2e: audit router: POST %d to %s: %v", n, target, err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		r.mu.Lock()
+		r.delivered[target]++
+		r.mu.Unlock()
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (r *AuditRouter) handleSplit(w http.ResponseWriter, req *http.Request, body []byte, targets []string) {
+	var list struct {
+		Kind       string            `json:"kind"`
+		APIVersion string            `json:"apiVersion"`
+		Items      []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	parts := make([][]json.RawMessage, len(targets))
+	r.mu.Lock()
+	for _, it := range list.Items {
+		parts[r.dealt%len(targets)] = append(parts[r.dealt%len(targets)], it)
+		r.dealt++
+	}
+	r.mu.Unlock()
+	for i, target := range targets {
+		if len(parts[i]) == 0 {
+			continue
+		}
+		b, _ := json.Marshal(map[string]any{"kind": list.Kind, "apiVersion": list.APIVersion, "items": parts[i]})
+		if err := r.forward(req.Context(), target+req.URL.Path, "application/json", b); err != nil {
+			log.Printf("e2e: audit router: split part to %s: %v", target, err)
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}

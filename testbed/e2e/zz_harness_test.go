@@ -10,7 +10,7 @@ import (
 )
 
 // TestHarnessReplicasRestartAndRerun exercises the harness API the component tests build on: an
-// extra collector, a round-robin route over two collectors, a graceful restart, and a rerun of a
+// extra collector, the audit stream split over two collectors, a graceful restart, and a rerun of a
 // scenario, whose spans must all reach Jaeger through one collector or the other.
 //
 // It lives in zz_harness_test.go so it runs after every other test file: two processors without a
@@ -30,14 +30,14 @@ func TestHarnessReplicasRestartAndRerun(t *testing.T) {
 	}
 	cfg.SetPipeline("receivers", receivers...)
 	extra := env.StartExtraCollector(t, "harness-replica", cfg)
-	env.Router.SetRoute(RoundRobin(env.Collector.AuditURL, extra.AuditURL))
+	env.Router.SplitItems(env.Collector.AuditURL, extra.AuditURL)
 	t.Cleanup(env.RestoreRoute)
 
 	if err := extra.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	Check(t, "a restarted collector runs", extra.Running(), "log:\n%s", extra.LogTail(20))
-	before := env.Router.Delivered(extra.AuditURL)
+	before, mainBefore := env.Router.Delivered(extra.AuditURL), env.Router.Delivered(env.Collector.AuditURL)
 	run, err := env.RunScenario("recreate")
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +50,8 @@ func TestHarnessReplicasRestartAndRerun(t *testing.T) {
 	})
 	Check(t, "the extra collector received audit batches", env.Router.Delivered(extra.AuditURL) > before,
 		"delivered to the replica: %d before the rerun, %d after", before, env.Router.Delivered(extra.AuditURL))
+	Check(t, "the main collector received its share", env.Router.Delivered(env.Collector.AuditURL) > mainBefore,
+		"delivered to main: %d before the rerun, %d after", mainBefore, env.Router.Delivered(env.Collector.AuditURL))
 	Check(t, "a rerun's spans reach Jaeger", len(spans.Between(run.Start, run.End.Add(2*time.Second))) > 0, "no span in the rerun's window")
 	tree := spans.Between(run.Start, run.End.Add(2*time.Second)).Tree()
 	bindings := tree.Find(func(s *Span) bool { return s.Name == schedBinding && s.Attr(model.AttrObjectName) == "phoenix" })
