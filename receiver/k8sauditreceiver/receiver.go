@@ -75,8 +75,12 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 			return err
 		}
 		r.storage = client
-		if client == nil {
+		switch {
+		case client == nil && r.cfg.StartAt == startAtEnd:
 			r.set.Logger.Info("No storage configured: audit log files are read from their end, events written while the collector was down are not read",
+				zap.Strings("files", r.cfg.Files))
+		case client == nil:
+			r.set.Logger.Info("No storage configured: audit log files are read from their beginning at every start, so a restart sends their events again",
 				zap.Strings("files", r.cfg.Files))
 		}
 		for _, path := range r.cfg.Files {
