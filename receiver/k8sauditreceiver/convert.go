@@ -198,10 +198,11 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 			}
 		}
 	}
-	if obj.UID == "" && obj.Name != "" && c.cache != nil {
+	if obj.UID == "" && obj.Name != "" && c.cache != nil && !(ev.Verb == "create" && ref.Subresource == "") {
 		// Deletions answered with a Status and patches without a body name the object but
-		// not its UID; the cache knows which object currently holds the name (a create
-		// always starts its entry afresh), so the span joins the UID-keyed trace.
+		// not its UID; the cache knows which object last held the name (a create always
+		// starts its entry afresh), so the span joins the UID-keyed trace. A create is a new
+		// object by definition and never takes a previous holder's UID.
 		obj.UID = c.cache.uidOf(obj.NameKey())
 	}
 	if obj.Kind == "" || obj.Version == "" {

@@ -441,6 +441,10 @@ func TestDeletedObjects(t *testing.T) {
 	if attrStr(late.Attributes(), model.AttrObjectUID) != "u1" {
 		t.Fatal("a late request on the name joins the deleted object's trace")
 	}
+	metadataCreate := onlySpan(t, must(convertOne(t, c, event("c2-metadata", "create", "alice", podRef, 201))))
+	if attrStr(metadataCreate.Attributes(), model.AttrObjectUID) != "<absent>" {
+		t.Fatal("a create without a body must not take the UID of the name's previous object")
+	}
 	again := onlySpan(t, must(convertOne(t, c, event("c2", "create", "alice", podRef, 201, withResponse(pod("u2", "5", ""))))))
 	if attrStr(again.Attributes(), model.AttrObjectUID) != "u2" || again.TraceID() == late.TraceID() {
 		t.Fatal("a recreated name is a new object in a new trace")
