@@ -60,6 +60,19 @@ type tailer struct {
 	skip    bool   // discarding an over-long line up to its newline
 	head    string // fingerprint of the file's first headLen bytes, which appends never change
 	headLen int64
+	lastErr string // the last warning, so that a lasting problem is logged once, not every poll
+}
+
+// warn logs a problem at warning level the first time in a row it happens and at debug level
+// while it lasts: a missing permission would otherwise log four warnings a second.
+func (t *tailer) warn(msg string, err error) {
+	text := msg + ": " + err.Error()
+	if text == t.lastErr {
+		t.logger.Debug(msg, zap.Error(err))
+		return
+	}
+	t.lastErr = text
+	t.logger.Warn(msg, zap.Error(err))
 }
 
 func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
@@ -142,7 +155,7 @@ func (t *tailer) poll(ctx context.Context) {
 			t.readAll(ctx)
 		}
 	default:
-		t.logger.Warn("Checking the audit log for rotation failed", zap.Error(err))
+		t.warn("Checking the audit log for rotation failed", err)
 	}
 }
 
@@ -176,7 +189,7 @@ func (t *tailer) open(ctx context.Context) bool {
 	f, err := os.Open(t.path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			t.logger.Warn("Opening the audit log failed", zap.Error(err))
+			t.warn("Opening the audit log failed", err)
 		}
 		t.started = true // a file created later is new: read it whole
 		return false
@@ -184,11 +197,12 @@ func (t *tailer) open(ctx context.Context) bool {
 	info, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
-		t.logger.Warn("Reading the audit log's metadata failed", zap.Error(err))
+		t.warn("Reading the audit log's metadata failed", err)
 		return false
 	}
 	first := !t.started
 	t.started = true
+	t.lastErr = ""
 	t.f, t.info, t.pending, t.skip = f, info, t.pending[:0], false
 	t.offset, t.head, t.headLen = 0, "", 0
 	if first {
@@ -208,7 +222,7 @@ func (t *tailer) open(ctx context.Context) bool {
 		}
 	}
 	if _, err := f.Seek(t.offset, io.SeekStart); err != nil {
-		t.logger.Warn("Seeking in the audit log failed", zap.Error(err))
+		t.warn("Seeking in the audit log failed", err)
 		t.close()
 		return false
 	}
@@ -230,7 +244,7 @@ func (t *tailer) readAll(ctx context.Context) bool {
 		}
 		if err != nil || n == 0 {
 			if err != nil && !errors.Is(err, io.EOF) {
-				t.logger.Warn("Reading the audit log failed", zap.Error(err))
+				t.warn("Reading the audit log failed", err)
 			}
 			return true
 		}
@@ -391,6 +405,6 @@ func (t *tailer) save(ctx context.Context) {
 	ino, _ := inode(t.info)
 	data, _ := json.Marshal(checkpoint{Inode: ino, Offset: t.offset, Fingerprint: fp})
 	if err := t.client.Set(ctx, t.key, data); err != nil {
-		t.logger.Warn("Saving the audit log checkpoint failed", zap.Error(err))
+		t.warn("Saving the audit log checkpoint failed", err)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -285,6 +287,23 @@ func TestTailerRetriesARefusalWithoutAdvancingTheCheckpoint(t *testing.T) {
 		tl.poll(context.Background())
 		expectIDs(t, env.next, "a", "b", "d")
 	})
+}
+
+func TestTailerWarnsOnceAboutALastingProblem(t *testing.T) {
+	env := newTailEnv(t, startAtBeginning)
+	core, logs := observer.New(zap.DebugLevel)
+	env.rcv.set.Logger = zap.New(core)
+	if err := os.Mkdir(env.path, 0o700); err != nil { // opens, but every read fails
+		t.Fatal(err)
+	}
+	tl := env.tailer(false)
+	defer tl.close()
+	for range 3 {
+		tl.poll(context.Background())
+	}
+	if n := logs.FilterLevelExact(zap.WarnLevel).Len(); n != 1 {
+		t.Fatalf("%d warnings for one lasting problem, want 1: %v", n, logs.All())
+	}
 }
 
 func TestTailerSkipsLinesThatAreNotAuditEvents(t *testing.T) {
