@@ -83,8 +83,10 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 			r.set.Logger.Info("No storage configured: audit log files are read from their beginning at every start, so a restart sends their events again",
 				zap.Strings("files", r.cfg.Files))
 		}
+		files := newFileHealth(host)
 		for _, path := range r.cfg.Files {
 			t := newTailer(path, r, client)
+			t.health = func(err error) { files.report(path, err) }
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
@@ -180,4 +182,33 @@ func (r *auditReceiver) listenAddr() net.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.addr
+}
+
+// fileHealth turns the problems of the files being tailed into the component's status: a
+// recoverable error while any file has one, OK again once none has.
+type fileHealth struct {
+	mu      sync.Mutex
+	host    component.Host
+	failing map[string]bool
+}
+
+func newFileHealth(host component.Host) *fileHealth {
+	return &fileHealth{host: host, failing: map[string]bool{}}
+}
+
+func (h *fileHealth) report(path string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.failing[path] = true
+		componentstatus.ReportStatus(h.host, componentstatus.NewRecoverableErrorEvent(err))
+		return
+	}
+	if !h.failing[path] {
+		return
+	}
+	delete(h.failing, path)
+	if len(h.failing) == 0 {
+		componentstatus.ReportStatus(h.host, componentstatus.NewEvent(componentstatus.StatusOK))
+	}
 }

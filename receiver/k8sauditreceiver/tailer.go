@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -61,11 +62,16 @@ type tailer struct {
 	head    string // fingerprint of the file's first headLen bytes, which appends never change
 	headLen int64
 	lastErr string // the last warning, so that a lasting problem is logged once, not every poll
+	// warnings counts warn calls, so that a poll without any tells that a problem is over.
+	warnings int
+	// health reports the file's problem (nil: none) as the component's status.
+	health func(error)
 }
 
 // warn logs a problem at warning level the first time in a row it happens and at debug level
 // while it lasts: a missing permission would otherwise log four warnings a second.
 func (t *tailer) warn(msg string, err error) {
+	t.warnings++
 	text := msg + ": " + err.Error()
 	if text == t.lastErr {
 		t.logger.Debug(msg, zap.Error(err))
@@ -73,6 +79,7 @@ func (t *tailer) warn(msg string, err error) {
 	}
 	t.lastErr = text
 	t.logger.Warn(msg, zap.Error(err))
+	t.health(fmt.Errorf("%s: %s: %w", t.path, msg, err))
 }
 
 func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
@@ -83,6 +90,7 @@ func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
 		key:    "file:" + path,
 		logger: r.set.Logger.With(zap.String("file", path)),
 		sleep:  sleepCtx,
+		health: func(error) {},
 	}
 }
 
@@ -120,6 +128,14 @@ func (t *tailer) close() {
 
 // poll reads what was appended since the last poll and follows rotation and truncation.
 func (t *tailer) poll(ctx context.Context) {
+	warned := t.warnings
+	defer func() {
+		if t.warnings == warned && t.lastErr != "" {
+			t.lastErr = ""
+			t.logger.Info("The audit log is readable again")
+			t.health(nil)
+		}
+	}()
 	if t.f == nil && !t.open(ctx) {
 		return
 	}
@@ -202,7 +218,6 @@ func (t *tailer) open(ctx context.Context) bool {
 	}
 	first := !t.started
 	t.started = true
-	t.lastErr = ""
 	t.f, t.info, t.pending, t.skip = f, info, t.pending[:0], false
 	t.offset, t.head, t.headLen = 0, "", 0
 	if first {

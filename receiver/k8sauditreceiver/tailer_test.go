@@ -14,6 +14,9 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
@@ -298,11 +301,25 @@ func TestTailerWarnsOnceAboutALastingProblem(t *testing.T) {
 	}
 	tl := env.tailer(false)
 	defer tl.close()
+	var health []string
+	tl.health = func(err error) { health = append(health, fmt.Sprint(err)) }
 	for range 3 {
 		tl.poll(context.Background())
 	}
-	if n := logs.FilterLevelExact(zap.WarnLevel).Len(); n != 1 {
-		t.Fatalf("%d warnings for one lasting problem, want 1: %v", n, logs.All())
+	if n := logs.FilterLevelExact(zap.WarnLevel).Len(); n != 1 || len(health) != 1 || health[0] == "<nil>" {
+		t.Fatalf("%d warnings and health %v for one lasting problem, want 1 of each: %v", n, health, logs.All())
+	}
+
+	// The problem goes away: the file is readable, which the status says too.
+	tl.close()
+	if err := os.Remove(env.path); err != nil {
+		t.Fatal(err)
+	}
+	env.write(t, lines("a"))
+	tl.poll(context.Background())
+	expectIDs(t, env.next, "a")
+	if len(health) != 2 || health[1] != "<nil>" {
+		t.Fatalf("health = %v, want the problem then its end", health)
 	}
 }
 
@@ -397,4 +414,31 @@ func spansByID(spans []ptrace.Span) map[pcommon.SpanID]ptrace.Span {
 		m[s.SpanID()] = s
 	}
 	return m
+}
+
+// statusHost records the component statuses reported to it.
+type statusHost struct {
+	component.Host
+	mu       sync.Mutex
+	statuses []componentstatus.Status
+}
+
+func (h *statusHost) Report(e *componentstatus.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.statuses = append(h.statuses, e.Status())
+}
+
+func TestFileProblemsAreTheComponentStatusUntilEveryFileIsFine(t *testing.T) {
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	h := newFileHealth(host)
+	h.report("a.log", errors.New("permission denied"))
+	h.report("b.log", errors.New("is a directory"))
+	h.report("a.log", nil)
+	h.report("c.log", nil) // never failed: nothing to say
+	h.report("b.log", nil)
+	want := []componentstatus.Status{componentstatus.StatusRecoverableError, componentstatus.StatusRecoverableError, componentstatus.StatusOK}
+	if !slices.Equal(host.statuses, want) {
+		t.Fatalf("statuses = %v, want %v", host.statuses, want)
+	}
 }
