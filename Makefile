@@ -77,5 +77,5 @@ cluster-up: binaries ## start a real control plane on 127.0.0.1 (state in testbe
 cluster-down: ## stop the control plane started by cluster-up
 	testbed/hack/cluster-down.sh
 
-record: binaries ## record fixtures of one scenario: make record SCENARIO=deployment
+record: binaries ## record fixtures of one scenario: make record SCENARIO=deployment (SCENARIO=all records every one)
 	testbed/hack/record.sh $(SCENARIO)
