@@ -404,6 +404,7 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 				cfg.IDMap.Backend = BackendRedis
 				cfg.IDMap.Redis.Addresses = []string{redisAddr}
 				cfg.IDMap.Redis.KeyPrefix = uniquePrefix(t)
+				cleanupPrefix(t, redisAddr, cfg.IDMap.Redis.KeyPrefix)
 			}
 			for range 2 {
 				p, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
