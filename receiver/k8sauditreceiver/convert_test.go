@@ -454,3 +454,43 @@ func TestDeletedObjects(t *testing.T) {
 func (r objectReference) key(cluster string) string {
 	return model.Object{Cluster: cluster, Group: r.APIGroup, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}.NameKey()
 }
+
+func TestRequestDetails(t *testing.T) {
+	pod := objectReference{Resource: "pods", Namespace: "default", Name: "p", UID: "u", APIVersion: "v1"}
+	t.Run("an impersonated request names both users", func(t *testing.T) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("i", "delete", "admin", pod, 200, func(ev *auditEvent) {
+			ev.ImpersonatedUser = &userInfo{Username: "system:serviceaccount:ci:deployer"}
+		}))))
+		if attrStr(s.Attributes(), model.AttrUserName) != "admin" || attrStr(s.Attributes(), model.AttrAuditImpersonatedUser) != "system:serviceaccount:ci:deployer" {
+			t.Fatalf("attributes = %v", s.Attributes().AsRaw())
+		}
+	})
+	t.Run("a panic is an error even without a status", func(t *testing.T) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("p", "update", "alice", pod, 0, func(ev *auditEvent) {
+			ev.Stage = stagePanic
+			ev.ResponseStatus = nil
+		}))))
+		if s.Name() != "alice update (Panic)" || s.Status().Code() != ptrace.StatusCodeError {
+			t.Fatalf("name %q, status %v", s.Name(), s.Status().Code())
+		}
+	})
+	t.Run("the window setting derives the IDs", func(t *testing.T) {
+		at := event("w", "update", "alice", pod, 200, at(50*time.Minute))
+		s := onlySpan(t, must(convertOne(t, testConverter(func(cfg *Config) { cfg.Window = time.Hour }), at)))
+		w := model.WindowStart(t0.Add(50*time.Minute), time.Hour)
+		if s.TraceID() != model.ObjectTraceID(model.UIDKey("c1", "u"), w) || s.ParentSpanID() != model.ObjectSpanID(model.UIDKey("c1", "u"), w) {
+			t.Fatal("a one-hour window must derive the IDs from the hour")
+		}
+		if w == model.WindowStart(t0.Add(50*time.Minute), model.DefaultWindow) {
+			t.Fatal("the test needs a time where the two windows differ")
+		}
+	})
+	t.Run("an end before the start is clamped to the start", func(t *testing.T) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("e", "update", "alice", pod, 200, func(ev *auditEvent) {
+			ev.StageTimestamp = ev.RequestReceivedTimestamp.Add(-time.Second)
+		}))))
+		if s.EndTimestamp() != s.StartTimestamp() {
+			t.Fatal("end before start")
+		}
+	})
+}
