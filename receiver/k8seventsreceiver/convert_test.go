@@ -140,3 +140,14 @@ func TestStripKeepsOnlyWhatConversionNeeds(t *testing.T) {
 		t.Fatal("strip accepted a Pod")
 	}
 }
+
+func TestTransformStripsEventsAndPassesOtherObjects(t *testing.T) {
+	out, err := transform(testEvent("a", "1"))
+	if ev, ok := out.(*eventsv1.Event); err != nil || !ok || ev.ManagedFields != nil {
+		t.Fatalf("transform(Event) = %T, %v; want a stripped Event", out, err)
+	}
+	pod := &corev1.Pod{}
+	if out, err := transform(pod); err != nil || out != pod {
+		t.Fatalf("transform(Pod) = %v, %v; want the Pod unchanged", out, err)
+	}
+}

@@ -190,9 +190,33 @@ func TestReceiverNewEventAndSeriesIncrements(t *testing.T) {
 			t.Errorf("span is on %+v, want the regarding Pod", obj)
 		}
 	})
+
+	// A new Event arriving on the watch is one span; a deleted one is forgotten.
+	if _, err := client.EventsV1().Events("default").Create(context.Background(), testEvent("b", "12"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watched new Event's span", func() bool { return sink.SpanCount() == 4 })
+	if err := client.EventsV1().Events("default").Delete(context.Background(), "web-1.a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted Event to be forgotten", func() bool {
+		return h.metric("otelcol_k8s_event_spans_tracked_events", "") == 1
+	})
 	h.stop()
-	if got := h.metric("otelcol_k8s_event_spans_spans_emitted", ""); got != 3 {
-		t.Errorf("spans_emitted = %d, want 3", got)
+	if got := h.metric("otelcol_k8s_event_spans_spans_emitted", ""); got != 4 {
+		t.Errorf("spans_emitted = %d, want 4", got)
+	}
+}
+
+func TestReceiverStartsFreshOnAnUnreadableCheckpoint(t *testing.T) {
+	st := newMemStorage()
+	must(t, st.Set(context.Background(), checkpointStateKey, []byte("{not json")))
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), sink, st, nil)
+	waitFor(t, "the span despite the bad checkpoint", func() bool { return sink.SpanCount() == 1 })
+	h.stop()
+	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorCheckpointRead); got != 1 {
+		t.Errorf("errors{checkpoint_read} = %d, want 1", got)
 	}
 }
 

@@ -140,22 +140,24 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	}
 	switch {
 	case !hasRegarding(ev):
-		t.drop(ev, metadata.ReasonMissingRegarding, int64(count-first+1))
+		t.drop(ev, metadata.ReasonMissingRegarding, int64(count)-int64(first)+1)
 		return item, true
 	case at.IsZero():
-		t.drop(ev, metadata.ReasonMissingTime, int64(count-first+1))
+		t.drop(ev, metadata.ReasonMissingTime, int64(count)-int64(first)+1)
 		return item, true
 	case !known && initial && t.dropOld && t.now().Sub(at) > t.maxAge:
 		t.drop(ev, metadata.ReasonTooOld, 1)
 		return item, true
 	}
-	if n := count - first + 1; n > maxSpansPerUpdate {
-		t.drop(ev, metadata.ReasonCoalesced, int64(n-maxSpansPerUpdate))
-		first = count - maxSpansPerUpdate + 1
+	// int64, so that a count of MaxInt32 cannot overflow the arithmetic or the loop.
+	n := int64(count) - int64(first) + 1
+	if n > maxSpansPerUpdate {
+		t.drop(ev, metadata.ReasonCoalesced, n-maxSpansPerUpdate)
+		n = maxSpansPerUpdate
 	}
-	item.spans = make([]occurrenceSpan, 0, count-first+1)
-	for c := first; c <= count; c++ {
-		item.spans = append(item.spans, occurrenceSpan{count: c, id: occurrenceID(ev, c, hasCount), at: at})
+	item.spans = make([]occurrenceSpan, 0, n)
+	for c := int64(count) - n + 1; c <= int64(count); c++ {
+		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(ev, int32(c), hasCount), at: at})
 	}
 	t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
 		zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)))
