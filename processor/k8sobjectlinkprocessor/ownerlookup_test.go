@@ -2,8 +2,15 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/processor/processortest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,8 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	olmetadata "github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // fakeMetadata serves the given objects' metadata, with their owners as controller references.
@@ -59,5 +68,31 @@ func TestOwnerLookupAnswers(t *testing.T) {
 				t.Fatalf("lookup = %v, %+v, %v; want %v owner %q", res, owner, err, tt.want, tt.owner)
 			}
 		})
+	}
+}
+
+func TestForbiddenOwnerLookupsAreAPermanentErrorAndSpansStillFlow(t *testing.T) {
+	fake := fakeMetadata(t).(*metadatafake.FakeMetadataClient)
+	fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "demo-a-1", errors.New("RBAC"))
+	})
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	cfg := memoryConfig()
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(processortest.NewNopSettings(olmetadata.Type), cfg, sink, newFakeClock(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	p.lookup = newOwnerLookup(fake, time.Minute, time.Second, func() time.Time { return t0 })
+	h := &harness{t: t, p: p, sink: sink}
+	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)), event(withoutOwner(podB1), "e2", t0.Add(time.Second)))
+	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
+	st := host.statuses()
+	if len(st) != 1 || st[0] != componentstatus.StatusPermanentError {
+		t.Fatalf("want exactly one permanent error status, got %v", st)
 	}
 }

@@ -65,6 +65,9 @@ type objectLinkProcessor struct {
 	held   []heldSpan
 	owed   ptrace.Traces
 
+	host          component.Host
+	forbiddenOnce sync.Once
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -114,6 +117,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 
 // Start connects the optional apiserver client and starts releasing held spans.
 func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) error {
+	p.host = host
 	if p.redis != nil {
 		p.redis.setStatusReporter(func(err error) {
 			if err != nil {

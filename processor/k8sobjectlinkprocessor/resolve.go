@@ -4,11 +4,13 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -478,6 +480,14 @@ func (r *resolver) runLookups() {
 		case err != nil:
 			result = "error"
 			r.p.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
+			if apierrors.IsForbidden(err) && r.p.host != nil {
+				// RBAC will not fix itself: say so once, loudly; spans keep flowing (as roots or
+				// through relations).
+				r.p.forbiddenOnce.Do(func() {
+					r.p.logger.Error("Owner look-ups are forbidden; grant get on the resources or remove owner_lookup", zap.Error(err))
+					componentstatus.ReportStatus(r.p.host, componentstatus.NewPermanentErrorEvent(err))
+				})
+			}
 		case res == lookupOwner:
 			result = "hit"
 			n.obj.Owner = owner
