@@ -21,13 +21,28 @@ type write struct {
 	spanID  pcommon.SpanID
 }
 
+// hotTrees is how many of the most recently written bodies are kept parsed. Controllers write
+// the same object several times in a burst (a rollout updates a Deployment's status a dozen
+// times in seconds); keeping those bodies as trees spares a parse and a marshal per write. Other
+// bodies are kept as JSON, which is several times smaller. 512 trees are about 10 MB.
+const hotTrees = 512
+
+type hotSlot struct {
+	e   *cacheEntry
+	gen uint64
+}
+
 // cacheEntry is everything the receiver remembers about one object: its last audited body
 // (for diffs) and its last few writes (for conflict links).
 type cacheEntry struct {
-	key  string // the object's name key: history must survive the UID being unknown in some events
-	uid  string
-	body []byte // the last body, managedFields stripped and redacted values tagged
-	rv   string
+	key string // the object's name key: history must survive the UID being unknown in some events
+	uid string
+	// The last body, managedFields stripped and redacted values tagged: parsed (tree) while it
+	// is among the hotTrees most recent, else as JSON (body).
+	tree   tree
+	body   []byte
+	hotGen uint64
+	rv     string
 
 	// lastDiff is the diff that produced body. The apiserver can deliver an event twice
 	// (batch retries, webhook plus log file); the second copy reuses it instead of
@@ -48,7 +63,47 @@ type objectCache struct {
 	entries map[string]*cacheEntry
 	root    cacheEntry // sentinel: root.next is the most recently used
 	onSize  func(delta int64)
+
+	hot    [hotTrees]hotSlot // ring of the entries whose body is a tree
+	hotPos int
+	gen    uint64
 }
+
+// setBody makes t the entry's body, kept parsed; the entry that held the oldest hot slot has
+// its tree turned into JSON. Callers hold mu and never modify t afterwards.
+func (c *objectCache) setBody(e *cacheEntry, t tree) {
+	e.tree, e.body = t, nil
+	c.gen++
+	e.hotGen = c.gen
+	slot := &c.hot[c.hotPos]
+	if o := slot.e; o != nil && o.hotGen == slot.gen && o.tree != nil {
+		o.body, o.tree = []byte(marshalJSON(o.tree)), nil
+	}
+	*slot = hotSlot{e: e, gen: c.gen}
+	c.hotPos = (c.hotPos + 1) % hotTrees
+}
+
+func (e *cacheEntry) hasBody() bool { return e.tree != nil || e.body != nil }
+
+// bodyTree returns the body parsed. A hot tree is shared: callers only read it.
+func (e *cacheEntry) bodyTree() (tree, bool) {
+	if e.tree != nil {
+		return e.tree, true
+	}
+	if e.body != nil {
+		return parseTree(e.body)
+	}
+	return nil, false
+}
+
+func (e *cacheEntry) bodyJSON() string {
+	if e.tree != nil {
+		return marshalJSON(e.tree)
+	}
+	return string(e.body)
+}
+
+func (e *cacheEntry) dropBody() { e.tree, e.body, e.hotGen = nil, nil, 0 }
 
 func newObjectCache(maxEntries int, onSize func(int64)) *objectCache {
 	c := &objectCache{max: maxEntries, entries: make(map[string]*cacheEntry), onSize: onSize}
@@ -97,6 +152,7 @@ func (c *objectCache) remove(e *cacheEntry) {
 	}
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
+	e.dropBody()
 	delete(c.entries, e.key)
 	c.size(-1)
 }

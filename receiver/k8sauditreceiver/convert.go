@@ -293,20 +293,15 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 			}
 		}
 	}
-	var respJSON string
-	if resp != nil {
-		respJSON = marshalJSON(resp)
-	}
-
 	var cached string
 	if c.cache != nil && obj.Name != "" {
-		cached = c.remember(span, ev, ref, obj, baseRV, failed, code, resp, scale, respJSON, respMeta.ResourceVersion, redact, endTS)
+		cached = c.remember(span, ev, ref, obj, baseRV, failed, code, resp, scale, respMeta.ResourceVersion, redact, endTS)
 	}
 
 	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
 		switch {
-		case respJSON != "":
-			putSnapshot(span, respJSON, redact, endTS)
+		case resp != nil:
+			putSnapshot(span, marshalJSON(resp), redact, endTS)
 		case req != nil && ev.Verb == "create":
 			putSnapshot(span, marshalJSON(req), redact, endTS)
 		case cached != "" && ev.Verb == "delete":
@@ -319,7 +314,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
 func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object, baseRV string,
-	failed bool, code int, resp, scale tree, respJSON, newRV string, redact bool, ts pcommon.Timestamp,
+	failed bool, code int, resp, scale tree, newRV string, redact bool, ts pcommon.Timestamp,
 ) (deletedBody string) {
 	key := obj.NameKey()
 	c.cache.mu.Lock()
@@ -355,10 +350,11 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 		// but keep its UID and writes as a tombstone, so late requests on the name (a kubelet
 		// retrying the delete, a 404) still join its trace; a create starts the name afresh.
 		if old := c.cache.get(key); old != nil && (obj.UID == "" || old.uid == "" || old.uid == obj.UID) {
-			if resp == nil && old.body != nil {
-				deletedBody = string(old.body)
+			if resp == nil && old.hasBody() {
+				deletedBody = old.bodyJSON()
 			}
-			old.body, old.rv, old.lastDiff = nil, "", nil
+			old.dropBody()
+			old.rv, old.lastDiff = "", nil
 			old.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
 		}
 		return deletedBody
@@ -366,8 +362,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	e = c.cache.entry(key, obj.UID)
 	e.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
 	if scale != nil {
-		resp, respJSON = scaledBody(e, scale, newRV)
-		if resp == nil {
+		if resp = scaledBody(e, scale, newRV); resp == nil {
 			return ""
 		}
 	}
@@ -378,7 +373,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	isChange := ev.Verb == "update" || ev.Verb == "patch"
 	var d *diffResult
 	switch {
-	case e.body == nil:
+	case !e.hasBody():
 		// First sight of this object's body: nothing to compare with.
 	case newRV != "" && newRV == e.rv:
 		// The same write delivered again: show the diff it had, never an empty one.
@@ -389,13 +384,13 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	case rvOlder(newRV, e.rv):
 		return "" // arrived out of order: never move the cache backwards
 	default:
-		if old, ok := parseTree(e.body); ok {
+		if old, ok := e.bodyTree(); ok {
 			res := diffTrees(old, resp)
 			d = &res
 		}
 	}
 	e.lastDiff = d
-	e.body = []byte(respJSON)
+	c.cache.setBody(e, resp)
 	e.rv = newRV
 	if d != nil && isChange {
 		putDiff(span, *d, redact, ts)
@@ -428,14 +423,15 @@ func (c *converter) describes(ref *objectReference, m objectMeta) bool {
 // subresource write shows the diff it made (spec.replicas 2 -> 4) on its own span instead of
 // on the next write that returns the whole object. It returns nil when there is no cached body
 // or the Scale carries no replicas.
-func scaledBody(e *cacheEntry, scale tree, newRV string) (tree, string) {
+func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 	replicas, ok := child(scale, "spec")["replicas"]
-	if !ok || e.body == nil || (newRV != e.rv && rvOlder(newRV, e.rv)) {
-		return nil, ""
+	if !ok || !e.hasBody() || (newRV != e.rv && rvOlder(newRV, e.rv)) {
+		return nil
 	}
-	body, ok := parseTree(e.body)
+	// A copy, never the cached tree itself: the diff compares the two.
+	body, ok := parseTree([]byte(e.bodyJSON()))
 	if !ok {
-		return nil, ""
+		return nil
 	}
 	spec := child(body, "spec")
 	if spec == nil {
@@ -446,7 +442,7 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) (tree, string) {
 	if md := child(body, "metadata"); md != nil && newRV != "" {
 		md["resourceVersion"] = newRV
 	}
-	return body, marshalJSON(body)
+	return body
 }
 
 // patchPrecondition is the resourceVersion a merge or strategic-merge patch sets as its

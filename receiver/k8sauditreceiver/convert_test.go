@@ -430,11 +430,11 @@ func TestDeletedObjects(t *testing.T) {
 	if _, ok := spanEvent(graceful, model.EventObjectSnapshot); !ok {
 		t.Fatal("a delete carries a snapshot")
 	}
-	if e := c.cache.entries[podRef.key("c1")]; e == nil || e.body == nil {
+	if e := c.cache.entries[podRef.key("c1")]; e == nil || !e.hasBody() {
 		t.Fatal("a graceful deletion leaves the object, and its body, in place")
 	}
 	_, _ = convertOne(t, c, event("d2", "delete", "kubelet", podRef, 200, withResponse(pod("u1", "3", `,"deletionGracePeriodSeconds":0`))))
-	if e := c.cache.entries[podRef.key("c1")]; e == nil || e.body != nil || e.uid != "u1" {
+	if e := c.cache.entries[podRef.key("c1")]; e == nil || e.hasBody() || e.uid != "u1" {
 		t.Fatal("a final deletion drops the body and keeps a tombstone with the UID")
 	}
 	late := onlySpan(t, must(convertOne(t, c, event("d3", "delete", "kubelet", podRef, 404, withStatus(status{Code: 404, Reason: "NotFound"})))))
@@ -493,4 +493,31 @@ func TestRequestDetails(t *testing.T) {
 			t.Fatal("end before start")
 		}
 	})
+}
+
+func TestBodiesLeavingTheHotSetStillDiff(t *testing.T) {
+	c := testConverter()
+	cm := func(i int, v string) (objectReference, string) {
+		ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i), APIVersion: "v1"}
+		return ref, fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u%d","resourceVersion":"%d"},"data":{"k":%q}}`, i, i, i+10, v)
+	}
+	for i := range hotTrees + 1 {
+		ref, body := cm(i, "old")
+		_, _ = convertOne(t, c, event(fmt.Sprint("c", i), "create", "alice", ref, 201, withResponse(body)))
+	}
+	first := c.cache.entries[(objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm-0"}).key("c1")]
+	if first == nil || first.tree != nil || first.body == nil {
+		t.Fatal("the oldest body must have left the hot set as JSON")
+	}
+	ref, _ := cm(0, "")
+	ref.UID = "u0"
+	_, body := cm(0, "new")
+	body = strings.Replace(body, `"resourceVersion":"10"`, `"resourceVersion":"9999"`, 1)
+	s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", ref, 200, withResponse(body)))))
+	if got := diffOf(t, s); got["data.k"] != `"old" -> "new"` || len(got) != 1 {
+		t.Fatalf("diff = %v", got)
+	}
+	if first.tree == nil {
+		t.Fatal("the updated body is hot again")
+	}
 }
