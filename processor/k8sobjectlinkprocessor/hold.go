@@ -14,9 +14,9 @@ import (
 
 // holdSpans moves the spans at the given items out of td into the held list. Past
 // max_held_spans a span is not held but released at once as a root would be, counted.
-func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (int, ptrace.Traces) {
+func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (int, []*node) {
 	if len(idx) == 0 {
-		return 0, ptrace.Traces{}
+		return 0, nil
 	}
 	want := make(map[int]time.Time, len(idx))
 	for _, i := range idx {
@@ -66,7 +66,7 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		return held, res.objects
 	}
-	return held, ptrace.Traces{}
+	return held, nil
 }
 
 // releaseLoop re-examines held spans on every tick of the injected clock. The ticker is made in

@@ -217,8 +217,13 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 	if owedCount > 0 {
 		owedBack := copyObjectSpans(td)
 		owedBack.ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
-	} else if res.objects != (ptrace.Traces{}) {
-		res.objects.ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
+	} else if len(res.objects) > 0 {
+		// Rebuilt rather than copied up front: refusals are rare, batches are not.
+		b := model.NewTracesBuilder(metadata.ScopeName, "")
+		for _, n := range res.objects {
+			p.objectSpan(b, n)
+		}
+		b.Traces().ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
 	}
 	if count := objectSpans.SpanCount(); count > 0 {
 		p.heldMu.Lock()
@@ -253,12 +258,12 @@ func copyObjectSpans(td ptrace.Traces) ptrace.Traces {
 }
 
 // processResult is what process leaves for send: the duplicate marks it set (undone if the
-// batch is refused), how many spans it held, and a copy of the object spans it emitted (kept
-// and re-sent if the batch is refused; the next consumer may keep td itself).
+// batch is refused), how many spans it held, and the nodes whose object spans it emitted (rebuilt
+// and kept for re-sending if the batch is refused; the next consumer may keep td itself).
 type processResult struct {
 	marks   []Op
 	held    int
-	objects ptrace.Traces
+	objects []*node
 }
 
 // process rewrites td in place: activity spans move into their root ancestor's window trace
@@ -400,8 +405,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	if duplicates > 0 {
 		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
 	}
-	var overflowObjects ptrace.Traces
+	var overflowObjects []*node
 	res.held, overflowObjects = p.holdSpans(ctx, td, items, toHold, dedup)
+	res.objects = overflowObjects
 	if removed := countTrue(remove); removed > 0 {
 		removeSpans(td, remove)
 	}
@@ -411,15 +417,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	emitted := 0
 	for _, n := range r.order {
 		if n.state == stFinal && n.won {
-			r.objectSpan(b, n)
+			p.objectSpan(b, n)
+			res.objects = append(res.objects, n)
 			emitted++
-		}
-	}
-	if emitted > 0 || overflowObjects != (ptrace.Traces{}) {
-		res.objects = ptrace.NewTraces()
-		b.Traces().CopyTo(res.objects)
-		if overflowObjects != (ptrace.Traces{}) {
-			overflowObjects.ResourceSpans().MoveAndAppendTo(res.objects.ResourceSpans())
 		}
 	}
 	if emitted > 0 {

@@ -512,8 +512,8 @@ func (r *resolver) writeRelation(n *node) {
 		ExpireAt: r.now.Add(r.p.cfg.RelationTTL)})
 }
 
-// objectSpanFor writes n's object span into b.
-func (r *resolver) objectSpan(b *model.TracesBuilder, n *node) {
+// objectSpan writes n's object span into b.
+func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 	kind := n.obj.Kind
 	if kind == "" {
 		kind = n.obj.Resource
@@ -525,7 +525,7 @@ func (r *resolver) objectSpan(b *model.TracesBuilder, n *node) {
 	s.SetName(n.obj.DisplayName())
 	s.SetKind(ptrace.SpanKindInternal)
 	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
-	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(r.p.cfg.Window)))
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
 	attrs := s.Attributes()
 	n.obj.PutAttributes(attrs)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
