@@ -521,3 +521,12 @@ func TestBodiesLeavingTheHotSetStillDiff(t *testing.T) {
 		t.Fatal("the updated body is hot again")
 	}
 }
+
+// paths lists a diff's paths, comma-separated.
+func (d diffResult) paths() string {
+	ps := make([]string, len(d.Changes))
+	for i, c := range d.Changes {
+		ps[i] = c.Path
+	}
+	return strings.Join(ps, ",")
+}

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 const (
@@ -174,13 +173,4 @@ func (d diffResult) exported(tagged bool) []change {
 		out[i] = change{Path: c.Path, Old: clip(c.Old), New: clip(c.New)}
 	}
 	return out
-}
-
-// paths is a convenience for tests and logs.
-func (d diffResult) paths() string {
-	ps := make([]string, len(d.Changes))
-	for i, c := range d.Changes {
-		ps[i] = c.Path
-	}
-	return strings.Join(ps, ",")
 }
