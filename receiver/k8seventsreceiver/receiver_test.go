@@ -382,21 +382,32 @@ func TestReceiverDropsPermanentlyRefusedSpans(t *testing.T) {
 }
 
 func TestReceiverReportsRBACForbiddenPermanently(t *testing.T) {
-	client := newFakeClient(true)
-	client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "", errors.New("RBAC: access denied"))
-	})
-	h := startReceiver(t, client, new(consumertest.TracesSink), nil, nil)
-	waitFor(t, "a permanent status", func() bool { return h.host.permanentError() != nil })
-	h.stop()
-	msg := h.host.permanentError().Error()
-	for _, want := range []string{"list and watch", "events.k8s.io", "all namespaces"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("permanent status %q does not name %q", msg, want)
-		}
-	}
-	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorForbidden); got < 1 {
-		t.Errorf("errors{forbidden} = %d, want ≥ 1", got)
+	for _, tc := range []struct {
+		name     string
+		eventsV1 bool
+		group    string
+	}{
+		{"forbidden events.k8s.io names that group", true, `"events.k8s.io"`},
+		{"forbidden core/v1 events name the core group", false, `""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := newFakeClient(tc.eventsV1)
+			client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New("RBAC: access denied"))
+			})
+			h := startReceiver(t, client, new(consumertest.TracesSink), nil, nil)
+			waitFor(t, "a permanent status", func() bool { return h.host.permanentError() != nil })
+			h.stop()
+			msg := h.host.permanentError().Error()
+			for _, want := range []string{"list and watch", "API group " + tc.group, "all namespaces"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("permanent status %q does not name %q", msg, want)
+				}
+			}
+			if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorForbidden); got < 1 {
+				t.Errorf("errors{forbidden} = %d, want ≥ 1", got)
+			}
+		})
 	}
 }
 

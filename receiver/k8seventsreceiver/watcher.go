@@ -27,6 +27,7 @@ import (
 // apiserver that does not serve it.
 type apiSource struct {
 	groupResource string // for messages: "events.events.k8s.io"
+	rbacGroup     string // the API group to name in an RBAC hint: "events.k8s.io" or "" (core)
 	expected      runtime.Object
 	listWatch     func(namespace string) cache.ListerWatcher
 }
@@ -34,6 +35,7 @@ type apiSource struct {
 func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 	return apiSource{
 		groupResource: "events.events.k8s.io",
+		rbacGroup:     "events.k8s.io",
 		expected:      &eventsv1.Event{},
 		listWatch: func(ns string) cache.ListerWatcher {
 			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -53,6 +55,7 @@ func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 func coreV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 	return apiSource{
 		groupResource: "events (core/v1)",
+		rbacGroup:     "",
 		expected:      &corev1.Event{},
 		listWatch: func(ns string) cache.ListerWatcher {
 			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
@@ -184,7 +187,7 @@ func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
 		if src, err = chooseSource(client, w.cfg); err == nil {
 			break
 		}
-		w.failed(ctx, err, "")
+		w.failed(ctx, err, "", "events.k8s.io")
 		select {
 		case <-w.clock.After(delay):
 		case <-ctx.Done():
@@ -252,7 +255,7 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 		if w.clock.Since(start) > w.cfg.Backoff.MaxInterval {
 			delay = w.cfg.Backoff.InitialInterval
 		}
-		w.failed(ctx, err, ns)
+		w.failed(ctx, err, ns, src.rbacGroup)
 		select {
 		case <-w.clock.After(delay):
 		case <-ctx.Done():
@@ -286,12 +289,12 @@ func (w *watchRunner) stallGuard(ctx context.Context, progress *atomic.Int64) bo
 
 // failed reports a list-watch failure: a permanent status for RBAC, naming what to grant,
 // a recoverable one otherwise.
-func (w *watchRunner) failed(ctx context.Context, err error, ns string) {
+func (w *watchRunner) failed(ctx context.Context, err error, ns, group string) {
 	w.degraded.Store(true)
 	if apierrors.IsForbidden(err) {
 		w.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorForbidden))
-		perr := fmt.Errorf("RBAC forbids reading Events in %s: grant verbs list and watch on resource events in API group events.k8s.io (and get on the API discovery endpoints): %w",
-			scopeName(ns), err)
+		perr := fmt.Errorf("RBAC forbids reading Events in %s: grant verbs list and watch on resource events in API group %q: %w",
+			scopeName(ns), group, err)
 		w.logger.Error("Cannot list-watch Kubernetes Events", zap.Error(perr))
 		w.report(componentstatus.NewPermanentErrorEvent(perr))
 		return
