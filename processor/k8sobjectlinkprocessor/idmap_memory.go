@@ -32,6 +32,7 @@ type memoryStore struct {
 	tail   int32                  // least recently used
 	bytes  int64
 	closed bool
+	dedup  dedupSet // duplicate marks, kept apart (see dedupSet)
 }
 
 type memKey [16]byte
@@ -68,6 +69,7 @@ func newMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(string)
 		seed1:      maphash.MakeSeed(),
 		seed2:      maphash.MakeSeed(),
 		index:      make(map[memKey]int32),
+		dedup:      dedupSet{max: cfg.MaxEntries},
 		free:       -1,
 		head:       -1,
 		tail:       -1,
@@ -100,6 +102,10 @@ func (m *memoryStore) Do(_ context.Context, ops []Op) error {
 }
 
 func (m *memoryStore) apply(op *Op, now int64) {
+	if id, ok := dedupID(op.Key); ok {
+		m.applyDedup(op, id, now)
+		return
+	}
 	k := m.hash(op.Key)
 	idx, ok := m.index[k]
 	if ok && m.at(idx).expire <= now {
@@ -140,6 +146,23 @@ func (m *memoryStore) apply(op *Op, now int64) {
 	}
 }
 
+func (m *memoryStore) applyDedup(op *Op, id [8]byte, now int64) {
+	switch op.Kind {
+	case OpGet:
+		op.Found, op.Value = m.dedup.has(id, now), ""
+	case OpSetIfAbsent, OpSet:
+		op.Found = m.dedup.has(id, now)
+		if !op.Found || op.Kind == OpSet {
+			for range m.dedup.add(id, now, op.ExpireAt) {
+				m.onEvict("max_entries")
+			}
+		}
+		op.Value = ""
+	case OpDelete:
+		op.Found = m.dedup.remove(id)
+	}
+}
+
 // Local implements Store: memory is the whole truth.
 func (m *memoryStore) Local(ops []Op) bool {
 	_ = m.Do(context.Background(), ops)
@@ -150,6 +173,10 @@ func (m *memoryStore) Local(ops []Op) bool {
 func (m *memoryStore) peek(key string) (string, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if id, ok := dedupID(key); ok {
+		// The exact expiry of a mark is not kept; "far enough" stops a refresh write.
+		return "", time.Unix(1<<40, 0), m.dedup.has(id, m.now().UnixNano())
+	}
 	idx, ok := m.index[m.hash(key)]
 	if !ok || m.at(idx).expire <= m.now().UnixNano() {
 		return "", time.Time{}, false
@@ -239,7 +266,7 @@ func (m *memoryStore) remove(idx int32) {
 func (m *memoryStore) len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.index)
+	return len(m.index) + m.dedup.count
 }
 
 // Close implements Store.
@@ -247,6 +274,6 @@ func (m *memoryStore) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	m.index, m.chunks = nil, nil
+	m.index, m.chunks, m.dedup.gens = nil, nil, nil
 	return nil
 }

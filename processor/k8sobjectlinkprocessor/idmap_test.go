@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -99,6 +101,49 @@ func FuzzDecodeOwner(f *testing.F) {
 			if back, ok := decodeOwner(encodeOwner(o)); !ok || back != o {
 				t.Fatalf("decode(%q) = %+v does not round-trip", s, o)
 			}
+		}
+	})
+}
+
+func TestDuplicateMarksInMemory(t *testing.T) {
+	mark := func(i byte) string { return dedupKey(pcommon.SpanID{i, 1, 2, 3, 4, 5, 6, 7}) }
+	set := func(m *memoryStore, key string, exp time.Time) bool {
+		ops := []Op{{Kind: OpSetIfAbsent, Key: key, ExpireAt: exp}}
+		_ = m.Do(context.Background(), ops)
+		return ops[0].Found
+	}
+	t.Run("a mark is found until its TTL (plus at most an eighth) has passed", func(t *testing.T) {
+		c := newFakeClock(t0)
+		m := newMemoryStore(MemoryConfig{MaxEntries: 100, MaxBytes: 1 << 20}, c.Now, nil)
+		ttl := 80 * time.Minute
+		if set(m, mark(1), c.Now().Add(ttl)) {
+			t.Fatal("a new mark must not be found")
+		}
+		c.Advance(ttl - time.Minute)
+		if !set(m, mark(1), c.Now().Add(ttl)) {
+			t.Fatal("a mark must be found within its TTL")
+		}
+		c.Advance(ttl/dedupGenerations + 2*time.Minute)
+		if set(m, mark(1), c.Now().Add(ttl)) {
+			t.Fatal("a mark must be gone an eighth of its TTL after it expired")
+		}
+	})
+	t.Run("marks never push assignments out of the LRU and are bounded by max_entries", func(t *testing.T) {
+		c := newFakeClock(t0)
+		evicted := 0
+		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, func(string) { evicted++ })
+		_ = m.Do(context.Background(), []Op{{Kind: OpSet, Key: "a:assignment", Value: "x", ExpireAt: t0.Add(24 * time.Hour)}})
+		for i := range 50 {
+			set(m, mark(byte(i)), c.Now().Add(80*time.Minute)) // no mark expires within the loop
+			c.Advance(time.Minute)                             // a new generation every ten marks
+		}
+		ops := []Op{{Kind: OpGet, Key: "a:assignment"}}
+		_ = m.Do(context.Background(), ops)
+		if !ops[0].Found {
+			t.Fatal("the assignment must survive a flood of marks")
+		}
+		if m.dedup.count > 10 || evicted == 0 {
+			t.Fatalf("marks must stay within max_entries: %d held, %d evicted", m.dedup.count, evicted)
 		}
 	})
 }
