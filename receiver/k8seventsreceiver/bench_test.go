@@ -1,7 +1,11 @@
 package k8seventsreceiver
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -59,18 +63,37 @@ func BenchmarkEventToSpan(b *testing.B) {
 
 // BenchmarkLiveEventsMemory reports the heap the receiver holds for 100k live Events: the
 // tracker's state, which is all it keeps between versions. For comparison it also reports what
-// the same Events cost as stripped objects (what the watch-list buffer holds while the initial
-// stream arrives) and as full objects (what an unstripped informer store would hold).
+// the same Events cost as full objects (what an unstripped informer store would hold) and as
+// stripped objects (what the watch-list buffer holds while the initial stream arrives). The
+// Events are decoded from a real one recorded by the testbed (a SuccessfulCreate with its
+// managedFields), each with its own UID, name and resourceVersion.
 func BenchmarkLiveEventsMemory(b *testing.B) {
 	const n = 100_000
+	template := realEventJSON(b)
+	decode := func() []*eventsv1.Event {
+		evs := make([]*eventsv1.Event, n)
+		for i := range evs {
+			ev := new(eventsv1.Event)
+			if err := json.Unmarshal(template, ev); err != nil {
+				b.Fatal(err)
+			}
+			ev.UID = types.UID(fmt.Sprintf("%08x-7f06-47c9-b26f-2a710af8cb81", i))
+			ev.Name = fmt.Sprintf("demo-65b6865b5c.%016x", i)
+			ev.ResourceVersion = strconv.Itoa(1000 + i)
+			evs[i] = ev
+		}
+		return evs
+	}
 	tm := newTelemetry(b)
 	for b.Loop() {
-		full := benchEvents(n)
-		fullBytes := heapAfter(func() any { return benchEvents(n) })
+		var full []*eventsv1.Event
+		fullBytes := heapAfter(func() any { full = decode(); return full })
 		strippedBytes := heapAfter(func() any {
 			s := make([]*eventsv1.Event, n)
 			for i, ev := range full {
 				s[i], _ = strip(ev)
+				// A stripped copy outlives the decoded object: count its own strings.
+				s[i].Note = strings.Clone(s[i].Note)
 			}
 			return s
 		})
@@ -92,6 +115,24 @@ func BenchmarkLiveEventsMemory(b *testing.B) {
 		b.ReportMetric(float64(fullBytes)/(1<<20), "full-MiB/100k")
 		runtime.KeepAlive(full)
 	}
+}
+
+func realEventJSON(b *testing.B) []byte {
+	b.Helper()
+	data, err := os.ReadFile(filepath.Join(fixturesDir, "deployment", "events.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var l struct {
+			Object json.RawMessage `json:"object"`
+		}
+		if json.Unmarshal(line, &l) == nil && bytes.Contains(l.Object, []byte(`"SuccessfulCreate"`)) {
+			return l.Object
+		}
+	}
+	b.Fatal("no SuccessfulCreate Event in the deployment fixture")
+	return nil
 }
 
 // heapAfter returns how much live heap the value built by build retains.
