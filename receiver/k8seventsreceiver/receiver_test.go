@@ -446,7 +446,11 @@ func TestReceiverRestartsAStalledWatch(t *testing.T) {
 		r.clock = clk
 	})
 	<-watches
-	for h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartStalled) == 0 {
+	// Advance the injected clock until the guard fires; a guard that never fires fails here.
+	for i := 0; h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartStalled) == 0; i++ {
+		if i == 5000 {
+			t.Fatal("the stall guard did not restart a silent watch")
+		}
 		clk.Step(15 * time.Second)
 		time.Sleep(time.Millisecond)
 	}
