@@ -41,8 +41,10 @@ type workItem struct {
 // of Events: the reflector hands it each version and keeps nothing itself.
 type tracker struct {
 	logger *zap.Logger
-	tel    *metadata.TelemetryBuilder
-	now    func() time.Time
+	// debug spares the hot path the string building of per-Event debug logs when they are off.
+	debug bool
+	tel   *metadata.TelemetryBuilder
+	now   func() time.Time
 	// maxAge applies to Events first seen in an initial list when there was no checkpoint.
 	maxAge  time.Duration
 	dropOld bool
@@ -55,6 +57,7 @@ type tracker struct {
 func newTracker(logger *zap.Logger, tel *metadata.TelemetryBuilder, now func() time.Time, maxAge time.Duration, restored map[string]checkpointEntry) *tracker {
 	t := &tracker{
 		logger:     logger,
+		debug:      logger.Core().Enabled(zap.DebugLevel),
 		tel:        tel,
 		now:        now,
 		maxAge:     maxAge,
@@ -159,8 +162,10 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	for c := int64(count) - n + 1; c <= int64(count); c++ {
 		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(ev, int32(c), hasCount), at: at})
 	}
-	t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
-		zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)))
+	if t.debug {
+		t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
+			zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)))
+	}
 	return item, true
 }
 
@@ -209,12 +214,18 @@ func (t *tracker) len() int {
 
 func (t *tracker) duplicate(ev *eventsv1.Event, st eventState, reason string) {
 	t.tel.Duplicates.Add(context.Background(), 1, metadata.WithReason(reason))
+	if !t.debug {
+		return
+	}
 	t.logger.Debug("Event version carries no new occurrence", zap.String("event", ev.Namespace+"/"+ev.Name),
 		zap.String("resource_version", ev.ResourceVersion), zap.Int32("emitted_count", st.count), zap.String("reason", reason))
 }
 
 func (t *tracker) drop(ev *eventsv1.Event, reason string, n int64) {
 	t.tel.Dropped.Add(context.Background(), n, metadata.WithReason(reason))
+	if !t.debug {
+		return
+	}
 	t.logger.Debug("Event occurrence dropped", zap.String("event", ev.Namespace+"/"+ev.Name),
 		zap.String("uid", string(ev.UID)), zap.String("reason", reason))
 }
