@@ -109,6 +109,11 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 		op := &ops[i]
 		switch op.Kind {
 		case OpGet, OpSetIfAbsent:
+			if op.Kind == OpGet && isNameKey(op.Key) {
+				// Another replica may have seen the name recreated under a new UID; name look-ups
+				// are rare (spans without a UID), so they always ask Redis.
+				break
+			}
 			if v, _, ok := s.cache.peek(op.Key); ok {
 				op.Found, op.Value = true, v
 				continue
@@ -142,7 +147,7 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 // Local implements Store: the cache answers, Redis is not asked.
 func (s *redisStore) Local(ops []Op) bool {
 	for i := range ops {
-		if ops[i].Kind != OpGet {
+		if ops[i].Kind != OpGet || isNameKey(ops[i].Key) {
 			continue
 		}
 		ops[i].Value, _, ops[i].Found = s.cache.peek(ops[i].Key)
@@ -218,6 +223,8 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 func (s *redisStore) cacheSet(v string, op *Op) {
 	_ = s.cache.Do(context.Background(), []Op{{Kind: OpSet, Key: op.Key, Value: v, ExpireAt: op.ExpireAt}})
 }
+
+func isNameKey(key string) bool { return len(key) > 2 && key[:2] == "n:" }
 
 func isReplyError(err error) bool {
 	var re redis.Error

@@ -369,3 +369,49 @@ func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 		t.Fatal("the Pod's assignment made during the outage must be reconciled into Redis")
 	}
 }
+
+func TestANameRecreatedOnAnotherReplicaResolvesToTheNewUID(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	clk := newFakeClock(time.Now())
+	a, b := newHarness(t, cfg, clk), newHarness(t, cfg, clk)
+	recreated := podA1
+	recreated.UID = "pod-a1-second"
+	a.consume(audit(podA1, "create-1", base.Add(time.Second)))
+	b.consume(audit(podA1, "delete-1", base.Add(2*time.Second)), audit(recreated, "create-2", base.Add(3*time.Second)))
+	a.consume(audit(withoutUID(recreated), "conflict", base.Add(4*time.Second)))
+
+	conflict := a.activitySpan("audit conflict")
+	if v, _ := conflict.Attributes().Get(model.AttrObjectUID); v.Str() != "pod-a1-second" {
+		t.Fatalf("replica a must resolve the name through Redis to the UID replica b saw last, got %q", v.Str())
+	}
+	var second ptrace.Span
+	for _, o := range append(a.spans(), b.spans()...) {
+		if spanType(o.span) == model.SpanTypeObject {
+			if v, _ := o.span.Attributes().Get(model.AttrObjectUID); v.Str() == "pod-a1-second" {
+				second = o.span
+			}
+		}
+	}
+	assertChild(t, second, conflict)
+}
+
+func TestAForeignKeyUnderThePrefixDoesNotStopTheBatch(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer raw.Close()
+	// Someone else's list where the Deployment's assignment would go: GET answers WRONGTYPE.
+	key := cfg.IDMap.Redis.KeyPrefix + assignmentKey(deploy.Key(), base)
+	if err := raw.RPush(context.Background(), key, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, newFakeClock(time.Now()))
+	h.consume(audit(deploy, "d", base.Add(time.Second)))
+	h.activitySpan("audit d")
+	if h.p.redis.down {
+		t.Fatal("a per-key reply error must not be taken for an outage")
+	}
+}
