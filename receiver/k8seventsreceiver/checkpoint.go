@@ -29,6 +29,9 @@ const (
 	// bucketSpan is how long a bucket stays open: short enough that rewriting it per flush is
 	// cheap, long enough that a day of checkpoint_ttl is a few thousand keys at most.
 	bucketSpan = time.Minute
+	// checkpointInterval bounds the storage writes to one per second, and so the occurrences a
+	// crash can make the next start emit again to about a second's worth.
+	checkpointInterval = time.Second
 )
 
 // checkpointEntry is one Event's progress.
@@ -59,6 +62,8 @@ type checkpoint struct {
 	state     checkpointState
 	open      map[string]checkpointEntry // entries of the open bucket, the last in state.Buckets
 	openSince time.Time
+	dirty     bool // open holds entries not written yet
+	lastWrite time.Time
 }
 
 func newCheckpoint(client storage.Client, ttl time.Duration, now func() time.Time) *checkpoint {
@@ -102,14 +107,22 @@ func (c *checkpoint) load(ctx context.Context) (map[string]checkpointEntry, erro
 	return entries, nil
 }
 
-// commit records entries whose spans were accepted (or that need no span) and expires old
-// buckets, in one storage batch.
+// commit records entries whose spans were accepted (or that need no span). It writes at most
+// once per checkpointInterval: a storage write is a disk sync with file_storage, and one per
+// accepted batch would cap the receiver at the disk's sync rate. What is not written yet is
+// written by flush, which the pipeline calls when the interval has passed and at shutdown; only
+// a crash can lose it, and then the next start emits those occurrences again, with the same
+// span IDs.
 func (c *checkpoint) commit(ctx context.Context, entries []*checkpointEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
 	now := c.now()
 	if c.open == nil || now.Sub(c.openSince) >= bucketSpan {
+		// The open bucket's pending entries go out before it is closed.
+		if err := c.flush(ctx); err != nil {
+			return err
+		}
 		c.open = make(map[string]checkpointEntry)
 		c.openSince = now
 		c.state.Buckets = append(c.state.Buckets, bucketState{Key: bucketPrefix + strconv.FormatInt(c.state.Next, 10)})
@@ -118,8 +131,25 @@ func (c *checkpoint) commit(ctx context.Context, entries []*checkpointEntry) err
 	for _, e := range entries {
 		c.open[e.UID] = *e
 	}
-	c.state.Buckets[len(c.state.Buckets)-1].Written = now.UnixNano()
+	c.dirty = true
+	if c.due(now) > 0 {
+		return nil
+	}
+	return c.flush(ctx)
+}
 
+// due is how long until pending entries may be written; zero or less means now.
+func (c *checkpoint) due(now time.Time) time.Duration {
+	return checkpointInterval - now.Sub(c.lastWrite)
+}
+
+// flush writes the open bucket and the state, and expires old buckets, in one storage batch.
+func (c *checkpoint) flush(ctx context.Context) error {
+	if !c.dirty {
+		return nil
+	}
+	now := c.now()
+	c.state.Buckets[len(c.state.Buckets)-1].Written = now.UnixNano()
 	var ops []*storage.Operation
 	expired := 0
 	for _, b := range c.state.Buckets[:len(c.state.Buckets)-1] {
@@ -136,9 +166,13 @@ func (c *checkpoint) commit(ctx context.Context, entries []*checkpointEntry) err
 	}
 	open := c.state.Buckets[len(c.state.Buckets)-1].Key
 	ops = append(ops, storage.SetOperation(open, encodeBucket(c.open)), storage.SetOperation(checkpointStateKey, state))
+	// Whether or not the write succeeds, the next attempt waits an interval: a failing
+	// storage must not be retried per batch.
+	c.lastWrite = now
 	if err := c.client.Batch(ctx, ops...); err != nil {
 		return fmt.Errorf("writing checkpoint bucket %q (%d entries): %w", open, len(c.open), err)
 	}
+	c.dirty = false
 	return nil
 }
 

@@ -66,6 +66,48 @@ func TestCheckpoint(t *testing.T) {
 		}
 	})
 
+	t.Run("writes within a second are coalesced and flush writes what is pending", func(t *testing.T) {
+		st := newMemStorage()
+		c := newCheckpoint(st, time.Hour, clock)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
+		now = now.Add(checkpointInterval / 2)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "b", RV: "2", Count: 1}}))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if _, ok := got["b"]; ok || len(got) != 1 {
+			t.Fatalf("a second write within %s reached the storage: %+v", checkpointInterval, got)
+		}
+		if d := c.due(now); d <= 0 || d > checkpointInterval/2 {
+			t.Fatalf("due() = %s, want the rest of the interval", d)
+		}
+		must(t, c.flush(ctx))
+		got, err = newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if len(got) != 2 {
+			t.Fatalf("after flush the checkpoint holds %+v, want a and b", got)
+		}
+	})
+
+	t.Run("a bucket's pending entries are written before the next bucket opens", func(t *testing.T) {
+		st := newMemStorage()
+		c := newCheckpoint(st, time.Hour, clock)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "b", RV: "2", Count: 1}})) // pending
+		now = now.Add(bucketSpan)
+		must(t, c.commit(ctx, []*checkpointEntry{{UID: "c", RV: "3", Count: 1}}))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if _, ok := got["b"]; !ok {
+			t.Fatalf("checkpoint holds %+v: b was lost when its bucket closed", got)
+		}
+		must(t, c.flush(ctx))
+		got, err = newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if len(got) != 3 {
+			t.Fatalf("checkpoint holds %+v, want a, b and c", got)
+		}
+	})
+
 	t.Run("a corrupt bucket is an error naming the bucket", func(t *testing.T) {
 		st := newMemStorage()
 		c := newCheckpoint(st, time.Hour, clock)

@@ -119,6 +119,18 @@ func occurrenceTime(ev *eventsv1.Event) time.Time {
 	return time.Time{}
 }
 
+// firstOccurrenceTime is when the Event first happened: eventTime for events.k8s.io/v1 (which
+// series do not move), the deprecated first timestamp for core/v1 recorders, else last.
+func firstOccurrenceTime(ev *eventsv1.Event, last time.Time) time.Time {
+	switch {
+	case !ev.EventTime.IsZero():
+		return ev.EventTime.Time
+	case !ev.DeprecatedFirstTimestamp.IsZero():
+		return ev.DeprecatedFirstTimestamp.Time
+	}
+	return last
+}
+
 // occurrenceID is the occurrence part of an event span ID: the occurrence's count, or the
 // resourceVersion for an Event without one.
 func occurrenceID(ev *eventsv1.Event, count int32, hasCount bool) string {

@@ -2,6 +2,7 @@ package k8seventsreceiver
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumererror"
@@ -51,10 +52,19 @@ func (p *pipeline) enqueue(ctx context.Context, item workItem) error {
 
 func (p *pipeline) run(ctx context.Context) {
 	batch := make([]workItem, 0, maxBatchItems)
+	// At shutdown, what the consumer accepted is checkpointed before the storage closes.
+	defer p.flushCheckpoint(context.WithoutCancel(ctx))
 	for {
+		var due <-chan time.Time
+		if p.ckpt != nil && p.ckpt.dirty {
+			due = p.clock.After(p.ckpt.due(p.clock.Now()))
+		}
 		select {
 		case item := <-p.queue:
 			batch = append(batch, item)
+		case <-due:
+			p.flushCheckpoint(ctx)
+			continue
 		case <-ctx.Done():
 			return
 		}
@@ -125,11 +135,21 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 			entries = append(entries, item.entry)
 		}
 	}
-	if err := p.ckpt.commit(opCtx, entries); err != nil {
-		// The spans are out; a failed write only means a restart may emit them again with the
-		// same span IDs.
-		p.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorCheckpointWrite))
+	p.checkpointErr(p.ckpt.commit(opCtx, entries))
+	return true
+}
+
+func (p *pipeline) flushCheckpoint(ctx context.Context) {
+	if p.ckpt != nil {
+		p.checkpointErr(p.ckpt.flush(ctx))
+	}
+}
+
+// checkpointErr counts a failed checkpoint write. The spans are out; a failed write only means
+// a restart may emit them again, with the same span IDs.
+func (p *pipeline) checkpointErr(err error) {
+	if err != nil {
+		p.tel.Errors.Add(context.Background(), 1, metadata.WithReason(metadata.ErrorCheckpointWrite))
 		p.logger.Warn("Writing the restart checkpoint failed", zap.Error(err))
 	}
-	return true
 }

@@ -529,3 +529,31 @@ func TestStartFailsOnAMissingStorageExtension(t *testing.T) {
 		t.Fatalf("Start = %v, want an error naming the storage extension", err)
 	}
 }
+
+func TestReceiverCheckpointsPendingOccurrencesAfterAnInterval(t *testing.T) {
+	st := newMemStorage()
+	clk := clocktesting.NewFakeClock(time.Now())
+	client := newFakeClient(true, testEvent("a", "10"))
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, st, func(c *Config, r *eventsReceiver) {
+		c.StalledWatchTimeout = 0
+		r.clock = clk
+	})
+	checkpointed := func(uid string) bool {
+		got, err := newCheckpoint(st, time.Hour, clk.Now).load(context.Background())
+		must(t, err)
+		_, ok := got[uid]
+		return ok
+	}
+	waitFor(t, "the first checkpoint", func() bool { return checkpointed("a") })
+	if _, err := client.EventsV1().Events("default").Create(context.Background(), testEvent("b", "11"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's span and the pending write's timer", func() bool { return sink.SpanCount() == 2 && clk.HasWaiters() })
+	if checkpointed("b") {
+		t.Fatal("b was written within the checkpoint interval of a")
+	}
+	clk.Step(checkpointInterval)
+	waitFor(t, "b's checkpoint after the interval", func() bool { return checkpointed("b") })
+	h.stop()
+}

@@ -137,7 +137,11 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	t.states[uid] = state
 	item := workItem{ev: ev, entry: &checkpointEntry{UID: uid, Namespace: state.namespace, RV: state.rv, Count: count, Last: state.last}}
 
-	first := count // a new Event is one span, for its current occurrence
+	// A known Event's new occurrences are those past the last one emitted. An Event seen for the
+	// first time with a count of N happened N times, maybe while the receiver was down: all N are
+	// spans, the first at the Event's first-occurrence time, the later ones at the last (the API
+	// keeps no other), each with the ID any replica derives for it.
+	first := int32(1)
 	if known {
 		first = prev.count + 1
 	}
@@ -148,9 +152,6 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	case at.IsZero():
 		t.drop(ev, metadata.ReasonMissingTime, int64(count)-int64(first)+1)
 		return item, true
-	case !known && initial && t.dropOld && t.now().Sub(at) > t.maxAge:
-		t.drop(ev, metadata.ReasonTooOld, 1)
-		return item, true
 	}
 	// int64, so that a count of MaxInt32 cannot overflow the arithmetic or the loop.
 	n := int64(count) - int64(first) + 1
@@ -158,9 +159,22 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 		t.drop(ev, metadata.ReasonCoalesced, n-maxSpansPerUpdate)
 		n = maxSpansPerUpdate
 	}
+	tooOld := !known && initial && t.dropOld
 	item.spans = make([]occurrenceSpan, 0, n)
+	var old int64
 	for c := int64(count) - n + 1; c <= int64(count); c++ {
-		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(ev, int32(c), hasCount), at: at})
+		occAt := at
+		if c == 1 {
+			occAt = firstOccurrenceTime(ev, at)
+		}
+		if tooOld && t.now().Sub(occAt) > t.maxAge {
+			old++
+			continue
+		}
+		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(ev, int32(c), hasCount), at: occAt})
+	}
+	if old > 0 {
+		t.drop(ev, metadata.ReasonTooOld, old)
 	}
 	if t.debug {
 		t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),

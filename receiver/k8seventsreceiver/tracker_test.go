@@ -2,6 +2,7 @@ package k8seventsreceiver
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,6 +51,22 @@ func TestTrackerOccurrences(t *testing.T) {
 			},
 		},
 		{
+			name: "an Event first seen after it recurred is one span per occurrence",
+			steps: []step{
+				{observe: testEvent("a", "12", withSeries(3, t0.Add(time.Second))), want: []int32{1, 2, 3}},
+				{observe: testEvent("b", "13", withDeprecatedCount(2, t0, t0.Add(time.Second))), want: []int32{1, 2}},
+			},
+		},
+		{
+			name:   "max_event_age applies to each occurrence of an Event first seen in the first list",
+			maxAge: 30 * time.Second,
+			steps: []step{
+				// first occurrence at t0 (too old), the later ones at now
+				{replace: []*eventsv1.Event{testEvent("a", "12", withSeries(3, now))}, initial: true, want: []int32{2, 3}},
+			},
+			drop: map[string]int64{metadata.ReasonTooOld: 1},
+		},
+		{
 			name: "an unchanged resourceVersion is not a span",
 			steps: []step{
 				{observe: testEvent("a", "10"), want: []int32{1}},
@@ -60,7 +77,7 @@ func TestTrackerOccurrences(t *testing.T) {
 		{
 			name: "an update without a new occurrence is not a span",
 			steps: []step{
-				{observe: testEvent("a", "10", withSeries(2, t0)), want: []int32{2}},
+				{observe: testEvent("a", "10", withSeries(2, t0)), want: []int32{1, 2}},
 				{observe: testEvent("a", "11", withSeries(2, t0))},
 			},
 			dup: map[string]int64{metadata.DuplicateNoNewOccurrence: 1},
@@ -202,6 +219,22 @@ func TestTrackerOccurrenceIDs(t *testing.T) {
 	}
 	if got := item.spans[0].at; !got.Equal(t0.Add(time.Second)) {
 		t.Errorf("a series occurrence happens at lastObservedTime %v, got %v", t0.Add(time.Second), got)
+	}
+}
+
+func TestTrackerFirstSightingTimes(t *testing.T) {
+	tm := newTelemetry(t)
+	tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+	last := t0.Add(time.Minute)
+	item, _ := tr.observe(testEvent("a", "12", withSeries(3, last)), false)
+	want := []time.Time{t0, last, last}
+	if len(item.spans) != 3 {
+		t.Fatalf("%d spans, want 3", len(item.spans))
+	}
+	for i, occ := range item.spans {
+		if !occ.at.Equal(want[i]) || occ.id != strconv.Itoa(i+1) {
+			t.Errorf("occurrence %d at %v with ID %q; want %v and %q (the first at eventTime, later ones at lastObservedTime)", i+1, occ.at, occ.id, want[i], strconv.Itoa(i+1))
+		}
 	}
 }
 
