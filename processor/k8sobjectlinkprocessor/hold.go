@@ -14,16 +14,16 @@ import (
 
 // holdSpans moves the spans at the given items out of td into the held list. Past
 // max_held_spans a span is not held but released at once as a root would be, counted.
-func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (int, []*node) {
+func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (map[int]bool, []*node) {
 	if len(idx) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	want := make(map[int]time.Time, len(idx))
 	for _, i := range idx {
 		want[items[i].pos] = items[i].deadline
 	}
 	var overflow ptrace.Traces
-	held := 0
+	held := make(map[int]bool, len(idx))
 	p.heldMu.Lock()
 	pos := 0
 	for _, rs := range td.ResourceSpans().All() {
@@ -48,7 +48,7 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 					continue
 				}
 				p.held = append(p.held, heldSpan{td: one, deadline: deadline})
-				held++
+				held[pos-1] = true
 				if fresh {
 					p.tel.SpansHeld.Add(ctx, 1)
 				}

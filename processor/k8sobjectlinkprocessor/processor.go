@@ -353,7 +353,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			if op.Found {
 				items[idx].dup = true
 			} else {
-				res.marks = append(res.marks, *op)
+				items[idx].mark = op.Key
 			}
 		})
 	}
@@ -406,7 +406,16 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
 	}
 	var overflowObjects []*node
-	res.held, overflowObjects = p.holdSpans(ctx, td, items, toHold, dedup)
+	var heldPos map[int]bool
+	heldPos, overflowObjects = p.holdSpans(ctx, td, items, toHold, dedup)
+	res.held = len(heldPos)
+	// A refused batch has its marks undone so that its redelivery passes; a held span stays in
+	// our custody whatever the next consumer says, so its mark stays and catches the redelivery.
+	for i := range items {
+		if items[i].mark != "" && !heldPos[items[i].pos] {
+			res.marks = append(res.marks, Op{Kind: OpSetIfAbsent, Key: items[i].mark})
+		}
+	}
 	res.objects = overflowObjects
 	if removed := countTrue(remove); removed > 0 {
 		removeSpans(td, remove)

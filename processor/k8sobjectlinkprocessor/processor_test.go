@@ -424,3 +424,40 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 		})
 	}
 }
+
+func TestAHeldSpanIsNotPassedTwiceWhenItsBatchIsRefusedAndRedelivered(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	refuse := false
+	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if refuse {
+			return errors.New("exporter queue full")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	cfg := memoryConfig()
+	cfg.OwnerWait = 3 * time.Second
+	clk := newFakeClock(t0.Add(time.Minute))
+	h := newHarnessConsumer(t, cfg, clk, next, sink)
+	h.consume(audit(deploy, "d", t0.Add(time.Minute)))
+	clk.Advance(4 * time.Second)
+	if err := h.p.release(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	redelivered := func() ptrace.Traces {
+		return batch(audit(deploy, "x", t0.Add(time.Minute)), event(withoutOwner(podB1), "held", t0.Add(time.Minute)))
+	}
+	refuse = true
+	if err := h.p.ConsumeTraces(context.Background(), redelivered()); err == nil {
+		t.Fatal("the refusal must reach the receiver")
+	}
+	refuse = false
+	if err := h.p.ConsumeTraces(context.Background(), redelivered()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(4 * time.Second)
+	if err := h.p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.activitySpan("audit x")    // the refused span passed once, on redelivery
+	h.activitySpan("event held") // the held one once, from custody
+}

@@ -83,6 +83,7 @@ type item struct {
 	dup         bool
 	deadline    time.Time
 	uidFromName bool
+	mark        string // the duplicate mark this span set, if it was the first
 }
 
 // resolverCounts are added to the telemetry once per batch, not once per object: instruments
