@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -128,5 +129,30 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	if found := len(deadlines) - timedOut - reheld; found > 0 {
 		p.tel.SpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(metadata.AttrReason, "owner_found")))
 	}
-	return p.send(ctx, td, res)
+	// Released spans are in our custody until the next consumer takes them: keep a copy of the
+	// activity spans, and if it refuses, hold them again (their wait is over: they go on the
+	// next tick, or at Shutdown). Object spans are re-sent through the owed list by send.
+	var retry ptrace.Traces
+	if !all && td.SpanCount() > 0 {
+		retry = ptrace.NewTraces()
+		td.CopyTo(retry)
+		retry.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+			rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
+				ss.Spans().RemoveIf(func(s ptrace.Span) bool {
+					v, _ := s.Attributes().Get(model.AttrSpanType)
+					return v.Str() == model.SpanTypeObject
+				})
+				return ss.Spans().Len() == 0
+			})
+			return rs.ScopeSpans().Len() == 0
+		})
+	}
+	err := p.send(ctx, td, res)
+	if err != nil && retry != (ptrace.Traces{}) && retry.SpanCount() > 0 {
+		p.heldMu.Lock()
+		p.held = append(p.held, heldSpan{td: retry, deadline: now})
+		p.heldMu.Unlock()
+		p.tel.HeldSpans.Add(ctx, int64(retry.SpanCount()))
+	}
+	return err
 }

@@ -461,3 +461,30 @@ func TestAHeldSpanIsNotPassedTwiceWhenItsBatchIsRefusedAndRedelivered(t *testing
 	h.activitySpan("audit x")    // the refused span passed once, on redelivery
 	h.activitySpan("event held") // the held one once, from custody
 }
+
+func TestReleasedSpansRefusedByTheNextConsumerAreHeldAgain(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	refuse := false
+	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if refuse {
+			return errors.New("exporter queue full")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	cfg := memoryConfig()
+	cfg.OwnerWait = 3 * time.Second
+	clk := newFakeClock(t0.Add(time.Minute))
+	h := newHarnessConsumer(t, cfg, clk, next, sink)
+	h.consume(event(withoutOwner(podA1), "e", t0.Add(time.Minute)))
+	clk.Advance(4 * time.Second)
+	refuse = true
+	if err := h.p.release(context.Background(), false); err == nil {
+		t.Fatal("the refusal must be returned")
+	}
+	refuse = false
+	if err := h.p.release(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	h.activitySpan("event e")
+	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e"))
+}
