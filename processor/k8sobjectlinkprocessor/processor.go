@@ -150,7 +150,8 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 	return nil
 }
 
-// Shutdown releases every held span (none is lost) and closes the ID map.
+// Shutdown releases every held span and every owed object span (none is lost while the next
+// consumer takes them) and closes the ID map.
 func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	if p.started {
 		p.stopOnce.Do(func() { close(p.stop) })
@@ -158,6 +159,8 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 		p.started = false
 	}
 	err := p.release(ctx, true)
+	// Object spans still owed from a refused batch get their last chance.
+	err = errors.Join(err, p.send(ctx, ptrace.NewTraces(), processResult{}))
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
 		p.store = nil
