@@ -5,14 +5,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,29 +250,56 @@ func TestObjectLinkJobTree(t *testing.T) {
 	ot.checkActivity(t, "job: every audit and Event span under its object's span", uids)
 }
 
-// clusterProxy forwards audit webhook bodies to a collector under its own cluster path, so a
-// test's collectors tag their spans with a cluster name of their own and the main collector's
-// spans (its Event watch keeps running) never mix into the test's checks.
-func clusterProxy(t *testing.T, target, cluster string) string {
+// splitProxy takes the apiserver's audit webhook POSTs and splits every EventList between the
+// targets event by event (event i to target i mod n), under a cluster path of the test's own so
+// the test's spans never mix with the main collector's (whose Event watch keeps running). A body
+// is acknowledged only when every target took its part. Splitting events, not whole POSTs, makes
+// the replicas race on every step of the rollout, however few POSTs the apiserver makes.
+func splitProxy(t *testing.T, cluster string, targets ...string) (string, func() []int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	events := make([]int, len(targets))
 	client := &http.Client{Timeout: 30 * time.Second}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
+		var list map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&list); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		resp, err := client.Post(target+"/audit/"+cluster, r.Header.Get("Content-Type"), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
+		items, _ := list["items"].([]any)
+		parts := make([][]any, len(targets))
+		for i, item := range items {
+			parts[i%len(targets)] = append(parts[i%len(targets)], item)
 		}
-		defer resp.Body.Close()
-		w.WriteHeader(resp.StatusCode)
+		for i, target := range targets {
+			if len(parts[i]) == 0 {
+				continue
+			}
+			part := map[string]any{}
+			for k, v := range list {
+				part[k] = v
+			}
+			part["items"] = parts[i]
+			body, _ := json.Marshal(part)
+			resp, err := client.Post(target+"/audit/"+cluster, "application/json", bytes.NewReader(body))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				http.Error(w, resp.Status, http.StatusBadGateway)
+				return
+			}
+			mu.Lock()
+			events[i] += len(parts[i])
+			mu.Unlock()
+		}
+		w.WriteHeader(http.StatusOK)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -279,13 +307,17 @@ func clusterProxy(t *testing.T, target, cluster string) string {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), events...)
+	}
 }
 
-// TestObjectLinkTwoReplicasShareRedis splits the audit stream between two collectors (round
-// robin, as behind a load balancer) that share the Redis ID map: the tree must come out as if
-// one collector had seen everything — identical trace IDs across replicas and exactly one object
-// span per object per window.
+// TestObjectLinkTwoReplicasShareRedis splits the audit stream between two collectors that share
+// the Redis ID map, event by event: the tree must come out as if one collector had seen
+// everything — identical trace IDs across replicas and exactly one object span per object per
+// window.
 func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	env := Testbed(t)
 	requireObjectLink(t, env)
@@ -306,8 +338,8 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	}
 	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", cluster+":") })
 	a, b := replica("objectlink-a"), replica("objectlink-b")
-	pa, pb := clusterProxy(t, a.AuditURL, cluster), clusterProxy(t, b.AuditURL, cluster)
-	env.Router.SetRoute(RoundRobin(pa, pb))
+	proxy, delivered := splitProxy(t, cluster, a.AuditURL, b.AuditURL)
+	env.Router.SetRoute(ToAll(proxy))
 	t.Cleanup(env.RestoreRoute)
 
 	run, err := env.RunScenario("deployment")
@@ -315,9 +347,9 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 		t.Fatalf("scenario: %v", err)
 	}
 	env.RestoreRoute()
-	Check(t, "replicas: both collectors received part of the audit stream",
-		env.Router.Delivered(pa) > 0 && env.Router.Delivered(pb) > 0,
-		"delivered a=%d b=%d", env.Router.Delivered(pa), env.Router.Delivered(pb))
+	n := delivered()
+	Check(t, "replicas: both collectors received half of the audit events", n[0] > 10 && n[1] > 10,
+		"audit events delivered: a=%d b=%d", n[0], n[1])
 	spans := ofClusterName(env.Spans(t, run), cluster)
 	uids := createdUIDs(spans, run.Window(), "Deployment", "default", "demo")
 	if !Check(t, "replicas: the run created one Deployment default/demo", len(uids) == 1, "created UIDs %v among %d spans", uids, len(spans)) {
