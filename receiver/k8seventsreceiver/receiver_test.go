@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
@@ -556,4 +557,24 @@ func TestReceiverCheckpointsPendingOccurrencesAfterAnInterval(t *testing.T) {
 	clk.Step(checkpointInterval)
 	waitFor(t, "b's checkpoint after the interval", func() bool { return checkpointed("b") })
 	h.stop()
+}
+
+func TestReceiverWatchesOnlyWhileLeading(t *testing.T) {
+	client := newFakeClient(true, testEvent("a", "10"))
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, func(c *Config, _ *eventsReceiver) {
+		le := defaultLeaderElectorConfig()
+		le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 2*time.Second, time.Second, 50*time.Millisecond
+		c.LeaderElector = configoptional.Some(le)
+	})
+	waitFor(t, "the leader's span", func() bool { return sink.SpanCount() == 1 })
+	lease, err := client.CoordinationV1().Leases("default").Get(context.Background(), "kubetrail-k8s-event-spans", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatalf("no Lease held while watching: %v", err)
+	}
+	h.stop()
+	lease, err = client.CoordinationV1().Leases("default").Get(context.Background(), "kubetrail-k8s-event-spans", metav1.GetOptions{})
+	if err != nil || (lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "") {
+		t.Fatalf("the Lease was not released at shutdown: %v %v", lease.Spec.HolderIdentity, err)
+	}
 }
