@@ -86,16 +86,15 @@ func transform(obj any) (any, error) {
 
 // occurrenceCount is how many times the Event has happened: the series count, the deprecated
 // count of core/v1-style recorders, and 1 for an Event that carries neither (a single
-// occurrence reported through events.k8s.io/v1). hasCount tells the last case apart, because
-// then the occurrence is identified by the resourceVersion (DESIGN §3.2).
-func occurrenceCount(ev *eventsv1.Event) (count int32, hasCount bool) {
+// occurrence reported through events.k8s.io/v1, which gets a series only when it recurs).
+func occurrenceCount(ev *eventsv1.Event) int32 {
 	if ev.Series != nil && ev.Series.Count > 0 {
-		return ev.Series.Count, true
+		return ev.Series.Count
 	}
 	if ev.DeprecatedCount > 0 {
-		return ev.DeprecatedCount, true
+		return ev.DeprecatedCount
 	}
-	return 1, false
+	return 1
 }
 
 // occurrenceTime is when the Event's latest occurrence happened: the series' last observation,
@@ -131,11 +130,12 @@ func firstOccurrenceTime(ev *eventsv1.Event, last time.Time) time.Time {
 	return last
 }
 
-// occurrenceID is the occurrence part of an event span ID: the occurrence's count, or the
-// resourceVersion for an Event without one.
-func occurrenceID(ev *eventsv1.Event, count int32, hasCount bool) string {
-	if hasCount {
-		return strconv.FormatInt(int64(count), 10)
-	}
-	return ev.ResourceVersion
+// occurrenceID is the occurrence part of an event span ID: the occurrence's number, counting
+// from 1. DESIGN §3.2 names the resourceVersion for an Event without a count, but an
+// events.k8s.io/v1 Event has none only until it recurs: a receiver that first sees it with a
+// series (after a restart without checkpoint, or a replica started later) can no longer know the
+// resourceVersion its first occurrence had, and would give that occurrence a second ID. The
+// number is known to every observer.
+func occurrenceID(count int32) string {
+	return strconv.FormatInt(int64(count), 10)
 }

@@ -98,7 +98,7 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 		t.drop(ev, metadata.ReasonMissingUID, 1)
 		return workItem{}, false
 	}
-	count, hasCount := occurrenceCount(ev)
+	count := occurrenceCount(ev)
 	at := occurrenceTime(ev)
 	prev, known := t.states[uid]
 
@@ -171,7 +171,7 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 			old++
 			continue
 		}
-		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(ev, int32(c), hasCount), at: occAt})
+		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(int32(c)), at: occAt})
 	}
 	if old > 0 {
 		t.drop(ev, metadata.ReasonTooOld, old)

@@ -210,8 +210,8 @@ func TestTrackerOccurrenceIDs(t *testing.T) {
 	tm := newTelemetry(t)
 	tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
 	item, _ := tr.observe(testEvent("a", "10"), false)
-	if got := item.spans[0].id; got != "10" {
-		t.Errorf("an Event without a count is identified by its resourceVersion: got %q", got)
+	if got := item.spans[0].id; got != "1" {
+		t.Errorf("an Event without a count is its first occurrence, whatever its resourceVersion: got %q", got)
 	}
 	item, _ = tr.observe(testEvent("a", "11", withSeries(2, t0.Add(time.Second))), false)
 	if got := item.spans[0].id; got != "2" {
