@@ -55,7 +55,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 dist-test: build ## the real bin/otelcol-kubetrail: shipped configs validate, a recorded capture becomes one tree
 	go test -tags dist -count=1 ./distribution/
 
-e2e: build binaries ## end-to-end: real control plane + collector + Jaeger
+e2e: build binaries redis ## end-to-end: real control plane + collector + Jaeger
 	testbed/hack/e2e.sh
 
 lint: ## gofmt and go vet (including the dist and e2e build tags)

@@ -39,8 +39,11 @@ func AuditSpanID(auditID string) pcommon.SpanID {
 	return spanID(sha256.Sum256(b))
 }
 
-// EventSpanID is the span ID of one occurrence of a Kubernetes Event. occurrence is the series
-// count (or the deprecated count) when the Event has one, else its resourceVersion.
+// EventSpanID is the span ID of one occurrence of a Kubernetes Event: occurrence is the
+// occurrence number, i.e. the series count (or the deprecated count), and "1" for an Event that
+// has not recurred. Not the resourceVersion: a receiver that first sees an Event after it became a
+// series cannot know the resourceVersion its first occurrence had, and must still derive the same
+// ID for that occurrence as a receiver that saw it happen.
 func EventSpanID(eventUID, occurrence string) pcommon.SpanID {
 	var buf [160]byte
 	b := append(buf[:0], domainEventSpan...)
