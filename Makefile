@@ -26,7 +26,7 @@ $(OCB):
 	GOBIN=$(dir $(OCB)) go install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
 
 $(COLLECTOR): builder-config.yaml $(GO_SOURCES) | $(OCB)
-	@mkdir -p bin
+	@mkdir -p bin $(dir $(DIST_DIR))
 	$(OCB) --config builder-config.yaml
 	cp $(DIST_DIR)/otelcol-kubetrail $(COLLECTOR).tmp && mv -f $(COLLECTOR).tmp $(COLLECTOR)
 
