@@ -283,7 +283,7 @@ func TestDiffs(t *testing.T) {
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1"))))
 		td, _ := convertOne(t, c, event("u", "update", "alice", deployRef("10"), 200, at(time.Second), withResponse(deployment("11", 4, "nginx:2"))))
 		got := diffOf(t, onlySpan(t, td))
-		want := map[string]string{"spec.replicas": "2 -> 4", "spec.template.spec.containers[0].image": `"nginx:1" -> "nginx:2"`}
+		want := map[string]string{"spec.replicas": "2 -> 4", "spec.template.spec.containers[name=web].image": `"nginx:1" -> "nginx:2"`}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("diff = %v, want %v", got, want)
 		}
@@ -360,6 +360,17 @@ func TestDiffPaths(t *testing.T) {
 	if d.Changes[1].Old != `{"a":1}` || d.Changes[1].New != "" || d.Changes[4].Old != "" || d.Changes[4].New != `"v"` {
 		t.Fatalf("a removed or added subtree is one change with the absent side empty: %+v", d.Changes)
 	}
+	t.Run("lists keyed by name or type are compared by key", func(t *testing.T) {
+		old, _ := parseTree([]byte(`{"status":{"conditions":[{"type":"Progressing","status":"True"},{"type":"Available","status":"False"}]},
+			"spec":{"containers":[{"name":"web","image":"a"},{"name":"log","image":"b"}],"ports":[{"port":80},{"port":81}]}}`))
+		cur, _ := parseTree([]byte(`{"status":{"conditions":[{"type":"Available","status":"True"},{"type":"Progressing","status":"True"}]},
+			"spec":{"containers":[{"name":"log","image":"b"},{"name":"web","image":"c"},{"name":"proxy","image":"d"}],"ports":[{"port":80},{"port":82}]}}`))
+		d := diffTrees(old, cur)
+		want := `spec.containers[name=proxy],spec.containers[name=web].image,spec.ports[1].port,status.conditions[type=Available].status`
+		if d.paths() != want {
+			t.Fatalf("paths = %s, want %s: reordering is no change, unkeyed lists go by index", d.paths(), want)
+		}
+	})
 	var many strings.Builder
 	many.WriteString(`{"spec":{`)
 	for i := range maxDiffPaths + 10 {

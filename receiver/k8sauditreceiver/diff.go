@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -69,6 +70,10 @@ func diffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
 		as, aok := a.([]any)
 		bs, bok := b.([]any)
 		if aok && bok {
+			if field := listKey(as, bs); field != "" {
+				diffKeyedList(d, path, field, as, bs)
+				return
+			}
 			for i := 0; i < max(len(as), len(bs)); i++ {
 				var av, bv any
 				if i < len(as) {
@@ -97,6 +102,79 @@ func diffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
 		c.New = marshalJSON(b)
 	}
 	d.Changes = append(d.Changes, c)
+}
+
+// listKeys are the fields Kubernetes lists are keyed by, in order of preference: containers,
+// volumes, env and most others by name, conditions by type.
+var listKeys = []string{"name", "type"}
+
+// listKey returns the field that identifies the elements of both lists, or "" when the lists
+// must be compared by index: every element must be an object with a distinct, non-empty
+// string value for the field. Compared by key, a reordered or inserted element does not make
+// every later index look changed (conditions are reordered on every transition).
+func listKey(as, bs []any) string {
+	if len(as) == 0 && len(bs) == 0 {
+		return ""
+	}
+	for _, field := range listKeys {
+		if keyedBy(as, field) && keyedBy(bs, field) {
+			return field
+		}
+	}
+	return ""
+}
+
+func keyedBy(list []any, field string) bool {
+	seen := make(map[string]bool, len(list))
+	for _, el := range list {
+		m, ok := el.(map[string]any)
+		if !ok {
+			return false
+		}
+		k, ok := m[field].(string)
+		if !ok || k == "" || seen[k] {
+			return false
+		}
+		seen[k] = true
+	}
+	return true
+}
+
+// diffKeyedList compares two lists element by element key, in key order:
+// spec.template.spec.containers[name=web].image, status.conditions[type=Ready].status.
+func diffKeyedList(d *diffResult, path []byte, field string, as, bs []any) {
+	index := func(list []any) map[string]any {
+		m := make(map[string]any, len(list))
+		for _, el := range list {
+			m[el.(map[string]any)[field].(string)] = el
+		}
+		return m
+	}
+	am, bm := index(as), index(bs)
+	keys := slices.Collect(maps.Keys(am))
+	for k := range bm {
+		if _, dup := am[k]; !dup {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		av, ha := am[k]
+		bv, hb := bm[k]
+		diffValue(d, appendListKey(path, field, k), av, bv, ha, hb)
+	}
+}
+
+func appendListKey(path []byte, field, key string) []byte {
+	path = append(path, '[')
+	path = append(path, field...)
+	path = append(path, '=')
+	if plainKey(strings.ReplaceAll(strings.ReplaceAll(key, ".", "-"), ":", "-")) {
+		path = append(path, key...)
+	} else {
+		path = strconv.AppendQuote(path, key)
+	}
+	return append(path, ']')
 }
 
 func scalarEqual(a, b any) bool {
