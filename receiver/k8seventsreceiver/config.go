@@ -34,6 +34,11 @@ type Config struct {
 	// MaxEventAge drops Events older than this on the first list when there is no checkpoint, so
 	// a fresh collector does not replay the last hour of a cluster's history. 0 keeps them all.
 	MaxEventAge time.Duration `mapstructure:"max_event_age"`
+
+	// Window is the object-span window of the per-object trace and parent IDs this receiver
+	// derives (DESIGN §3.2). k8s_object_link re-derives both from its own window; keep the two
+	// equal so traces look the same with or without the processor.
+	Window time.Duration `mapstructure:"window"`
 	// CheckpointTTL is how long an Event's checkpoint entry is kept after its last occurrence. It
 	// must exceed the apiserver's --event-ttl (1h by default), or an Event still served after a
 	// restart is taken for a new one.
@@ -105,6 +110,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := fields.ParseSelector(c.FieldSelector); err != nil {
 		errs = append(errs, fmt.Errorf("field_selector: %w", err))
+	}
+	if c.Window <= 0 {
+		errs = append(errs, fmt.Errorf("window %s must be positive", c.Window))
 	}
 	if c.MaxEventAge < 0 {
 		errs = append(errs, fmt.Errorf("max_event_age %s must not be negative (0 keeps every Event)", c.MaxEventAge))

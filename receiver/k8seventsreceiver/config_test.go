@@ -65,6 +65,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "a namespace must be a DNS label", id: component.NewIDWithName(metadata.Type, "bad_namespace"), wantErr: "namespaces[0]"},
 		{name: "a label selector must parse", id: component.NewIDWithName(metadata.Type, "bad_label_selector"), wantErr: "label_selector"},
 		{name: "max_event_age must not be negative", id: component.NewIDWithName(metadata.Type, "negative_max_event_age"), wantErr: "max_event_age"},
+		{name: "the window must be positive", id: component.NewIDWithName(metadata.Type, "zero_window"), wantErr: "window"},
 		{name: "the backoff cap must not be below its start", id: component.NewIDWithName(metadata.Type, "bad_backoff"), wantErr: "backoff.max_interval"},
 		{name: "the lease must outlast the renew deadline", id: component.NewIDWithName(metadata.Type, "bad_leader_timing"), wantErr: "k8s_leader_elector.lease_duration"},
 	}

@@ -1,6 +1,8 @@
 package k8seventsreceiver
 
 import (
+	"github.com/kubetrail/kubetrail/internal/model"
+
 	"context"
 	"time"
 
@@ -26,6 +28,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		APIConfig:           k8sconfig.DefaultAPIConfig(),
 		MaxEventAge:         5 * time.Minute,
+		Window:              model.DefaultWindow,
 		CheckpointTTL:       3 * time.Hour,
 		StalledWatchTimeout: 5 * time.Minute,
 		Backoff:             BackoffConfig{InitialInterval: time.Second, MaxInterval: 30 * time.Second},

@@ -104,7 +104,7 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 		tel:     r.tel,
 		obs:     r.obs,
 		next:    r.next,
-		conv:    &converter{cluster: r.cfg.Cluster, mapper: mapper, window: model.DefaultWindow},
+		conv:    &converter{cluster: r.cfg.Cluster, mapper: mapper, window: r.cfg.Window},
 		ckpt:    ckpt,
 		clock:   r.clock,
 		backoff: r.cfg.Backoff,
