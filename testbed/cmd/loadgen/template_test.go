@@ -155,3 +155,22 @@ func TestNameOnlyReplacedAsNameValue(t *testing.T) {
 		t.Errorf("render =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// BenchmarkCopy is the generator's own cost of one scenario copy: token values and every batch
+// rendered.
+func BenchmarkCopy(b *testing.B) {
+	s, err := loadScenario(fixtures+"/deployment", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		vals := s.values(copyTag{n: uint64(i)}, now)
+		for j := range s.batches {
+			buf = s.batches[j].render(buf[:0], vals)
+		}
+	}
+	b.ReportMetric(float64(b.N*s.events)/b.Elapsed().Seconds(), "events/s")
+}
