@@ -43,8 +43,15 @@ func TestHarnessReplicasRestartAndRerun(t *testing.T) {
 		t.Fatal(err)
 	}
 	spans := env.WaitSpans(t, run.Window(), 30*time.Second, func(ss Spans) error {
-		if n := len(ss.OfType(model.SpanTypeAudit).ForObject("Pod", "default", "phoenix").Between(run.Start, run.End).Values(model.AttrObjectUID)); n != 2 {
+		pod := ss.OfType(model.SpanTypeAudit).ForObject("Pod", "default", "phoenix").Between(run.Start, run.End)
+		if n := len(pod.Values(model.AttrObjectUID)); n != 2 {
 			return errorf("rerun: %d Pod phoenix UIDs, want 2", n)
+		}
+		// Wait for what is checked below, not only for its first sign: a binding split to the
+		// other replica can trail the create by the processor's owner_wait (a bare Pod is a root,
+		// and a root's first spans in a window are held until its owner is known to be none).
+		if n := len(pod.Named(schedBinding)); n < 2 {
+			return errorf("rerun: %d bindings of Pod phoenix, want 2", n)
 		}
 		return nil
 	})
