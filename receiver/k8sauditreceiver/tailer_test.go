@@ -26,52 +26,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kubetrail/kubetrail/internal/storagetest"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
-
-// memStorage is an in-memory storage.Client: what a file_storage extension keeps on disk.
-type memStorage struct {
-	mu   sync.Mutex
-	data map[string][]byte
-}
-
-func newMemStorage() *memStorage { return &memStorage{data: map[string][]byte{}} }
-
-func (m *memStorage) Get(_ context.Context, key string) ([]byte, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.data[key]), nil
-}
-
-func (m *memStorage) Set(_ context.Context, key string, value []byte) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.data[key] = slices.Clone(value)
-	return nil
-}
-
-func (m *memStorage) Delete(_ context.Context, key string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.data, key)
-	return nil
-}
-
-func (m *memStorage) Batch(ctx context.Context, ops ...*storage.Operation) error {
-	for _, op := range ops {
-		switch op.Type {
-		case storage.Get:
-			op.Value, _ = m.Get(ctx, op.Key)
-		case storage.Set:
-			_ = m.Set(ctx, op.Key, op.Value)
-		case storage.Delete:
-			_ = m.Delete(ctx, op.Key)
-		}
-	}
-	return nil
-}
-
-func (m *memStorage) Close(context.Context) error { return nil }
 
 // line is one audit log line of a create with the given audit ID.
 func line(id string) string {
@@ -89,7 +46,7 @@ func lines(ids ...string) string {
 type tailEnv struct {
 	path  string
 	next  *switchConsumer
-	store *memStorage
+	store *storagetest.MemClient
 	rcv   *auditReceiver
 	slept []time.Duration
 }
@@ -100,7 +57,7 @@ func newTailEnv(t *testing.T, startAt string) *tailEnv {
 	cfg.ServerConfig.NetAddr.Endpoint = ""
 	cfg.Cluster = "c1"
 	cfg.StartAt = startAt
-	env := &tailEnv{path: filepath.Join(t.TempDir(), "audit.log"), next: &switchConsumer{}, store: newMemStorage()}
+	env := &tailEnv{path: filepath.Join(t.TempDir(), "audit.log"), next: &switchConsumer{}, store: storagetest.NewMemClient()}
 	cfg.Files = []string{env.path}
 	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, env.next)
 	if err != nil {

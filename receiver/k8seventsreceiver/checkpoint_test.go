@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/storagetest"
 )
 
 func TestCheckpoint(t *testing.T) {
@@ -13,14 +15,14 @@ func TestCheckpoint(t *testing.T) {
 	clock := func() time.Time { return now }
 
 	t.Run("no checkpoint yet loads as nil so that max_event_age applies", func(t *testing.T) {
-		got, err := newCheckpoint(newMemStorage(), time.Hour, clock).load(ctx)
+		got, err := newCheckpoint(storagetest.NewMemClient(), time.Hour, clock).load(ctx)
 		if err != nil || got != nil {
 			t.Fatalf("load() = %v, %v; want nil, nil", got, err)
 		}
 	})
 
 	t.Run("entries round-trip with nanosecond times and the newest entry per Event wins", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		c := newCheckpoint(st, time.Hour, clock)
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", Namespace: "default", RV: "10", Count: 1, Last: t0.UnixNano() + 1}}))
 		now = now.Add(2 * bucketSpan) // a later bucket
@@ -37,7 +39,7 @@ func TestCheckpoint(t *testing.T) {
 	})
 
 	t.Run("a restarted receiver writes a new bucket instead of overwriting the last one", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		must(t, newCheckpoint(st, time.Hour, clock).commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
 		c := newCheckpoint(st, time.Hour, clock)
 		_, err := c.load(ctx)
@@ -51,7 +53,7 @@ func TestCheckpoint(t *testing.T) {
 	})
 
 	t.Run("buckets older than checkpoint_ttl are deleted", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		c := newCheckpoint(st, time.Hour, clock)
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "old", RV: "1", Count: 1}}))
 		now = now.Add(2 * time.Hour)
@@ -61,13 +63,13 @@ func TestCheckpoint(t *testing.T) {
 		if _, ok := got["old"]; ok || len(got) != 1 {
 			t.Fatalf("load() = %+v, want only the entry younger than checkpoint_ttl", got)
 		}
-		if st.keys() != 2 {
-			t.Fatalf("storage holds %d keys, want the state and one bucket", st.keys())
+		if st.Keys() != 2 {
+			t.Fatalf("storage holds %d keys, want the state and one bucket", st.Keys())
 		}
 	})
 
 	t.Run("writes within a second are coalesced and flush writes what is pending", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		c := newCheckpoint(st, time.Hour, clock)
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
 		now = now.Add(checkpointInterval / 2)
@@ -89,7 +91,7 @@ func TestCheckpoint(t *testing.T) {
 	})
 
 	t.Run("a bucket's pending entries are written before the next bucket opens", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		c := newCheckpoint(st, time.Hour, clock)
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "b", RV: "2", Count: 1}})) // pending
@@ -109,7 +111,7 @@ func TestCheckpoint(t *testing.T) {
 	})
 
 	t.Run("a corrupt bucket is an error naming the bucket", func(t *testing.T) {
-		st := newMemStorage()
+		st := storagetest.NewMemClient()
 		c := newCheckpoint(st, time.Hour, clock)
 		must(t, c.commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))
 		must(t, st.Set(ctx, bucketPrefix+"0", []byte("a\tdefault\n")))

@@ -3,14 +3,12 @@ package k8seventsreceiver
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumererror"
-	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -134,79 +132,6 @@ func (tm *telemetry) value(t *testing.T, name, reason string) int64 {
 		}
 	}
 	return sum
-}
-
-// memStorage is an in-memory storage.Client, standing in for file_storage.
-type memStorage struct {
-	mu     sync.Mutex
-	data   map[string][]byte
-	closed int
-	// failSets makes writes fail, to test that the receiver survives a broken storage.
-	failSets bool
-}
-
-func newMemStorage() *memStorage { return &memStorage{data: map[string][]byte{}} }
-
-func (m *memStorage) Get(_ context.Context, key string) ([]byte, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return clone(m.data[key]), nil
-}
-
-func (m *memStorage) Set(_ context.Context, key string, value []byte) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.failSets {
-		return errStorageBroken
-	}
-	m.data[key] = clone(value)
-	return nil
-}
-
-func (m *memStorage) Delete(_ context.Context, key string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.data, key)
-	return nil
-}
-
-func (m *memStorage) Batch(_ context.Context, ops ...*storage.Operation) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, op := range ops {
-		switch op.Type {
-		case storage.Get:
-			op.Value = clone(m.data[op.Key])
-		case storage.Set:
-			if m.failSets {
-				return errStorageBroken
-			}
-			m.data[op.Key] = clone(op.Value)
-		case storage.Delete:
-			delete(m.data, op.Key)
-		}
-	}
-	return nil
-}
-
-func (m *memStorage) Close(context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closed++
-	return nil
-}
-
-func (m *memStorage) keys() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.data)
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }
 
 type storageError string

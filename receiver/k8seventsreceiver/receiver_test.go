@@ -32,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/storagetest"
 	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
 )
 
@@ -210,7 +211,7 @@ func TestReceiverNewEventAndSeriesIncrements(t *testing.T) {
 }
 
 func TestReceiverStartsFreshOnAnUnreadableCheckpoint(t *testing.T) {
-	st := newMemStorage()
+	st := storagetest.NewMemClient()
 	must(t, st.Set(context.Background(), checkpointStateKey, []byte("{not json")))
 	sink := new(consumertest.TracesSink)
 	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), sink, st, nil)
@@ -277,12 +278,12 @@ func TestReceiverRelistAfterGoneEmitsNoDuplicates(t *testing.T) {
 }
 
 func TestReceiverRestartsFromCheckpoint(t *testing.T) {
-	st := newMemStorage()
+	st := storagetest.NewMemClient()
 	client := newFakeClient(true, testEvent("a", "10"), testEvent("c", "12"))
 	sink1 := new(consumertest.TracesSink)
 	h1 := startReceiver(t, client, sink1, st, nil)
 	waitFor(t, "the first run's spans", func() bool { return sink1.SpanCount() == 2 })
-	waitFor(t, "the checkpoint", func() bool { return st.keys() >= 2 })
+	waitFor(t, "the checkpoint", func() bool { return st.Keys() >= 2 })
 	h1.stop()
 
 	// While the collector is down: a recurs twice, b is created, c is untouched.
@@ -337,7 +338,7 @@ func TestReceiverMaxEventAgeAndMalformedEvents(t *testing.T) {
 }
 
 func TestReceiverRetriesRefusedSpansAndCheckpointsOnlyAccepted(t *testing.T) {
-	st := newMemStorage()
+	st := storagetest.NewMemClient()
 	clk := clocktesting.NewFakeClock(time.Now())
 	var calls atomic.Int32
 	sink := new(consumertest.TracesSink)
@@ -356,12 +357,12 @@ func TestReceiverRetriesRefusedSpansAndCheckpointsOnlyAccepted(t *testing.T) {
 	})
 	for i := int32(1); i <= 2; i++ {
 		waitFor(t, "a refused attempt", func() bool { return calls.Load() == i && clk.HasWaiters() })
-		if _, err := st.Get(context.Background(), checkpointStateKey); err != nil || st.keys() != 0 {
-			t.Fatalf("checkpoint written while the consumer refuses (keys=%d)", st.keys())
+		if _, err := st.Get(context.Background(), checkpointStateKey); err != nil || st.Keys() != 0 {
+			t.Fatalf("checkpoint written while the consumer refuses (keys=%d)", st.Keys())
 		}
 		clk.Step(time.Second)
 	}
-	waitFor(t, "the accepted batch and its checkpoint", func() bool { return sink.SpanCount() == 1 && st.keys() >= 2 })
+	waitFor(t, "the accepted batch and its checkpoint", func() bool { return sink.SpanCount() == 1 && st.Keys() >= 2 })
 	h.stop()
 	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorConsumer); got != 2 {
 		t.Errorf("errors{consumer} = %d, want 2", got)
@@ -487,7 +488,7 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 	cfg.Cluster = "test"
 	cfg.Storage = &storageID
 	cfg.MaxEventAge = 0
-	st := newMemStorage()
+	st := storagetest.NewMemClient()
 	sink := new(consumertest.TracesSink)
 	rcv, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
 	if err != nil {
@@ -499,7 +500,7 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 		if err := rcv.Start(context.Background(), newTestHost(st)); err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
-		waitFor(t, "the watch to have delivered", func() bool { return st.keys() >= 2 })
+		waitFor(t, "the watch to have delivered", func() bool { return st.Keys() >= 2 })
 		if err := rcv.Shutdown(context.Background()); err != nil {
 			t.Fatalf("shutdown %d: %v", i, err)
 		}
@@ -507,8 +508,8 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 	if sink.SpanCount() != 1 {
 		t.Fatalf("%d spans over two starts with a checkpoint, want 1", sink.SpanCount())
 	}
-	if st.closed != 2 {
-		t.Errorf("storage client closed %d times, want once per shutdown", st.closed)
+	if st.Closed() != 2 {
+		t.Errorf("storage client closed %d times, want once per shutdown", st.Closed())
 	}
 	// Shutdown without Start must be harmless too.
 	rcv2, _ := f.CreateTraces(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
@@ -532,7 +533,7 @@ func TestStartFailsOnAMissingStorageExtension(t *testing.T) {
 }
 
 func TestReceiverCheckpointsPendingOccurrencesAfterAnInterval(t *testing.T) {
-	st := newMemStorage()
+	st := storagetest.NewMemClient()
 	clk := clocktesting.NewFakeClock(time.Now())
 	client := newFakeClient(true, testEvent("a", "10"))
 	sink := new(consumertest.TracesSink)
