@@ -14,7 +14,7 @@ COLLECTOR     := bin/otelcol-kubetrail
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
 FUZZTIME      ?= 20s
 
-.PHONY: build run test unit fuzz dist-test e2e lint bench redis binaries cluster-up cluster-down record help
+.PHONY: build run test unit fuzz dist-test e2e lint bench loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -65,6 +65,9 @@ lint: ## gofmt and go vet (including the dist and e2e build tags)
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+loadtest: build redis ## end-to-end load test of bin/otelcol-kubetrail: events/s, CPU, peak RSS, spans in = out (testbed/hack/loadtest.sh)
+	testbed/hack/loadtest.sh
 
 ## ---- the testbed -----------------------------------------------------------------------------
 
