@@ -211,8 +211,16 @@ func (r *resolver) queue(op Op, cb func(*Op)) {
 
 func (r *resolver) asgExpiry(w time.Time) time.Time {
 	// An assignment must outlive the following window, which links back to it, plus grace for
-	// late spans.
-	return w.Add(2*r.p.cfg.Window + r.p.cfg.Grace)
+	// late spans. A window read long after the fact (a backlog) gets as long from now: a record
+	// born expired would let every later span of that window emit the object span again.
+	return later(w.Add(2*r.p.cfg.Window+r.p.cfg.Grace), r.now.Add(r.p.cfg.Window+r.p.cfg.Grace))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // localRound settles from process memory what it can, without any network: assignments and,
