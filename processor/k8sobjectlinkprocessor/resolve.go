@@ -296,6 +296,12 @@ func (r *resolver) plan(n *node) bool {
 	}
 	switch n.state {
 	case stName:
+		if uid, ok := r.names[n.obj.NameKey()]; ok {
+			// A later span of this batch named the UID (r.node only saw the spans before it).
+			n.state = stQuery
+			r.rekey(n, uid)
+			return true
+		}
 		n.inflight = true
 		r.queue(Op{Kind: OpGet, Key: nameKey(n.obj.NameKey())}, func(op *Op) {
 			n.inflight = false

@@ -18,3 +18,14 @@ func TestALateSpanOfAnOldWindowEmitsItsObjectSpanOnce(t *testing.T) {
 	assertChild(t, obj, h.activitySpan("audit late-1"))
 	assertChild(t, obj, h.activitySpan("audit late-2"))
 }
+
+func TestAUIDLessSpanBeforeItsObjectsUIDSpanInOneBatchJoinsTheSameObject(t *testing.T) {
+	// A failed write (no UID) and then a successful one (UID known) of the same new object,
+	// delivered in one batch: the batch itself names the UID, so both spans are one object.
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(withoutUID(deploy), "conflict", t0.Add(time.Second)), audit(deploy, "create", t0.Add(2*time.Second)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit create"))
+	assertChild(t, obj, h.activitySpan("audit conflict"))
+}
