@@ -37,7 +37,7 @@ type Op struct {
 	Kind     OpKind
 	Key      string    // prefix-free; backends add their own prefix
 	Value    string    // written value; after Get/SetIfAbsent, the stored value
-	ExpireAt time.Time // absolute expiry, so every replica agrees on it
+	ExpireAt time.Time // absolute expiry, so every replica agrees on it; on a Get, how long a cache may keep the answer
 	Found    bool      // Get: the record exists; SetIfAbsent: it existed before (we lost)
 }
 

@@ -203,7 +203,11 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 		case OpGet:
 			if v, err := cmds[j].(*redis.StringCmd).Result(); err == nil {
 				op.Found, op.Value = true, v
-				s.cacheSet(v, op)
+				// Only a read that says how long its record lives is cached (assignments);
+				// a zero expiry would store the record already expired.
+				if !op.ExpireAt.IsZero() {
+					s.cacheSet(v, op)
+				}
 			}
 		case OpSetIfAbsent:
 			// SET … NX GET answers nil when it wrote, and the old value when it did not.

@@ -237,7 +237,7 @@ func (r *resolver) localRound() {
 				continue
 			}
 			n.localDone = true
-			ops = append(ops, Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window)})
+			ops = append(ops, Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)})
 			targets, rel = append(targets, n), append(rel, false)
 			if n.obj.Owner.IsZero() && n.id.key.HasUIDKey() {
 				ops = append(ops, Op{Kind: OpGet, Key: relationKey(n.id.key)})
@@ -317,7 +317,8 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		n.inflight = true
-		r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window)}, func(op *Op) {
+		// The expiry lets a cache in front keep what it reads: an assignment never changes.
+		r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)}, func(op *Op) {
 			n.inflight = false
 			if op.Found {
 				r.settle(n, op.Value, false)
@@ -417,7 +418,7 @@ func (r *resolver) create(n *node) {
 			r.settle(n, op.Value, !op.Found)
 		})
 	prevW := n.window.Add(-r.p.cfg.Window)
-	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW)}, func(op *Op) {
+	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *Op) {
 		if a, ok := decodeAssignment(op.Value); op.Found && ok {
 			n.prev, n.hasPrev = a, true
 		}

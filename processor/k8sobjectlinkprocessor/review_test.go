@@ -1,6 +1,7 @@
 package k8sobjectlinkprocessor
 
 import (
+	"github.com/kubetrail/kubetrail/internal/model"
 	"testing"
 	"time"
 )
@@ -28,4 +29,22 @@ func TestAUIDLessSpanBeforeItsObjectsUIDSpanInOneBatchJoinsTheSameObject(t *test
 	obj := h.one("Deployment default/demo")
 	assertChild(t, obj, h.activitySpan("audit create"))
 	assertChild(t, obj, h.activitySpan("audit conflict"))
+}
+
+func TestAnAssignmentReadFromRedisIsCachedInFront(t *testing.T) {
+	// Replica b reads the assignment replica a wrote; it never changes in its window, so b's
+	// next batches must find it in the memory cache instead of asking Redis again.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	clk := newFakeClock(now)
+	a, b := newHarness(t, cfg, clk), newHarness(t, cfg, clk)
+	a.consume(audit(deploy, "on-a", base.Add(time.Second)))
+	b.consume(audit(deploy, "on-b", base.Add(2*time.Second)))
+
+	if _, _, ok := b.p.redis.cache.peek(assignmentKey(deploy.Key(), base)); !ok {
+		t.Fatal("the assignment b read from Redis must be in b's memory cache")
+	}
+	assertChild(t, a.one("Deployment default/demo"), b.activitySpan("audit on-b"))
 }
