@@ -25,11 +25,22 @@ func regardingObject(cluster string, m model.Mapper, ref *corev1.ObjectReference
 		Name:      ref.Name,
 		UID:       string(ref.UID),
 	}
+	if o.UID == o.Name {
+		// The kubelet and kube-proxy build their Node reference from the node name alone,
+		// UID included. A real UID is never the object's name; keyed by it the Node would
+		// be a different object from the one the audit receiver sees. The name key lets the
+		// processor resolve the real UID.
+		o.UID = ""
+	}
 	if m != nil {
 		if info, ok := m.ByKind(group, ref.Kind); ok {
 			o.Resource = info.Resource
 			if !info.Namespaced {
 				o.Namespace = ""
+			}
+			if o.Version == "" {
+				// Same references: no apiVersion. The audit spans of the object carry one.
+				o.Version = info.Version
 			}
 		}
 	}

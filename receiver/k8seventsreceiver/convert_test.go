@@ -106,6 +106,28 @@ func TestConvertClusterScopedAndUnknownKinds(t *testing.T) {
 	}
 }
 
+// The kubelet and kube-proxy report Node Events with a reference they build from the node name
+// alone: UID = name, no apiVersion. Taken as a UID it would key the Node apart from the Node the
+// audit receiver sees (its real UID), splitting one object in two.
+func TestConvertNodeReferenceWithTheNameAsUID(t *testing.T) {
+	ev := testEvent("k", "1", func(ev *eventsv1.Event) {
+		ev.Regarding = corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "kwok-node-0"}
+	})
+	_, span := convertOne(t, ev, occurrenceSpan{count: 1, id: "1", at: t0})
+	attrs := span.Attributes().AsRaw()
+	if _, ok := attrs[model.AttrObjectUID]; ok {
+		t.Errorf("a UID equal to the name is not a UID: %v", attrs)
+	}
+	if attrs[model.AttrObjectAPIVersion] != "v1" || attrs[model.AttrObjectResource] != "nodes" {
+		t.Errorf("a reference without apiVersion takes the known kind's version: %v", attrs)
+	}
+	key := model.Object{Cluster: "prod", Resource: "nodes", Kind: "Node", Name: "kwok-node-0"}.Key()
+	w := model.WindowStart(t0, model.DefaultWindow)
+	if span.TraceID() != model.ObjectTraceID(key, w) || span.ParentSpanID() != model.ObjectSpanID(key, w) {
+		t.Error("the span must sit under the Node's name key, which the processor resolves to its UID")
+	}
+}
+
 func TestOccurrenceTime(t *testing.T) {
 	tests := []struct {
 		name string
