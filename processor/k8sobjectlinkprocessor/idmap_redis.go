@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,10 +182,12 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 	s.roundTrips.Add(1)
 	s.tel.RedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
 	// Exec reports only the first failed command; an outage is any command failing for another
-	// reason than a missing key or a per-command reply error.
+	// reason than a missing key or a record of the wrong type. Other reply errors (OOM, READONLY,
+	// LOADING, NOPERM, CLUSTERDOWN, a syntax error from a Redis < 7) concern the server: taken
+	// per record, every SET NX would "win" and every batch emit its object spans again.
 	if err != nil {
 		for _, c := range cmds {
-			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isReplyError(cerr) {
+			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isRecordError(cerr) {
 				return cerr
 			}
 		}
@@ -230,9 +233,11 @@ func (s *redisStore) cacheSet(v string, op *Op) {
 
 func isNameKey(key string) bool { return len(key) > 2 && key[:2] == "n:" }
 
-func isReplyError(err error) bool {
+// isRecordError reports a reply error that concerns one key: a foreign record of another type
+// under our prefix.
+func isRecordError(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re)
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 // pxat is the absolute expiry in Unix milliseconds, never in the past of Redis's own (wall)

@@ -1,9 +1,18 @@
 package k8sobjectlinkprocessor
 
 import (
-	"github.com/kubetrail/kubetrail/internal/model"
+	"context"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 func TestALateSpanOfAnOldWindowEmitsItsObjectSpanOnce(t *testing.T) {
@@ -47,4 +56,40 @@ func TestAnAssignmentReadFromRedisIsCachedInFront(t *testing.T) {
 		t.Fatal("the assignment b read from Redis must be in b's memory cache")
 	}
 	assertChild(t, a.one("Deployment default/demo"), b.activitySpan("audit on-b"))
+}
+
+func TestARedisThatRefusesEveryWriteIsAnOutageNotAStreamOfWonAssignments(t *testing.T) {
+	// maxmemory reached (OOM), a replica after failover (READONLY), a dataset loading (LOADING),
+	// a user without the commands (NOPERM): reply errors about the server, not one record. Taken
+	// per record, every SET NX "wins" and every batch emits its object spans again.
+	srv := startThrowawayRedis(t, 0)
+	raw := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer raw.Close()
+	if err := raw.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := redisConfig(t, srv.addr())
+	cfg.IDMap.Redis.RetryMaxBackoff = time.Hour // stay down for the test: the probe's ping would pass
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, sink, newFakeClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	h := &harness{t: t, p: p, sink: sink}
+	h.consume(audit(deploy, "d1", base.Add(time.Second)))
+	h.consume(audit(deploy, "d2", base.Add(2*time.Second)), audit(deploy, "d1", base.Add(time.Second)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit d1"))
+	assertChild(t, obj, h.activitySpan("audit d2"))
+	if st := host.statuses(); len(st) == 0 || st[0] != componentstatus.StatusRecoverableError {
+		t.Fatalf("a Redis refusing writes must be reported as a recoverable error, got %v", st)
+	}
 }
