@@ -53,7 +53,10 @@ func maskConstant(string) string { return redacted }
 
 // redactPatch redacts a patch body sent to a redacted resource. Merge and strategic-merge
 // patches have the object's shape; a JSON patch (an array of operations) may put a secret in
-// any "value", so every value goes. Anything unparseable is dropped whole.
+// any "value", so every value goes. The apiserver audits a patch before validating it, so a
+// malformed JSON patch is exported too: of an operation only its op, path and from (which
+// name keys, never values) are kept as they are, and an element that is not an operation is
+// masked whole. Anything unparseable is dropped whole.
 func redactPatch(raw []byte) string {
 	if t, ok := parseTree(raw); ok {
 		redactTree(t, maskConstant)
@@ -61,10 +64,19 @@ func redactPatch(raw []byte) string {
 	}
 	var ops []any
 	if err := jsonUnmarshalNumbers(raw, &ops); err == nil {
-		for _, op := range ops {
-			if m, ok := op.(map[string]any); ok {
-				if _, has := m["value"]; has {
-					m["value"] = redacted
+		for i, op := range ops {
+			m, ok := op.(map[string]any)
+			if !ok {
+				ops[i] = redacted
+				continue
+			}
+			for k, v := range m {
+				switch _, isStr := v.(string); {
+				case k == "value":
+					m[k] = redacted
+				case (k == "op" || k == "path" || k == "from") && isStr:
+				default:
+					delete(m, k)
 				}
 			}
 		}

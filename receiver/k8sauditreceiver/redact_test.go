@@ -82,6 +82,10 @@ func TestRedactPatch(t *testing.T) {
 		{"a merge patch keeps keys and masks values", `{"data":{"k":"djE="},"metadata":{"labels":{"a":"b"}}}`, `{"data":{"k":"<redacted>"},"metadata":{"labels":{"a":"b"}}}`},
 		{"a JSON patch masks every value", `[{"op":"add","path":"/metadata/labels/x","value":"y"},{"op":"remove","path":"/data/k"}]`, `[{"op":"add","path":"/metadata/labels/x","value":"<redacted>"},{"op":"remove","path":"/data/k"}]`},
 		{"an unparseable patch is dropped whole", "data:\n  k: djE=\n", "<redacted>"},
+		// The apiserver audits a patch body before it validates it: a malformed JSON patch
+		// is exported too, and its stray fields and elements may hold the value.
+		{"a JSON patch keeps only op, path and from of an operation", `[{"op":"add","path":"/data/k","val":"djE="},{"op":"copy","from":"/data/a","path":"/data/b"}]`, `[{"op":"add","path":"/data/k"},{"from":"/data/a","op":"copy","path":"/data/b"}]`},
+		{"a JSON patch element that is not an operation is masked", `["djE=",{"op":"test","path":"/data/k","value":"djE="}]`, `["<redacted>",{"op":"test","path":"/data/k","value":"<redacted>"}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
