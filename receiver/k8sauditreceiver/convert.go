@@ -164,24 +164,26 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	// and controlling owner.
 	var resp tree
 	var respMeta objectMeta
+	var other tree // the response body when it is not the object
+	var otherMeta objectMeta
 	if hasBody(ev.ResponseObject) {
 		if t, ok := parseTree(ev.ResponseObject); ok {
 			if m := metaOf(t); c.describes(ref, m) {
 				resp, respMeta = t, m
+			} else {
+				other, otherMeta = t, m
 			}
 		}
 	}
 	var req tree
 	var scale tree
-	if resp == nil && ref.Subresource == "scale" && hasBody(ev.ResponseObject) {
+	if ref.Subresource == "scale" && other != nil {
 		// A Scale mirrors its parent's name, UID and resourceVersion, and its spec.replicas
 		// is the parent's: enough to complete the identity and to diff the one field.
-		if t, ok := parseTree(ev.ResponseObject); ok {
-			if m := metaOf(t); m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name) {
-				scale, respMeta = t, m
-				if obj.UID == "" {
-					obj.UID = m.UID
-				}
+		if m := otherMeta; m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name) {
+			scale, respMeta = other, m
+			if obj.UID == "" {
+				obj.UID = m.UID
 			}
 		}
 	}
