@@ -152,7 +152,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		code = ev.ResponseStatus.Code
 	}
 	failed := code >= 400 || ev.Stage == stagePanic
-	redact := c.redact.match(ref.APIGroup, ref.Resource, "")
+	redact := c.redact.match(ref.APIGroup, ref.Resource, "") || carriesCredentials(ref.APIGroup, ref.Resource)
 
 	obj := model.Object{
 		Cluster: cluster, Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource,

@@ -19,9 +19,22 @@ const (
 // data and binaryData.
 var redactedFields = []string{"data", "stringData", "binaryData"}
 
-// redactTree replaces every value under the redacted fields, and the last-applied annotation,
-// by mask(value); keys stay, so a reader still sees which entries exist and which changed.
+// carriesCredentials reports whether a resource's bodies carry a credential whatever
+// redact_resources says: a TokenReview's spec.token is a bearer token, and a review is a create
+// like any other, snapshotted when the audit policy logs its body.
+func carriesCredentials(group, resource string) bool {
+	return group == "authentication.k8s.io" && resource == "tokenreviews"
+}
+
+// redactTree replaces every value under the redacted fields, a TokenReview's spec.token, and
+// the last-applied annotation, by mask(value); keys stay, so a reader still sees which entries
+// exist and which changed.
 func redactTree(t tree, mask func(string) string) {
+	if spec := child(t, "spec"); spec != nil {
+		if v, ok := spec["token"]; ok && v != nil {
+			spec["token"] = mask(scalarText(v))
+		}
+	}
 	for _, f := range redactedFields {
 		v, ok := t[f]
 		if !ok || v == nil {

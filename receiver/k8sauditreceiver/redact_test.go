@@ -95,3 +95,33 @@ func TestRedactPatch(t *testing.T) {
 		})
 	}
 }
+
+// A TokenReview carries a bearer token in spec.token. It is a create like any other, so an audit
+// policy that logs its bodies (a catch-all RequestResponse or Request rule) would make the token
+// part of the create's snapshot, whatever redact_resources says.
+func TestTokenReviewTokensNeverLeaveTheReceiver(t *testing.T) {
+	const token = "eyJhbGciOiJSUzI1NiJ9.bearer-token-value"
+	review := fmt.Sprintf(`{"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1","metadata":{"creationTimestamp":null},"spec":{"token":%q,"audiences":["api"]},"status":{"authenticated":true,"user":{"username":"alice"}}}`, token)
+	ref := objectReference{Resource: "tokenreviews", APIGroup: "authentication.k8s.io", APIVersion: "v1"}
+	for _, tt := range []struct {
+		name string
+		ev   auditEvent
+	}{
+		{"at RequestResponse level", event("r", "create", "system:kube-apiserver", ref, 201, withRequest(review), withResponse(review))},
+		{"at Request level", event("q", "create", "system:kube-apiserver", ref, 201, withRequest(review))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			td := must(convertOne(t, testConverter(func(cfg *Config) { cfg.RedactResources = nil }), tt.ev))
+			if td.SpanCount() != 1 {
+				t.Fatalf("spans = %d", td.SpanCount())
+			}
+			out, err := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(out, []byte("bearer-token-value")) {
+				t.Fatalf("a TokenReview's token was exported: %s", out)
+			}
+		})
+	}
+}
