@@ -158,7 +158,9 @@ func (s *redisStore) Local(ops []Op) bool {
 
 // roundTrip sends the ops at the given indexes as one pipeline and writes the answers back.
 func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// The caller's cancellation (a webhook request the apiserver gave up on) says nothing about
+	// Redis; only our own timeout bounds the call, so that only Redis's failure marks it down.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	pipe := s.client.Pipeline()
 	cmds := make([]redis.Cmder, len(idx))

@@ -93,3 +93,32 @@ func TestARedisThatRefusesEveryWriteIsAnOutageNotAStreamOfWonAssignments(t *test
 		t.Fatalf("a Redis refusing writes must be reported as a recoverable error, got %v", st)
 	}
 }
+
+func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
+	// The audit webhook's request context ends when the apiserver gives up on the request; that
+	// says nothing about Redis, and taking it for an outage would send this replica to memory,
+	// where its assignments can disagree with the other replicas'.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	other := newHarness(t, cfg, newFakeClock(now))
+	other.consume(audit(deploy, "first", base.Add(time.Second)))
+
+	h := newHarness(t, cfg, newFakeClock(now))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.p.ConsumeTraces(ctx, batch(audit(deploy, "second", base.Add(2*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	h.p.redis.mu.Lock()
+	down := h.p.redis.down
+	h.p.redis.mu.Unlock()
+	if down {
+		t.Fatal("a cancelled caller must not mark Redis down")
+	}
+	if len(h.objectSpans()) != 0 {
+		t.Fatal("the other replica wrote the assignment first: this one must not emit the object span")
+	}
+	assertChild(t, other.one("Deployment default/demo"), h.activitySpan("audit second"))
+}
