@@ -98,7 +98,6 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	if len(held) == 0 || p.store == nil {
 		return nil
 	}
-	p.tel.HeldSpans.Add(ctx, -int64(len(held)))
 	now := p.clock.Now()
 	td := ptrace.NewTraces()
 	deadlines := make([]time.Time, 0, len(held))
@@ -108,6 +107,8 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		}
 		h.td.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
+	// Spans, not entries: a batch held again after a refused release is one entry of many spans.
+	p.tel.HeldSpans.Add(ctx, -int64(len(deadlines)))
 	timedOut := 0
 	for _, d := range deadlines {
 		if !now.Before(d) {

@@ -2,14 +2,19 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -121,4 +126,61 @@ func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
 		t.Fatal("the other replica wrote the assignment first: this one must not emit the object span")
 	}
 	assertChild(t, other.one("Deployment default/demo"), h.activitySpan("audit second"))
+}
+
+func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	set := processortest.NewNopSettings(metadata.Type)
+	set.MeterProvider = mp
+	sink := new(consumertest.TracesSink)
+	refuse := false
+	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if refuse {
+			return errors.New("exporter queue full")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	cfg := memoryConfig()
+	cfg.OwnerWait = 3 * time.Second
+	clk := newFakeClock(t0.Add(time.Minute))
+	p, err := newProcessor(set, cfg, next, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	h := &harness{t: t, p: p, sink: sink, clock: clk}
+	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+	clk.Advance(4 * time.Second)
+	refuse = true
+	_ = p.release(context.Background(), false)
+	refuse = false
+	if err := p.release(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	h.activitySpan("event e1")
+	h.activitySpan("event e2")
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "otelcol_k8s_object_link_held_spans" {
+				continue
+			}
+			found = true
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if dp.Value != 0 {
+					t.Fatalf("no span is held any more, the gauge says %d", dp.Value)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the held spans gauge must be reported")
+	}
 }
