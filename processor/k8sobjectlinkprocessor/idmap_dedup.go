@@ -58,7 +58,10 @@ func (d *dedupSet) add(id [8]byte, now int64, expire time.Time) int {
 	exp := expire.UnixNano()
 	ttl := exp - now
 	genLen := max(ttl/dedupGenerations, int64(time.Second))
-	if n := len(d.gens); n == 0 || now-d.gens[n-1].start >= genLen {
+	// A generation also ends once it holds its share of max, so that a burst inside one
+	// generation can still be bounded by dropping the oldest.
+	genMax := max(d.max/dedupGenerations, 1)
+	if n := len(d.gens); n == 0 || now-d.gens[n-1].start >= genLen || len(d.gens[n-1].marks) >= genMax {
 		d.gens = append(d.gens, dedupGen{start: now, marks: make(map[[8]byte]struct{})})
 	}
 	g := &d.gens[len(d.gens)-1]

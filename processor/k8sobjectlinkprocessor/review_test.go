@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -182,5 +183,25 @@ func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the held spans gauge must be reported")
+	}
+}
+
+func TestABurstOfDuplicateMarksWithinOneGenerationStaysWithinMaxEntries(t *testing.T) {
+	// 10k spans/s for the few minutes of one generation are millions of marks: the bound must
+	// hold inside a generation too, not only once a second one begins.
+	c := newFakeClock(t0)
+	m := newMemoryStore(MemoryConfig{MaxEntries: 64, MaxBytes: 1 << 20}, c.Now, nil)
+	for i := range 1000 {
+		id := pcommon.SpanID{byte(i), byte(i >> 8), 1, 2, 3, 4, 5, 6}
+		_ = m.Do(context.Background(), []Op{{Kind: OpSetIfAbsent, Key: dedupKey(id), ExpireAt: t0.Add(time.Hour)}})
+	}
+	if m.dedup.count > 64 {
+		t.Fatalf("marks must stay within max_entries, %d held", m.dedup.count)
+	}
+	last := pcommon.SpanID{999 & 0xff, 999 >> 8, 1, 2, 3, 4, 5, 6}
+	ops := []Op{{Kind: OpSetIfAbsent, Key: dedupKey(last), ExpireAt: t0.Add(time.Hour)}}
+	_ = m.Do(context.Background(), ops)
+	if !ops[0].Found {
+		t.Fatal("the most recent mark must still be known")
 	}
 }
