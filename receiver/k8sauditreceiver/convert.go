@@ -158,6 +158,14 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		Cluster: cluster, Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource,
 		Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID,
 	}
+	if obj.Namespace != "" {
+		// The apiserver reads /api/v1/namespaces/{name} as a namespace path, so every request
+		// on a Namespace but its create names the Namespace as its own namespace. A namespace
+		// on a cluster-scoped object would give it a second name key.
+		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok && !info.Namespaced {
+			obj.Namespace = ""
+		}
+	}
 
 	// The response body, when audited and when it is the object itself (not a Status, a
 	// Scale or a Binding), completes the identity: generated names, UIDs of creates, kind

@@ -257,6 +257,29 @@ func TestIdentityAndIDs(t *testing.T) {
 			t.Fatal("without a UID the name key derives the IDs")
 		}
 	})
+	// The apiserver's request info takes /api/v1/namespaces/{name} for a namespace path, so
+	// every request on a Namespace but its create names the Namespace as its own namespace.
+	t.Run("a cluster-scoped object has no namespace even when objectRef names one", func(t *testing.T) {
+		c := testConverter()
+		create := objectReference{Resource: "namespaces", Name: "team-a", APIVersion: "v1"}
+		later := objectReference{Resource: "namespaces", Namespace: "team-a", Name: "team-a", APIVersion: "v1"}
+		resp := `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"team-a","uid":"ns-1","resourceVersion":"3"}}`
+		td := must(convertOne(t, c,
+			event("n1", "create", "alice", create, 201, withResponse(resp)),
+			event("n2", "delete", "alice", later, 200, func(ev *auditEvent) { ev.Level = "Metadata" })))
+		spans := allSpans(td)
+		if len(spans) != 2 {
+			t.Fatalf("spans = %d", len(spans))
+		}
+		for _, s := range spans {
+			if _, ok := s.Attributes().Get(model.AttrNamespaceName); ok {
+				t.Errorf("%s: a Namespace carries k8s.namespace.name: %v", s.Name(), s.Attributes().AsRaw())
+			}
+		}
+		if attrStr(spans[1].Attributes(), model.AttrObjectUID) != "ns-1" || spans[1].TraceID() != spans[0].TraceID() {
+			t.Fatal("the delete must join the Namespace its create named (same name key, so the cached UID)")
+		}
+	})
 	t.Run("a failure is an error with the Status reason, message and causes", func(t *testing.T) {
 		st := status{Code: 422, Reason: "Invalid", Message: `Deployment.apps "demo" is invalid`,
 			Details: &statusDetails{Causes: []statusCause{{Type: "FieldValueInvalid", Message: "Invalid value: -1", Field: "spec.replicas"}}}}
