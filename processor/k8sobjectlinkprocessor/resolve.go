@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -488,9 +489,36 @@ func (r *resolver) flush() {
 	}
 }
 
+// maxConcurrentLookups bounds the apiserver GETs one batch has in flight.
+const maxConcurrentLookups = 16
+
+// runLookups asks the apiserver about the round's objects concurrently: one after the other, a
+// batch of new objects would hold the pipeline for a GET per object (owner_lookup.timeout each
+// while the apiserver is slow or unreachable).
 func (r *resolver) runLookups() {
-	for _, n := range r.lookups {
-		res, owner, err := r.p.lookup.lookup(r.ctx, n.obj)
+	if len(r.lookups) == 0 {
+		return
+	}
+	type answer struct {
+		res   lookupResult
+		owner model.Owner
+		err   error
+	}
+	answers := make([]answer, len(r.lookups))
+	sem := make(chan struct{}, maxConcurrentLookups)
+	var wg sync.WaitGroup
+	for i, n := range r.lookups {
+		obj := n.obj
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a := &answers[i]
+			a.res, a.owner, a.err = r.p.lookup.lookup(r.ctx, obj)
+		})
+	}
+	wg.Wait()
+	for i, n := range r.lookups {
+		res, owner, err := answers[i].res, answers[i].owner, answers[i].err
 		result := "miss"
 		switch {
 		case err != nil:
