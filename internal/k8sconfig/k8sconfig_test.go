@@ -83,6 +83,7 @@ func TestDiscoveryMapperLearnsCRDsAndRateLimitsRefresh(t *testing.T) {
 	}}
 	now := time.Unix(1000, 0)
 	m := NewDiscoveryMapper(disc, time.Minute)
+	defer m.Close()
 	m.now = func() time.Time { return now }
 
 	info, ok := m.ByResource("example.com", "widgets")
@@ -100,5 +101,40 @@ func TestDiscoveryMapperLearnsCRDsAndRateLimitsRefresh(t *testing.T) {
 	m.ByKind("example.com", "Gadget")
 	if len(disc.Actions()) == calls {
 		t.Fatal("a miss after minRefresh must refresh")
+	}
+}
+
+// hangingDiscovery answers ServerGroups only when released, like an apiserver that stopped
+// answering.
+type hangingDiscovery struct {
+	*fakediscovery.FakeDiscovery
+	release chan struct{}
+}
+
+func (h hangingDiscovery) ServerGroups() (*metav1.APIGroupList, error) {
+	<-h.release
+	return h.FakeDiscovery.ServerGroups()
+}
+
+func TestDiscoveryMapperDoesNotStallCallersOnASlowApiserver(t *testing.T) {
+	disc := fake.NewClientset().Discovery().(*fakediscovery.FakeDiscovery)
+	disc.Resources = []*metav1.APIResourceList{{
+		GroupVersion: "example.com/v1",
+		APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: true}},
+	}}
+	h := hangingDiscovery{FakeDiscovery: disc, release: make(chan struct{})}
+	m := NewDiscoveryMapper(h, time.Minute)
+	m.maxWait = 20 * time.Millisecond
+
+	if _, ok := m.ByKind("example.com", "Widget"); ok {
+		t.Fatal("nothing can be known while discovery hangs")
+	}
+	if _, ok := m.ByKind("example.com", "Widget"); ok {
+		t.Fatal("a second caller must not be answered from a refresh still running")
+	}
+	close(h.release)
+	m.Close() // waits for the refresh in flight: no goroutine outlives the component
+	if info, ok := m.ByKind("example.com", "Widget"); !ok || info.Resource != "widgets" {
+		t.Fatalf("after the refresh ended: %+v, %v", info, ok)
 	}
 }

@@ -144,6 +144,11 @@ func TestOwnerObject(t *testing.T) {
 	if owner, _ := lease.OwnerObject(BuiltinMapper()); owner.Namespace != "" || owner.Resource != "nodes" {
 		t.Fatalf("a cluster-scoped owner must have no namespace: %+v", owner)
 	}
+	rollout := Object{Cluster: "c1", Namespace: "default", Name: "rs",
+		Owner: Owner{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "web", UID: "ro-uid"}}
+	if owner, _ := rollout.OwnerObject(BuiltinMapper()); owner.Resource != "" || owner.Kind != "Rollout" || owner.Key() != "c1/uid/ro-uid" {
+		t.Fatalf("an owner kind no mapper knows keeps its kind and UID and guesses no resource: %+v", owner)
+	}
 	if _, ok := (Object{Name: "x"}).OwnerObject(nil); ok {
 		t.Fatal("no owner reference, no owner")
 	}

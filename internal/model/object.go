@@ -93,9 +93,11 @@ func (o Object) DisplayName() string {
 }
 
 // OwnerObject returns the identity of o's controlling owner, and false when none is known.
-// Owner references carry a UID but no resource name, so the resource comes from the mapper; a
-// namespaced object's owner is in the same namespace unless the mapper knows the owner's kind
-// to be cluster-scoped.
+// Owner references carry a UID but no resource name, so the resource comes from the mapper and
+// stays empty when no mapper knows the kind (a guessed plural would be wrong for irregular kinds
+// and would send owner look-ups to resources that do not exist; the key is the owner's UID
+// either way). A namespaced object's owner is in the same namespace unless the mapper knows the
+// owner's kind to be cluster-scoped.
 func (o Object) OwnerObject(m Mapper) (Object, bool) {
 	if o.Owner.IsZero() {
 		return Object{}, false
@@ -117,9 +119,6 @@ func (o Object) OwnerObject(m Mapper) (Object, bool) {
 				owner.Namespace = ""
 			}
 		}
-	}
-	if owner.Resource == "" {
-		owner.Resource = strings.ToLower(o.Owner.Kind)
 	}
 	return owner, true
 }

@@ -54,6 +54,9 @@ type objectLinkProcessor struct {
 	next   consumer.Traces
 	clock  clock
 	mapper model.Mapper
+	// discovery is the CRD-aware part of mapper when owner_lookup is on; Shutdown waits for its
+	// refresh in flight.
+	discovery *k8sconfig.DiscoveryMapper
 
 	store  Store
 	redis  *redisStore // nil with the memory backend
@@ -134,6 +137,13 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 		}
 		l := p.cfg.OwnerLookup.Get()
 		p.lookup = newOwnerLookup(clients.Metadata, l.CacheTTL, l.Timeout, p.clock.Now)
+		// With an apiserver at hand, owners of CRD kinds (an Argo Rollout owning ReplicaSets)
+		// get their real resource from discovery, so look-ups of their own owners can work.
+		if clients.Discovery != nil {
+			p.discovery = k8sconfig.NewDiscoveryMapper(clients.Discovery, time.Minute)
+			p.discovery.Prefetch()
+			p.mapper = model.Chain(model.BuiltinMapper(), p.discovery)
+		}
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	p.stopOnce = sync.Once{}
@@ -157,6 +167,9 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 		p.stopOnce.Do(func() { close(p.stop) })
 		<-p.done
 		p.started = false
+	}
+	if p.discovery != nil {
+		p.discovery.Close() // kept: a restart reuses the lookup clients and this mapper
 	}
 	err := p.release(ctx, true)
 	// Object spans still owed from a refused batch get their last chance.

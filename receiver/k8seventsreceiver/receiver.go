@@ -38,6 +38,8 @@ type eventsReceiver struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	storage storage.Client
+	// discovery maps the kinds of CRD objects; Shutdown waits for its refresh in flight.
+	discovery *k8sconfig.DiscoveryMapper
 }
 
 func newReceiver(cfg *Config, set receiver.Settings, next consumer.Traces) (*eventsReceiver, error) {
@@ -97,7 +99,9 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 	r.set.Logger.Info("Starting k8s_event_spans receiver", zap.String("cluster", r.cfg.Cluster),
 		zap.Bool("checkpoint", restored != nil), zap.Int("checkpointed_events", len(restored)))
 
-	mapper := model.Chain(model.BuiltinMapper(), k8sconfig.NewDiscoveryMapper(client.Discovery(), discoveryRefresh))
+	r.discovery = k8sconfig.NewDiscoveryMapper(client.Discovery(), discoveryRefresh)
+	r.discovery.Prefetch()
+	mapper := model.Chain(model.BuiltinMapper(), r.discovery)
 	tr := newTracker(r.set.Logger, r.tel, r.clock.Now, r.cfg.MaxEventAge, restored)
 	p := &pipeline{
 		logger:  r.set.Logger,
@@ -150,6 +154,10 @@ func (r *eventsReceiver) Shutdown(ctx context.Context) error {
 		r.cancel = nil
 	}
 	r.wg.Wait()
+	if r.discovery != nil {
+		r.discovery.Close()
+		r.discovery = nil
+	}
 	if r.storage == nil {
 		return nil
 	}
