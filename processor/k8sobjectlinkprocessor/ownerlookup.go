@@ -85,7 +85,9 @@ func (l *ownerLookup) get(ctx context.Context, o model.Object) (lookupResult, mo
 	if o.Resource == "" || o.Name == "" || o.Version == "" {
 		return lookupUnknown, model.Owner{}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	// Only our own timeout bounds the GET: a caller's cancellation (a webhook request the
+	// apiserver gave up on) would otherwise be cached as "unknown" for the whole TTL.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
 	gvr := schema.GroupVersionResource{Group: o.Group, Version: o.Version, Resource: o.Resource}
 	var ri metadata.ResourceInterface

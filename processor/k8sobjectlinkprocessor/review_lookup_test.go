@@ -27,7 +27,7 @@ func TestOwnerLookupsOfOneBatchRunConcurrently(t *testing.T) {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	inflight, most := 0, 0
-	slow := func() {
+	slow := func(context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
 		inflight++
@@ -42,6 +42,7 @@ func TestOwnerLookupsOfOneBatchRunConcurrently(t *testing.T) {
 		}
 		deadline.Stop()
 		inflight--
+		return nil
 	}
 	fake := slowMetadata{fakeMetadata(t, roots...), slow}
 	cfg := memoryConfig()
@@ -65,11 +66,12 @@ func TestOwnerLookupsOfOneBatchRunConcurrently(t *testing.T) {
 	}
 }
 
-// slowMetadata calls before on every GET, outside the fake client's own lock (which would
+// slowMetadata calls before on every GET (and fails it with before's error, as a real client
+// fails a call whose context is done), outside the fake client's own lock (which would
 // serialize concurrent calls).
 type slowMetadata struct {
 	metadata.Interface
-	before func()
+	before func(context.Context) error
 }
 
 func (s slowMetadata) Resource(gvr schema.GroupVersionResource) metadata.Getter {
@@ -78,7 +80,7 @@ func (s slowMetadata) Resource(gvr schema.GroupVersionResource) metadata.Getter 
 
 type slowResource struct {
 	metadata.Getter
-	before func()
+	before func(context.Context) error
 }
 
 func (s slowResource) Namespace(ns string) metadata.ResourceInterface {
@@ -86,16 +88,33 @@ func (s slowResource) Namespace(ns string) metadata.ResourceInterface {
 }
 
 func (s slowResource) Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
-	s.before()
+	if err := s.before(ctx); err != nil {
+		return nil, err
+	}
 	return s.Getter.Get(ctx, name, opts, sub...)
 }
 
 type slowNamespaced struct {
 	metadata.ResourceInterface
-	before func()
+	before func(context.Context) error
 }
 
 func (s slowNamespaced) Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
-	s.before()
+	if err := s.before(ctx); err != nil {
+		return nil, err
+	}
 	return s.ResourceInterface.Get(ctx, name, opts, sub...)
+}
+
+func TestACancelledCallerDoesNotCacheAnOwnerLookupFailure(t *testing.T) {
+	// The webhook request the apiserver gave up on must not leave "unknown" cached for the
+	// object for owner_lookup.cache_ttl, making it a root in every window meanwhile.
+	realClient := slowMetadata{fakeMetadata(t, podA1), func(ctx context.Context) error { return ctx.Err() }}
+	l := newOwnerLookup(realClient, time.Minute, time.Second, func() time.Time { return t0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, owner, err := l.lookup(ctx, podA1)
+	if err != nil || res != lookupOwner || owner != podA1.Owner {
+		t.Fatalf("the look-up must answer whatever the caller's context: %v %+v %v", res, owner, err)
+	}
 }
