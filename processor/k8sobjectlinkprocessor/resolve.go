@@ -297,18 +297,17 @@ func (r *resolver) plan(n *node) bool {
 	}
 	switch n.state {
 	case stName:
-		if uid, ok := r.names[n.obj.NameKey()]; ok {
-			// A later span of this batch named the UID (r.node only saw the spans before it).
-			n.state = stQuery
-			r.rekey(n, uid)
-			return true
-		}
 		n.inflight = true
 		r.queue(Op{Kind: OpGet, Key: nameKey(n.obj.NameKey())}, func(op *Op) {
 			n.inflight = false
 			n.state = stQuery
 			if op.Found && op.Value != "" {
 				r.rekey(n, op.Value)
+			} else if uid, ok := r.names[n.obj.NameKey()]; ok {
+				// A name new to the index, whose UID only a later span of this batch names
+				// (r.node saw only the spans before it). The index, when it knows the name,
+				// comes first: a UID later in the batch may be a recreate after this span.
+				r.rekey(n, uid)
 			}
 		})
 		return true

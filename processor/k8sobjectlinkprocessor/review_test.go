@@ -205,3 +205,18 @@ func TestABurstOfDuplicateMarksWithinOneGenerationStaysWithinMaxEntries(t *testi
 		t.Fatal("the most recent mark must still be known")
 	}
 }
+
+func TestAUIDLessSpanBeforeARecreateInOneBatchStaysWithTheObjectTheNameIndexKnew(t *testing.T) {
+	// The name index names the object the name belonged to before this batch; a UID only seen
+	// later in the batch (the recreated object) must not take over the spans that precede it.
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	recreated := podA1
+	recreated.UID = "pod-a1-second"
+	h.consume(audit(podA1, "create-1", t0.Add(time.Second)))
+	h.consume(audit(withoutUID(podA1), "conflict", t0.Add(2*time.Second)), audit(recreated, "create-2", t0.Add(3*time.Second)))
+
+	conflict := h.activitySpan("audit conflict")
+	if v, _ := conflict.Attributes().Get(model.AttrObjectUID); v.Str() != "pod-a1" {
+		t.Fatalf("the span before the recreate belongs to the first object, got UID %q", v.Str())
+	}
+}
