@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -23,12 +21,11 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/kubetrail/kubetrail/internal/goldentest"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver"
 )
-
-var update = flag.Bool("update", false, "regenerate testdata/golden/*.yaml from the recorded fixtures")
 
 const fixturesDir = "../../testbed/fixtures"
 
@@ -118,19 +115,7 @@ func TestGoldenFixturesThroughTheAuditReceiver(t *testing.T) {
 		t.Run(scenario, func(t *testing.T) {
 			got := replayFixture(t, scenario)
 			path := filepath.Join("testdata", "golden", scenario+".yaml")
-			if *update {
-				if err := golden.WriteTracesToFile(path, got); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(path, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := golden.ReadTraces(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestGolden -update to generate it from the fixture)", err)
-			}
+			want := goldentest.Traces(t, path, got)
 			if err := ptracetest.CompareTraces(want, got,
 				ptracetest.IgnoreResourceSpansOrder(), ptracetest.IgnoreScopeSpansOrder(), ptracetest.IgnoreSpansOrder()); err != nil {
 				t.Fatal(err)

@@ -1,18 +1,16 @@
 package k8sauditreceiver
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-)
 
-var update = flag.Bool("update", false, "regenerate testdata/golden/*.yaml from the recorded fixtures")
+	"github.com/kubetrail/kubetrail/internal/goldentest"
+)
 
 const (
 	fixturesDir   = "../../testbed/fixtures"
@@ -72,18 +70,7 @@ func TestGoldenFixtures(t *testing.T) {
 		t.Run(scenario, func(t *testing.T) {
 			got, _ := replayScenario(t, scenario, nil)
 			path := filepath.Join("testdata", "golden", scenario+".yaml")
-			if *update {
-				if err := golden.WriteTracesToFile(path, got); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chmod(path, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := golden.ReadTraces(path)
-			if err != nil {
-				t.Fatalf("reading %s (run go test -run TestGoldenFixtures -update to create it): %v", path, err)
-			}
+			want := goldentest.Traces(t, path, got)
 			if err := ptracetest.CompareTraces(want, got); err != nil {
 				t.Fatalf("%s differs from the converter's output (regenerate with -update if intended): %v", path, err)
 			}

@@ -3,7 +3,6 @@ package k8seventsreceiver
 import (
 	"bufio"
 	"encoding/json"
-	"flag"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,17 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	eventsv1 "k8s.io/api/events/v1"
 
+	"github.com/kubetrail/kubetrail/internal/goldentest"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
 )
-
-var update = flag.Bool("update", false, "regenerate testdata/golden from the recorded fixtures")
 
 // fixturesDir holds the watch streams recorded from a real control plane (testbed/).
 const fixturesDir = "../../testbed/fixtures"
@@ -124,15 +121,7 @@ func TestRecordedFixtures(t *testing.T) {
 			lines := readFixture(t, scenario)
 			got := replay(t, lines)
 			path := filepath.Join("testdata", "golden", scenario+".yaml")
-			if *update {
-				if err := golden.WriteTraces(t, path, got); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := golden.ReadTraces(path)
-			if err != nil {
-				t.Fatalf("%v (generate it with go test -run TestRecordedFixtures -update)", err)
-			}
+			want := goldentest.Traces(t, path, got)
 			if err := ptracetest.CompareTraces(want, got, compareOpts...); err != nil {
 				t.Fatalf("replay in recorded order differs from %s: %v", path, err)
 			}
