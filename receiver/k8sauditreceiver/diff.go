@@ -53,18 +53,7 @@ func diffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
 		am, aok := a.(map[string]any)
 		bm, bok := b.(map[string]any)
 		if aok && bok {
-			keys := slices.Collect(maps.Keys(am))
-			for k := range bm {
-				if _, dup := am[k]; !dup {
-					keys = append(keys, k)
-				}
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
-				av, ha := am[k]
-				bv, hb := bm[k]
-				diffValue(d, appendKey(path, k), av, bv, ha, hb)
-			}
+			diffEntries(d, am, bm, func(k string) []byte { return appendKey(path, k) })
 			return
 		}
 		as, aok := a.([]any)
@@ -150,7 +139,13 @@ func diffKeyedList(d *diffResult, path []byte, field string, as, bs []any) {
 		}
 		return m
 	}
-	am, bm := index(as), index(bs)
+	diffEntries(d, index(as), index(bs), func(k string) []byte { return appendListKey(path, field, k) })
+}
+
+// diffEntries diffs two keyed collections (an object's fields, or a keyed list's items) over the
+// union of their keys in sorted order, so the diff's paths come out in a stable order; pathOf
+// gives an entry's path.
+func diffEntries(d *diffResult, am, bm map[string]any, pathOf func(key string) []byte) {
 	keys := slices.Collect(maps.Keys(am))
 	for k := range bm {
 		if _, dup := am[k]; !dup {
@@ -161,7 +156,7 @@ func diffKeyedList(d *diffResult, path []byte, field string, as, bs []any) {
 	for _, k := range keys {
 		av, ha := am[k]
 		bv, hb := bm[k]
-		diffValue(d, appendListKey(path, field, k), av, bv, ha, hb)
+		diffValue(d, pathOf(k), av, bv, ha, hb)
 	}
 }
 
