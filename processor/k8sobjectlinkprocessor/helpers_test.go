@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -20,6 +21,18 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
+
+// refusingConsumer is a next consumer that refuses every batch while *refuse is set, as a full
+// exporter queue or the memory limiter does, and hands the others to sink.
+func refusingConsumer(sink *consumertest.TracesSink, refuse *bool) consumer.Traces {
+	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
+		if *refuse {
+			return errors.New("next consumer refuses: queue full")
+		}
+		return sink.ConsumeTraces(ctx, td)
+	})
+	return next
+}
 
 // fakeClock is moved by the test; its tickers fire only when the test says so.
 type fakeClock struct {

@@ -2,14 +2,12 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -109,12 +107,7 @@ func TestAnyStreamThroughOneReplicaPassesEverySpanOnceInOneTreePerWindow(t *test
 			clk := newFakeClock(t0)
 			sink := new(consumertest.TracesSink)
 			refuse := false
-			next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
-				if refuse {
-					return errors.New("exporter queue full")
-				}
-				return sink.ConsumeTraces(ctx, td)
-			})
+			next := refusingConsumer(sink, &refuse)
 			h := newHarnessConsumer(t, cfg, clk, next, sink)
 			sent := map[pcommon.SpanID]bool{}
 			n := 0

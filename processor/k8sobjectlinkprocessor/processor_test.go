@@ -2,12 +2,10 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -367,12 +365,7 @@ func TestFirstWriterWinsAndALaterOwnerAppliesFromTheNextWindow(t *testing.T) {
 func TestARefusedBatchIsNotMistakenForADuplicateWhenRedelivered(t *testing.T) {
 	sink := new(consumertest.TracesSink)
 	refuse := true
-	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
-		if refuse {
-			return errors.New("memory limiter says no")
-		}
-		return sink.ConsumeTraces(ctx, td)
-	})
+	next := refusingConsumer(sink, &refuse)
 	h := newHarnessConsumer(t, memoryConfig(), newFakeClock(t0), next, sink)
 	if err := h.p.ConsumeTraces(context.Background(), batch(audit(deploy, "a1", t0.Add(time.Second)))); err == nil {
 		t.Fatal("the refusal must reach the receiver")
@@ -428,12 +421,7 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 func TestAHeldSpanIsNotPassedTwiceWhenItsBatchIsRefusedAndRedelivered(t *testing.T) {
 	sink := new(consumertest.TracesSink)
 	refuse := false
-	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
-		if refuse {
-			return errors.New("exporter queue full")
-		}
-		return sink.ConsumeTraces(ctx, td)
-	})
+	next := refusingConsumer(sink, &refuse)
 	cfg := memoryConfig()
 	cfg.OwnerWait = 3 * time.Second
 	clk := newFakeClock(t0.Add(time.Minute))
@@ -465,12 +453,7 @@ func TestAHeldSpanIsNotPassedTwiceWhenItsBatchIsRefusedAndRedelivered(t *testing
 func TestReleasedSpansRefusedByTheNextConsumerAreHeldAgain(t *testing.T) {
 	sink := new(consumertest.TracesSink)
 	refuse := false
-	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
-		if refuse {
-			return errors.New("exporter queue full")
-		}
-		return sink.ConsumeTraces(ctx, td)
-	})
+	next := refusingConsumer(sink, &refuse)
 	cfg := memoryConfig()
 	cfg.OwnerWait = 3 * time.Second
 	clk := newFakeClock(t0.Add(time.Minute))

@@ -2,17 +2,14 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -137,12 +134,7 @@ func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
 	set.MeterProvider = mp
 	sink := new(consumertest.TracesSink)
 	refuse := false
-	next, _ := consumer.NewTraces(func(ctx context.Context, td ptrace.Traces) error {
-		if refuse {
-			return errors.New("exporter queue full")
-		}
-		return sink.ConsumeTraces(ctx, td)
-	})
+	next := refusingConsumer(sink, &refuse)
 	cfg := memoryConfig()
 	cfg.OwnerWait = 3 * time.Second
 	clk := newFakeClock(t0.Add(time.Minute))
