@@ -18,6 +18,10 @@ type Config struct {
 	// empty endpoint turns the webhook off, for file-only setups.
 	ServerConfig confighttp.ServerConfig `mapstructure:",squash"`
 
+	// MaxInFlightBytes bounds the webhook body bytes being read, decoded and converted at
+	// once, over all requests; a request that would pass it is answered 429 with Retry-After.
+	MaxInFlightBytes int64 `mapstructure:"max_in_flight_bytes"`
+
 	// Cluster names the cluster of events posted to /audit and of every file. Events posted to
 	// /audit/{cluster} take the cluster from the path instead.
 	Cluster string `mapstructure:"cluster"`
@@ -52,6 +56,15 @@ type Config struct {
 
 	// prevent unkeyed literal initialization
 	_ struct{}
+}
+
+// bodyLimit is the largest webhook body read: max_request_body_size, or confighttp's 20 MiB
+// default when it is not set.
+func (cfg *Config) bodyLimit() int64 {
+	if cfg.ServerConfig.MaxRequestBodySize > 0 {
+		return cfg.ServerConfig.MaxRequestBodySize
+	}
+	return defaultMaxRequestBodySize
 }
 
 const (
@@ -109,6 +122,10 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.StartAt != startAtEnd && cfg.StartAt != startAtBeginning {
 		errs = append(errs, fmt.Errorf("start_at: must be %q or %q, got %q", startAtEnd, startAtBeginning, cfg.StartAt))
+	}
+	if webhook && cfg.MaxInFlightBytes < cfg.bodyLimit() {
+		errs = append(errs, fmt.Errorf("max_in_flight_bytes: %d is less than max_request_body_size (%d): a body of the largest allowed size could never be read",
+			cfg.MaxInFlightBytes, cfg.bodyLimit()))
 	}
 	if cfg.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll_interval: must be positive, got %s", cfg.PollInterval))

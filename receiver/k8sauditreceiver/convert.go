@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"go.uber.org/zap"
+
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -28,6 +30,7 @@ const (
 	attrErrorMessage  = "k8s.audit.error.message"
 	attrErrorCauses   = "k8s.audit.error.causes"
 	attrLinkType      = "kubetrail.link.type"
+	attrClamped       = "k8s.audit.stage_timestamp.clamped"
 	linkTypeConflict  = "conflict"
 	eventAuditPatch   = "k8s.audit.patch"
 )
@@ -37,7 +40,15 @@ const (
 	stagePanic            = "Panic"
 	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
 	maxBodyBytes = 64 << 10
+	// maxClockSkew is how far in the future (by the collector's clock) an event may say it was
+	// received: audit timestamps come from the apiserver's clock.
+	maxClockSkew = 24 * time.Hour
 )
+
+// oldestTimestamp is the earliest time an audit event can have been received: no apiserver
+// existed before Kubernetes' first release. Earlier times (year 1, a zero time written out)
+// would put the span in a nonsense window.
+var oldestTimestamp = time.Date(2014, time.June, 1, 0, 0, 0, 0, time.UTC)
 
 var (
 	writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
@@ -56,6 +67,10 @@ type converter struct {
 	cache        *objectCache // nil when diffs are off
 	tags         tagger
 	scopeVersion string
+	// now is the clock the event timestamps are checked against; logger reports refused
+	// events (sampled: a stream of bad events logs a few lines a minute, the metric counts all).
+	now    func() time.Time
+	logger *zap.Logger
 }
 
 func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *converter {
@@ -68,6 +83,8 @@ func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *co
 		redact:       newGRSet(cfg.RedactResources),
 		tags:         newTagger(),
 		scopeVersion: scopeVersion,
+		now:          time.Now,
+		logger:       zap.NewNop(),
 	}
 	if cfg.DiffCacheSize > 0 {
 		c.cache = newObjectCache(cfg.DiffCacheSize, onCacheSize)
@@ -105,6 +122,12 @@ func (c *converter) convert(cluster string, events []auditEvent, st *batchStats)
 }
 
 func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
+	if ev.Invalid != "" {
+		st.drop(metadata.ReasonInvalidEvent, 1)
+		c.logger.Warn("Refusing an audit event that is not valid; the other events of its batch are kept",
+			zap.String("problem", ev.Invalid), zap.String("audit_id", ev.AuditID))
+		return false
+	}
 	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
 		st.filter(metadata.ReasonStage)
 		return false
@@ -137,6 +160,14 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 	}
 	if ev.AuditID == "" || ev.RequestReceivedTimestamp.IsZero() {
 		st.drop(metadata.ReasonInvalidEvent, 1)
+		c.logger.Warn("Refusing an audit event without auditID or requestReceivedTimestamp",
+			zap.String("audit_id", ev.AuditID))
+		return false
+	}
+	if t := ev.RequestReceivedTimestamp; t.Before(oldestTimestamp) || t.After(c.now().Add(maxClockSkew)) {
+		st.drop(metadata.ReasonInvalidTimestamp, 1)
+		c.logger.Warn("Refusing an audit event received at an impossible time",
+			zap.Time("request_received_timestamp", t), zap.String("audit_id", ev.AuditID))
 		return false
 	}
 	return true
@@ -169,29 +200,28 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 
 	// The response body, when audited and when it is the object itself (not a Status, a
 	// Scale or a Binding), completes the identity: generated names, UIDs of creates, kind
-	// and controlling owner.
-	var resp tree
-	var respMeta objectMeta
-	var other tree // the response body when it is not the object
-	var otherMeta objectMeta
-	if hasBody(ev.ResponseObject) {
-		if t, ok := parseTree(ev.ResponseObject); ok {
-			if m := metaOf(t); c.describes(ref, m) {
-				resp, respMeta = t, m
-			} else {
-				other, otherMeta = t, m
-			}
+	// and controlling owner. Bodies are parsed into trees only when one is diffed, cached
+	// or shown (lazyBody); the identity comes from a scan.
+	prep := func(t tree) {
+		if redact {
+			redactTree(t, c.tags.mask)
 		}
 	}
-	var req tree
-	var scale tree
-	if ref.Subresource == "scale" && other != nil {
-		// A Scale mirrors its parent's name, UID and resourceVersion, and its spec.replicas
-		// is the parent's: enough to complete the identity and to diff the one field.
-		if m := otherMeta; m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name) {
-			scale, respMeta = other, m
-			if obj.UID == "" {
-				obj.UID = m.UID
+	var resp, req, scale *lazyBody
+	var respMeta objectMeta
+	if hasBody(ev.ResponseObject) {
+		if m, ok := scanMeta(ev.ResponseObject); ok {
+			switch {
+			case c.describes(ref, m):
+				resp, respMeta = &lazyBody{raw: ev.ResponseObject, prep: prep}, m
+			case ref.Subresource == "scale" && m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name):
+				// A Scale mirrors its parent's name, UID and resourceVersion, and its
+				// spec.replicas is the parent's: enough to complete the identity and to diff
+				// the one field.
+				scale, respMeta = &lazyBody{raw: ev.ResponseObject}, m
+				if obj.UID == "" {
+					obj.UID = m.UID
+				}
 			}
 		}
 	}
@@ -200,12 +230,10 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
-		if t, ok := parseTree(ev.RequestObject); ok {
-			if m := metaOf(t); c.describes(ref, m) {
-				req = t
-				m.ResourceVersion = ""
-				fillObject(&obj, m)
-			}
+		if m, ok := scanMeta(ev.RequestObject); ok && c.describes(ref, m) {
+			req = &lazyBody{raw: ev.RequestObject, prep: prep}
+			m.ResourceVersion = ""
+			fillObject(&obj, m)
 		}
 	}
 	if obj.UID == "" && obj.Name != "" && c.cache != nil && !(ev.Verb == "create" && ref.Subresource == "") {
@@ -229,10 +257,13 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		obj.Kind = obj.Resource
 	}
 
+	// A stage timestamp before the request's, or past what the request's own bound allows,
+	// cannot be the end of this request: the span ends when it began and says so.
 	start := ev.RequestReceivedTimestamp
 	end := ev.StageTimestamp
-	if end.Before(start) {
-		end = start
+	clamped := false
+	if end.Before(start) || end.After(c.now().Add(maxClockSkew)) {
+		end, clamped = start, !ev.StageTimestamp.IsZero()
 	}
 	window := model.WindowStart(start, c.window)
 	key := obj.Key()
@@ -255,6 +286,9 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	attrs.PutStr(model.AttrAuditVerb, ev.Verb)
 	attrs.PutStr(model.AttrAuditLevel, ev.Level)
 	attrs.PutStr(model.AttrAuditStage, ev.Stage)
+	if clamped {
+		attrs.PutBool(attrClamped, true)
+	}
 	putNonEmpty(attrs, model.AttrAuditSubresource, ref.Subresource)
 	attrs.PutStr(model.AttrUserName, ev.User.Username)
 	if len(ev.User.Groups) > 0 {
@@ -293,16 +327,6 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		putPatch(span, ev.RequestObject, redact, endTS)
 	}
 
-	// From here on bodies are kept or shown: managedFields go, and redacted values are
-	// tagged (for the cache) before anything is marshalled.
-	for _, t := range []tree{resp, req} {
-		if t != nil {
-			stripNoise(t)
-			if redact {
-				redactTree(t, c.tags.mask)
-			}
-		}
-	}
 	var cached string
 	if c.cache != nil && obj.Name != "" {
 		cached = c.remember(span, ev, ref, obj, baseRV, failed, code, resp, scale, respMeta.ResourceVersion, redact, endTS)
@@ -311,20 +335,47 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
 		switch {
 		case resp != nil:
-			putSnapshot(span, marshalJSON(resp), redact, endTS)
+			if t := resp.tree(); t != nil {
+				putSnapshot(span, marshalJSON(t), redact, endTS)
+			}
 		case req != nil && ev.Verb == "create":
-			putSnapshot(span, marshalJSON(req), redact, endTS)
+			if t := req.tree(); t != nil {
+				putSnapshot(span, marshalJSON(t), redact, endTS)
+			}
 		case cached != "" && ev.Verb == "delete":
 			putSnapshot(span, cached, redact, endTS)
 		}
 	}
 }
 
+// lazyBody is an audited body that is parsed into a tree on first use, managedFields left
+// out and prep (redaction) applied: most bodies are only scanned (scanMeta), never parsed.
+type lazyBody struct {
+	raw    []byte
+	prep   func(tree)
+	t      tree
+	parsed bool
+}
+
+// tree returns the parsed body, or nil when it is not a JSON object.
+func (b *lazyBody) tree() tree {
+	if !b.parsed {
+		b.parsed = true
+		if t, ok := parseBody(b.raw); ok {
+			if b.prep != nil {
+				b.prep(t)
+			}
+			b.t = t
+		}
+	}
+	return b.t
+}
+
 // remember updates the object cache with this event and adds what the cache knows to the
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
 func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object, baseRV string,
-	failed bool, code int, resp, scale tree, newRV string, redact bool, ts pcommon.Timestamp,
+	failed bool, code int, resp, scale *lazyBody, newRV string, redact bool, ts pcommon.Timestamp,
 ) (deletedBody string) {
 	key := obj.NameKey()
 	c.cache.mu.Lock()
@@ -355,7 +406,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 			c.cache.remove(old)
 		}
 	}
-	if ev.Verb == "delete" && ref.Subresource == "" && (resp == nil || !stillExists(resp)) {
+	if ev.Verb == "delete" && ref.Subresource == "" && (resp == nil || !stillExists(resp.tree())) {
 		// The object is gone: drop its body (the snapshot gets it when the response had none)
 		// but keep its UID and writes as a tombstone, so late requests on the name (a kubelet
 		// retrying the delete, a 404) still join its trace; a create starts the name afresh.
@@ -371,12 +422,15 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	}
 	e = c.cache.entry(key, obj.UID)
 	e.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
-	if scale != nil {
-		if resp = scaledBody(e, scale, newRV); resp == nil {
+	var body tree
+	switch {
+	case scale != nil:
+		if body = scaledBody(e, scale.tree(), newRV); body == nil {
 			return ""
 		}
-	}
-	if resp == nil {
+	case resp != nil:
+		// Parsed below only when it is diffed or becomes the cached body.
+	default:
 		return ""
 	}
 
@@ -393,14 +447,20 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 		return ""
 	case rvOlder(newRV, e.rv):
 		return "" // arrived out of order: never move the cache backwards
-	default:
+	}
+	if body == nil {
+		if body = resp.tree(); body == nil {
+			return ""
+		}
+	}
+	if e.hasBody() {
 		if old, ok := e.bodyTree(); ok {
-			res := diffTrees(old, resp)
+			res := diffTrees(old, body)
 			d = &res
 		}
 	}
 	e.lastDiff = d
-	c.cache.setBody(e, resp)
+	c.cache.setBody(e, body)
 	e.rv = newRV
 	if d != nil && isChange {
 		putDiff(span, *d, redact, ts)

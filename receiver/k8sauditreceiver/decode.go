@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -33,6 +34,10 @@ type auditEvent struct {
 	ResponseObject           json.RawMessage  `json:"responseObject"`
 	RequestReceivedTimestamp time.Time        `json:"requestReceivedTimestamp"`
 	StageTimestamp           time.Time        `json:"stageTimestamp"`
+
+	// Invalid says why a well-formed item is not a valid event (a field of the wrong type, a
+	// malformed timestamp); the converter refuses such an event alone.
+	Invalid string `json:"-"`
 }
 
 type userInfo struct {
@@ -70,48 +75,507 @@ type statusCause struct {
 	Field   string `json:"field"`
 }
 
-// body is the union of an EventList and a single Event: the outer kind and apiVersion shadow
-// the embedded event's, so one decode serves both shapes.
-type body struct {
-	Kind       string       `json:"kind"`
-	APIVersion string       `json:"apiVersion"`
-	Items      []auditEvent `json:"items"`
-	auditEvent
-}
-
 // errWrongKind marks a well-formed JSON body that is not an audit.k8s.io/v1 Event or EventList.
 var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 
-// decodeBody decodes a webhook body: an audit.k8s.io/v1 EventList or a single Event. It returns
-// errWrongKind (wrapped) for JSON of another kind and a JSON error for anything else.
+// decodeBody decodes a webhook body: an audit.k8s.io/v1 EventList or a single Event, in one
+// pass (see jsonscan.go). It returns errWrongKind (wrapped) for JSON of another kind and a
+// syntax error for anything else. The events' raw bodies are slices of data: data must not
+// change while they are in use. An item that is well-formed JSON but not a valid event (a
+// field of the wrong type, a malformed timestamp) does not fail the body: it is returned with
+// its invalid field set, for the converter to refuse and count alone.
 func decodeBody(data []byte) ([]auditEvent, error) {
-	var b body
-	if err := json.Unmarshal(data, &b); err != nil {
+	events, err := decodeDocument(data, true)
+	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
-	if b.APIVersion != auditAPIVersion {
-		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, b.APIVersion)
-	}
-	switch b.Kind {
-	case kindEventList:
-		return b.Items, nil
-	case kindEvent:
-		return []auditEvent{b.auditEvent}, nil
-	default:
-		return nil, fmt.Errorf("%w: kind %q", errWrongKind, b.Kind)
-	}
+	return events, nil
 }
 
 // decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event.
 func decodeLine(line []byte) (auditEvent, error) {
-	var b body
-	if err := json.Unmarshal(line, &b); err != nil {
+	events, err := decodeDocument(line, false)
+	if err != nil {
 		return auditEvent{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
-	if b.APIVersion != auditAPIVersion || b.Kind != kindEvent {
-		return auditEvent{}, fmt.Errorf("%w: %s %q", errWrongKind, b.APIVersion, b.Kind)
+	return events[0], nil
+}
+
+// decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
+// top-level kind and apiVersion: the members of both are read in one loop.
+func decodeDocument(d []byte, lists bool) ([]auditEvent, error) {
+	i := skipSpace(d, 0)
+	if i >= len(d) {
+		return nil, errAt(i, "empty body")
 	}
-	return b.auditEvent, nil
+	if d[i] != '{' {
+		end, err := skipValue(d, i, 0)
+		if err != nil {
+			return nil, err
+		}
+		if skipSpace(d, end) != len(d) {
+			return nil, errAt(end, "data after the top-level value")
+		}
+		return nil, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
+	}
+	var (
+		kind, apiVersion string
+		items            []auditEvent
+		ev               auditEvent
+		err              error
+	)
+	i++
+	for first := true; ; first = false {
+		var key []byte
+		var done bool
+		key, i, done, err = objectNext(d, i, first)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			break
+		}
+		switch string(key) {
+		case "kind":
+			kind, i, err = topString(d, i, "kind")
+		case "apiVersion":
+			apiVersion, i, err = topString(d, i, "apiVersion")
+		case "items":
+			if !lists {
+				i, err = skipValue(d, i, 1)
+				break
+			}
+			items, i, err = decodeItems(d, i, items[:0])
+		default:
+			i, err = ev.decodeField(d, key, i, 1)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if end := skipSpace(d, i); end != len(d) {
+		return nil, errAt(end, "data after the top-level value")
+	}
+	if apiVersion != auditAPIVersion {
+		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)
+	}
+	switch {
+	case lists && kind == kindEventList:
+		if items == nil {
+			items = []auditEvent{}
+		}
+		return items, nil
+	case kind == kindEvent:
+		return []auditEvent{ev}, nil
+	default:
+		return nil, fmt.Errorf("%w: kind %q", errWrongKind, kind)
+	}
+}
+
+func jsonKind(c byte) string {
+	switch c {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	default:
+		return "number"
+	}
+}
+
+// topString reads the body's kind or apiVersion: a value of another type fails the body.
+func topString(d []byte, i int, field string) (string, int, error) {
+	switch d[i] {
+	case '"':
+		return readString(d, i)
+	case 'n':
+		end, err := scanLiteral(d, i, "null")
+		return "", end, err
+	}
+	if _, err := skipValue(d, i, 1); err != nil {
+		return "", 0, err
+	}
+	return "", 0, fmt.Errorf("%w: %s is not a string", errWrongKind, field)
+}
+
+// decodeItems decodes an EventList's items. An item that is not an object becomes an invalid
+// event; a null item an empty one (encoding/json's reading, which the converter filters).
+func decodeItems(d []byte, i int, items []auditEvent) ([]auditEvent, int, error) {
+	switch d[i] {
+	case 'n':
+		end, err := scanLiteral(d, i, "null")
+		return nil, end, err
+	case '[':
+	default:
+		if _, err := skipValue(d, i, 1); err != nil {
+			return nil, 0, err
+		}
+		return nil, 0, fmt.Errorf("%w: items is not an array", errWrongKind)
+	}
+	i++
+	for first := true; ; first = false {
+		next, done, err := arrayNext(d, i, first)
+		if err != nil {
+			return nil, 0, err
+		}
+		if done {
+			return items, next, nil
+		}
+		items = append(items, auditEvent{})
+		ev := &items[len(items)-1]
+		switch d[next] {
+		case '{':
+			i, err = ev.decode(d, next, 2)
+		case 'n':
+			i, err = scanLiteral(d, next, "null")
+		default:
+			i, err = skipValue(d, next, 2)
+			ev.invalidate("item", "not an object")
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// invalidate marks the event as not decodable, keeping the first reason.
+func (ev *auditEvent) invalidate(field, problem string) {
+	if ev.Invalid == "" {
+		ev.Invalid = field + ": " + problem
+	}
+}
+
+// decode reads an event object at d[i].
+func (ev *auditEvent) decode(d []byte, i, depth int) (int, error) {
+	i++
+	for first := true; ; first = false {
+		key, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		if i, err = ev.decodeField(d, key, next, depth+1); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// decodeField reads one member of an event; unknown members are skipped. It returns a syntax
+// error only: a value of the wrong type invalidates the event and is skipped.
+func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int) (int, error) {
+	switch string(key) {
+	case "level":
+		return ev.str(d, i, &ev.Level, "level")
+	case "auditID":
+		return ev.str(d, i, &ev.AuditID, "auditID")
+	case "stage":
+		return ev.str(d, i, &ev.Stage, "stage")
+	case "requestURI":
+		return ev.str(d, i, &ev.RequestURI, "requestURI")
+	case "verb":
+		return ev.str(d, i, &ev.Verb, "verb")
+	case "userAgent":
+		return ev.str(d, i, &ev.UserAgent, "userAgent")
+	case "user":
+		return ev.user(d, i, &ev.User, "user", depth)
+	case "impersonatedUser":
+		if d[i] == 'n' {
+			ev.ImpersonatedUser = nil
+			return scanLiteral(d, i, "null")
+		}
+		u := &userInfo{}
+		end, err := ev.user(d, i, u, "impersonatedUser", depth)
+		if d[i] == '{' {
+			ev.ImpersonatedUser = u
+		}
+		return end, err
+	case "sourceIPs":
+		return ev.strs(d, i, &ev.SourceIPs, "sourceIPs", depth)
+	case "objectRef":
+		return ev.objectRef(d, i, depth)
+	case "responseStatus":
+		return ev.status(d, i, depth)
+	case "requestObject":
+		end, err := skipValue(d, i, depth)
+		if err != nil {
+			return 0, err
+		}
+		ev.RequestObject = d[i:end:end]
+		return end, nil
+	case "responseObject":
+		end, err := skipValue(d, i, depth)
+		if err != nil {
+			return 0, err
+		}
+		ev.ResponseObject = d[i:end:end]
+		return end, nil
+	case "requestReceivedTimestamp":
+		return ev.time(d, i, &ev.RequestReceivedTimestamp, "requestReceivedTimestamp", depth)
+	case "stageTimestamp":
+		return ev.time(d, i, &ev.StageTimestamp, "stageTimestamp", depth)
+	default:
+		return skipValue(d, i, depth)
+	}
+}
+
+// str reads a string member; null leaves it empty.
+func (ev *auditEvent) str(d []byte, i int, dst *string, field string) (int, error) {
+	switch d[i] {
+	case '"':
+		s, end, err := readString(d, i)
+		*dst = s
+		return end, err
+	case 'n':
+		return scanLiteral(d, i, "null")
+	}
+	end, err := skipValue(d, i, 0)
+	ev.invalidate(field, "not a string")
+	return end, err
+}
+
+func (ev *auditEvent) strs(d []byte, i int, dst *[]string, field string, depth int) (int, error) {
+	switch d[i] {
+	case 'n':
+		*dst = nil
+		return scanLiteral(d, i, "null")
+	case '[':
+	default:
+		end, err := skipValue(d, i, depth)
+		ev.invalidate(field, "not an array")
+		return end, err
+	}
+	out := (*dst)[:0]
+	i++
+	for first := true; ; first = false {
+		next, done, err := arrayNext(d, i, first)
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			if out == nil {
+				out = []string{}
+			}
+			*dst = out
+			return next, nil
+		}
+		var s string
+		if i, err = ev.str(d, next, &s, field); err != nil {
+			return 0, err
+		}
+		out = append(out, s)
+	}
+}
+
+// object reads an object member with fn for each of its members; null is left as is.
+func (ev *auditEvent) object(d []byte, i int, field string, depth int, fn func(key []byte, i int) (int, error)) (int, error) {
+	switch d[i] {
+	case 'n':
+		return scanLiteral(d, i, "null")
+	case '{':
+	default:
+		end, err := skipValue(d, i, depth)
+		ev.invalidate(field, "not an object")
+		return end, err
+	}
+	i++
+	for first := true; ; first = false {
+		key, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		if i, err = fn(key, next); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (ev *auditEvent) user(d []byte, i int, u *userInfo, field string, depth int) (int, error) {
+	return ev.object(d, i, field, depth, func(key []byte, i int) (int, error) {
+		switch string(key) {
+		case "username":
+			return ev.str(d, i, &u.Username, field+".username")
+		case "groups":
+			return ev.strs(d, i, &u.Groups, field+".groups", depth+1)
+		default:
+			return skipValue(d, i, depth+1)
+		}
+	})
+}
+
+func (ev *auditEvent) objectRef(d []byte, i int, depth int) (int, error) {
+	if d[i] == 'n' {
+		ev.ObjectRef = nil
+		return scanLiteral(d, i, "null")
+	}
+	ref := ev.ObjectRef
+	if ref == nil {
+		ref = &objectReference{}
+	}
+	end, err := ev.object(d, i, "objectRef", depth, func(key []byte, i int) (int, error) {
+		switch string(key) {
+		case "resource":
+			return ev.str(d, i, &ref.Resource, "objectRef.resource")
+		case "namespace":
+			return ev.str(d, i, &ref.Namespace, "objectRef.namespace")
+		case "name":
+			return ev.str(d, i, &ref.Name, "objectRef.name")
+		case "uid":
+			return ev.str(d, i, &ref.UID, "objectRef.uid")
+		case "apiGroup":
+			return ev.str(d, i, &ref.APIGroup, "objectRef.apiGroup")
+		case "apiVersion":
+			return ev.str(d, i, &ref.APIVersion, "objectRef.apiVersion")
+		case "resourceVersion":
+			return ev.str(d, i, &ref.ResourceVersion, "objectRef.resourceVersion")
+		case "subresource":
+			return ev.str(d, i, &ref.Subresource, "objectRef.subresource")
+		default:
+			return skipValue(d, i, depth+1)
+		}
+	})
+	if d[i] == '{' {
+		ev.ObjectRef = ref
+	}
+	return end, err
+}
+
+func (ev *auditEvent) status(d []byte, i int, depth int) (int, error) {
+	if d[i] == 'n' {
+		ev.ResponseStatus = nil
+		return scanLiteral(d, i, "null")
+	}
+	st := ev.ResponseStatus
+	if st == nil {
+		st = &status{}
+	}
+	end, err := ev.object(d, i, "responseStatus", depth, func(key []byte, i int) (int, error) {
+		switch string(key) {
+		case "code":
+			return ev.int(d, i, &st.Code, "responseStatus.code")
+		case "status":
+			return ev.str(d, i, &st.Status, "responseStatus.status")
+		case "message":
+			return ev.str(d, i, &st.Message, "responseStatus.message")
+		case "reason":
+			return ev.str(d, i, &st.Reason, "responseStatus.reason")
+		case "details":
+			return ev.details(d, i, st, depth+1)
+		default:
+			return skipValue(d, i, depth+1)
+		}
+	})
+	if d[i] == '{' {
+		ev.ResponseStatus = st
+	}
+	return end, err
+}
+
+func (ev *auditEvent) details(d []byte, i int, st *status, depth int) (int, error) {
+	if d[i] == 'n' {
+		st.Details = nil
+		return scanLiteral(d, i, "null")
+	}
+	det := st.Details
+	if det == nil {
+		det = &statusDetails{}
+	}
+	end, err := ev.object(d, i, "responseStatus.details", depth, func(key []byte, i int) (int, error) {
+		if string(key) != "causes" {
+			return skipValue(d, i, depth+1)
+		}
+		switch d[i] {
+		case 'n':
+			det.Causes = nil
+			return scanLiteral(d, i, "null")
+		case '[':
+		default:
+			end, err := skipValue(d, i, depth+1)
+			ev.invalidate("responseStatus.details.causes", "not an array")
+			return end, err
+		}
+		det.Causes = det.Causes[:0]
+		i++
+		for first := true; ; first = false {
+			next, done, err := arrayNext(d, i, first)
+			if err != nil || done {
+				if det.Causes == nil {
+					det.Causes = []statusCause{}
+				}
+				return next, err
+			}
+			var c statusCause
+			i, err = ev.object(d, next, "responseStatus.details.causes", depth+2, func(key []byte, i int) (int, error) {
+				switch string(key) {
+				case "reason":
+					return ev.str(d, i, &c.Type, "responseStatus.details.causes.reason")
+				case "message":
+					return ev.str(d, i, &c.Message, "responseStatus.details.causes.message")
+				case "field":
+					return ev.str(d, i, &c.Field, "responseStatus.details.causes.field")
+				default:
+					return skipValue(d, i, depth+3)
+				}
+			})
+			if err != nil {
+				return 0, err
+			}
+			det.Causes = append(det.Causes, c)
+		}
+	})
+	if d[i] == '{' {
+		st.Details = det
+	}
+	return end, err
+}
+
+// int reads an integer member that fits an int; null leaves it zero.
+func (ev *auditEvent) int(d []byte, i int, dst *int, field string) (int, error) {
+	if d[i] == 'n' {
+		return scanLiteral(d, i, "null")
+	}
+	if d[i] == '"' || d[i] == '{' || d[i] == '[' || d[i] == 't' || d[i] == 'f' {
+		end, err := skipValue(d, i, 0)
+		ev.invalidate(field, "not a number")
+		return end, err
+	}
+	end, err := scanNumber(d, i)
+	if err != nil {
+		return 0, err
+	}
+	n, perr := strconv.ParseInt(string(d[i:end]), 10, 0)
+	if perr != nil {
+		ev.invalidate(field, "not an integer")
+		return end, nil
+	}
+	*dst = int(n)
+	return end, nil
+}
+
+// time reads an RFC 3339 timestamp member; null leaves it zero.
+func (ev *auditEvent) time(d []byte, i int, dst *time.Time, field string, depth int) (int, error) {
+	switch d[i] {
+	case 'n':
+		return scanLiteral(d, i, "null")
+	case '"':
+	default:
+		end, err := skipValue(d, i, depth)
+		ev.invalidate(field, "not a string")
+		return end, err
+	}
+	end, plain, err := scanString(d, i)
+	if err != nil {
+		return 0, err
+	}
+	var t time.Time
+	if !plain || t.UnmarshalText(d[i+1:end-1]) != nil {
+		ev.invalidate(field, "not an RFC 3339 timestamp")
+		return end, nil
+	}
+	*dst = t
+	return end, nil
 }
 
 // hasBody reports whether a raw body is present: the apiserver leaves it out below

@@ -9,28 +9,6 @@ import (
 // stay json.Number so that diffs print them exactly as the apiserver wrote them.
 type tree = map[string]any
 
-func parseTree(raw []byte) (tree, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var t tree
-	if err := dec.Decode(&t); err != nil || t == nil {
-		return nil, false
-	}
-	return t, true
-}
-
-// marshalJSON encodes v without HTML escaping: the values end up in span attributes read by
-// people, where "\u003credacted\u003e" would only obscure "<redacted>".
-func marshalJSON(v any) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return ""
-	}
-	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
-}
-
 func child(t tree, key string) tree {
 	m, _ := t[key].(map[string]any)
 	return m

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -59,6 +61,7 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 	r.conv = newConverter(cfg, set.BuildInfo.Version, func(delta int64) {
 		tb.DiffCacheObjects.Add(context.Background(), delta)
 	})
+	r.conv.logger = sampledLogger(set.Logger)
 	return r, nil
 }
 
@@ -131,7 +134,7 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 	if err != nil {
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
-	w := &webhook{r: r}
+	w := &webhook{r: r, inFlight: newByteBudget(r.cfg.MaxInFlightBytes)}
 	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, w.routes(),
 		confighttpErrorHandler(w))
 	if err != nil {
@@ -211,4 +214,12 @@ func (h *fileHealth) report(path string, err error) {
 	if len(h.failing) == 0 {
 		componentstatus.ReportStatus(h.host, componentstatus.NewEvent(componentstatus.StatusOK))
 	}
+}
+
+// sampledLogger logs the first few lines of each message per minute and drops the rest: one
+// bad client can send thousands of bad events a second, and each is counted in a metric anyway.
+func sampledLogger(l *zap.Logger) *zap.Logger {
+	return l.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(core, time.Minute, 5, 0)
+	}))
 }

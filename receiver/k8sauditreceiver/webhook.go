@@ -1,13 +1,14 @@
 package k8sauditreceiver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/consumer/consumererror"
@@ -24,8 +25,61 @@ const retryAfterSeconds = 1
 
 // webhook serves the audit webhook: POST /audit and POST /audit/{cluster}.
 type webhook struct {
-	r       *auditReceiver
-	maxBody int64
+	r        *auditReceiver
+	maxBody  int64
+	inFlight *byteBudget
+}
+
+// byteBudget bounds the bytes held by requests in flight.
+type byteBudget struct {
+	mu   sync.Mutex
+	used int64
+	max  int64
+}
+
+func newByteBudget(maxBytes int64) *byteBudget { return &byteBudget{max: maxBytes} }
+
+// acquire reserves n bytes, or reports false when that would pass the bound.
+func (b *byteBudget) acquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// maxPooledBuffer is the largest body buffer kept for reuse: the pool serves the common
+// batch sizes, a rare large body is left to the garbage collector instead of pinning its size.
+const maxPooledBuffer = 4 << 20
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBodyBuffer(size int64) *bytes.Buffer {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	// ReadFrom wants MinRead bytes free before it reads the end of the body.
+	buf.Grow(int(size) + bytes.MinRead)
+	return buf
+}
+
+func putBodyBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBuffer {
+		bodyBuffers.Put(buf)
+	}
 }
 
 func (w *webhook) routes() http.Handler {
@@ -61,9 +115,33 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 
 	limit := w.maxBody
 	if limit <= 0 {
-		limit = 20 << 20
+		limit = defaultMaxRequestBodySize
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(rw, req.Body, limit))
+	// The body is reserved against max_in_flight_bytes before a byte of it is read: its
+	// declared length, or the largest allowed body when it declares none (chunked, compressed).
+	reserve := limit
+	if req.ContentLength >= 0 && req.ContentLength < limit && req.Header.Get("Content-Encoding") == "" {
+		reserve = req.ContentLength
+	}
+	if !w.inFlight.acquire(reserve) {
+		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		w.reject(ctx, rw, http.StatusTooManyRequests, metadata.ReasonInFlightBytes, "TooManyRequests",
+			fmt.Sprintf("%d body bytes are being processed already (max_in_flight_bytes %d), retry", w.inFlight.inUse(), w.inFlight.max))
+		return
+	}
+	w.r.telemetry.InFlightBytes.Add(ctx, reserve)
+	defer func() {
+		w.inFlight.release(reserve)
+		w.r.telemetry.InFlightBytes.Add(ctx, -reserve)
+	}()
+
+	hint := int64(64 << 10)
+	if req.ContentLength > 0 && req.ContentLength <= limit {
+		hint = req.ContentLength
+	}
+	buf := getBodyBuffer(hint)
+	defer putBodyBuffer(buf)
+	_, err := buf.ReadFrom(http.MaxBytesReader(rw, req.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, metadata.ReasonTooLarge, "RequestEntityTooLarge",
@@ -73,6 +151,9 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 		w.reject(ctx, rw, http.StatusBadRequest, metadata.ReasonReadError, "BadRequest", "reading the body: "+err.Error())
 		return
 	}
+	// The events refer to the buffer's bytes until they are converted: it goes back to the
+	// pool only when this handler returns.
+	data := buf.Bytes()
 	events, err := decodeBody(data)
 	if err != nil {
 		reason := metadata.ReasonMalformedJSON

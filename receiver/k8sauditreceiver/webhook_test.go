@@ -91,6 +91,15 @@ type webhookEnv struct {
 
 func startWebhook(t *testing.T, mutate func(*Config)) *webhookEnv {
 	t.Helper()
+	next := &switchConsumer{}
+	env := startWebhookWith(t, next, mutate)
+	env.next = next
+	return env
+}
+
+// startWebhookWith starts a webhook receiver feeding next.
+func startWebhookWith(t *testing.T, next consumer.Traces, mutate func(*Config)) *webhookEnv {
+	t.Helper()
 	cfg := createDefaultConfig().(*Config)
 	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
 	cfg.Cluster = "c1"
@@ -102,7 +111,6 @@ func startWebhook(t *testing.T, mutate func(*Config)) *webhookEnv {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
-	next := &switchConsumer{}
 	r, err := newAuditReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +123,7 @@ func startWebhook(t *testing.T, mutate func(*Config)) *webhookEnv {
 			t.Error(err)
 		}
 	})
-	return &webhookEnv{url: "http://" + r.listenAddr().String(), next: next, tel: tel}
+	return &webhookEnv{url: "http://" + r.listenAddr().String(), tel: tel}
 }
 
 // counted returns the value of one of the receiver's counters for a reason.

@@ -31,6 +31,7 @@ const (
 	ReasonNoCluster       = "no_cluster"
 	ReasonPipelineBusy    = "pipeline_refused"
 	ReasonPipelineFailure = "pipeline_failed"
+	ReasonInFlightBytes   = "in_flight_bytes"
 )
 
 // Reasons recorded on the filtered-events and dropped-events counters.
@@ -42,6 +43,7 @@ const (
 	ReasonExcludedResource  = "excluded_resource"
 	ReasonExcludedUserAgent = "excluded_user_agent"
 	ReasonInvalidEvent      = "invalid_event"
+	ReasonInvalidTimestamp  = "invalid_timestamp"
 	ReasonMalformedLine     = "malformed_line"
 	ReasonLineTooLong       = "line_too_long"
 	ReasonConsumerPermanent = "consumer_permanent"
@@ -60,6 +62,8 @@ type TelemetryBuilder struct {
 	FileLines metric.Int64Counter
 	// DiffCacheObjects is the number of object bodies held for field diffs.
 	DiffCacheObjects metric.Int64UpDownCounter
+	// InFlightBytes is the body bytes the webhook is reading, decoding and converting now.
+	InFlightBytes metric.Int64UpDownCounter
 }
 
 // NewTelemetryBuilder creates the instruments on settings.MeterProvider.
@@ -86,6 +90,10 @@ func NewTelemetryBuilder(settings component.TelemetrySettings) (*TelemetryBuilde
 	tb.DiffCacheObjects, err = meter.Int64UpDownCounter("otelcol_k8s_audit_diff_cache_objects",
 		metric.WithDescription("Object bodies held in the last-body cache for field diffs."),
 		metric.WithUnit("{objects}"))
+	errs = errors.Join(errs, err)
+	tb.InFlightBytes, err = meter.Int64UpDownCounter("otelcol_k8s_audit_in_flight_bytes",
+		metric.WithDescription("Webhook body bytes being read, decoded and converted now (bounded by max_in_flight_bytes)."),
+		metric.WithUnit("By"))
 	errs = errors.Join(errs, err)
 	return &tb, errs
 }

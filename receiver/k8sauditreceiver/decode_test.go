@@ -1,0 +1,215 @@
+package k8sauditreceiver
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// stdBody is the reference the scanner is held to: the same events decoded by encoding/json
+// through struct tags (the receiver's decoder before the scanner replaced it).
+type stdBody struct {
+	Kind       string       `json:"kind"`
+	APIVersion string       `json:"apiVersion"`
+	Items      []auditEvent `json:"items"`
+	auditEvent
+}
+
+func stdDecode(data []byte) ([]auditEvent, error) {
+	var b stdBody
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, err
+	}
+	if b.Kind == kindEventList {
+		return b.Items, nil
+	}
+	return []auditEvent{b.auditEvent}, nil
+}
+
+// TestDecoderMatchesEncodingJSON decodes every recorded webhook body and audit log line of
+// every scenario with both decoders: the events must be equal field for field.
+func TestDecoderMatchesEncodingJSON(t *testing.T) {
+	bodies, err := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook", "*.json"))
+	if err != nil || len(bodies) == 0 {
+		t.Fatal("no recorded webhook bodies")
+	}
+	events := 0
+	for _, p := range bodies {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeBody(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		want, err := stdDecode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the scanner's events differ from encoding/json's", p)
+		}
+		events += len(got)
+	}
+	logs, _ := filepath.Glob(filepath.Join(fixturesDir, "*", "audit.log"))
+	for _, p := range logs {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			got, err := decodeLine(sc.Bytes())
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			want, _ := stdDecode(sc.Bytes())
+			if !reflect.DeepEqual(got, want[0]) {
+				t.Fatalf("%s: line %q decodes differently", p, sc.Bytes()[:80])
+			}
+			events++
+		}
+		_ = f.Close()
+	}
+	if events < 500 {
+		t.Fatalf("only %d events compared", events)
+	}
+}
+
+func TestDecoderRefusesMalformedBodies(t *testing.T) {
+	for _, body := range []string{
+		``, `{`, `{"kind":"EventList",`, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[}`,
+		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":"get",}]}`,
+		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]} x`,
+		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","requestObject":{"a":01}}`,
+		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","responseObject":{"a":"\x"}}`,
+		"{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"verb\":\"a\x01\"}",
+		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","requestObject":[1,]}`,
+		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","requestObject":tru}`,
+		strings.Repeat("[", maxDepth+1),
+	} {
+		if _, err := decodeBody([]byte(body)); err == nil || errors.Is(err, errWrongKind) {
+			t.Errorf("%.60q: err = %v, want a syntax error", body, err)
+		}
+		if json.Valid([]byte(body)) {
+			t.Fatalf("%.60q is valid JSON: the table is wrong", body)
+		}
+	}
+	for _, body := range []string{`[]`, `null`, `"x"`, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":{}}`, `{"kind":1,"apiVersion":"audit.k8s.io/v1"}`} {
+		if _, err := decodeBody([]byte(body)); !errors.Is(err, errWrongKind) {
+			t.Errorf("%q: err = %v, want the wrong-kind error", body, err)
+		}
+	}
+}
+
+// TestDecoderMarksBadItems: an item that is JSON but not an event is returned marked, so the
+// converter can refuse it alone; the items around it decode as usual.
+func TestDecoderMarksBadItems(t *testing.T) {
+	good := strings.TrimSuffix(eventList("good"), "]}")
+	body := good + `,42,{"auditID":"t","requestReceivedTimestamp":"yesterday"},{"auditID":"v","verb":5},` +
+		`{"auditID":"c","responseStatus":{"code":"201"}},{"auditID":"g","user":{"groups":[1]}},null]}`
+	events, err := decodeBody([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"", "item: not an object", "requestReceivedTimestamp: not an RFC 3339 timestamp",
+		"verb: not a string", "responseStatus.code: not a number", "user.groups: not a string", ""}
+	if len(events) != len(want) {
+		t.Fatalf("%d events, want %d", len(events), len(want))
+	}
+	for i, ev := range events {
+		if ev.Invalid != want[i] {
+			t.Errorf("item %d (%s): Invalid = %q, want %q", i, ev.AuditID, ev.Invalid, want[i])
+		}
+	}
+	if events[0].AuditID != "good" || events[0].ObjectRef == nil || events[0].ObjectRef.Name != "cm" {
+		t.Fatalf("the good item decoded as %+v", events[0])
+	}
+}
+
+func TestStringsDecodeAsEncodingJSON(t *testing.T) {
+	for _, lit := range []string{
+		`"plain"`, `"tab\there"`, `"\u003cb\u003e \u0026"`, `"\ud83d\ude00 pair"`, `"\ud83d lone high"`,
+		`"\ude00 lone low"`, `"\ud83d\u0041 high then A"`, "\"bad utf8 \xff\xfe\"", `"\/ \\ \" \b\f\n\r"`,
+		`"é ü 中文"`, "\"\u2028 line sep\"",
+	} {
+		got, end, err := readString([]byte(lit), 0)
+		if err != nil || end != len(lit) {
+			t.Fatalf("%q: end %d err %v", lit, end, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%q: got %q, want %q", lit, got, want)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(want)
+		if q := string(appendQuoted(nil, want)); q != strings.TrimSuffix(buf.String(), "\n") {
+			t.Errorf("%q: quoted as %s, encoding/json says %s", want, q, buf.String())
+		}
+	}
+}
+
+// FuzzJSONScan holds the scanner to encoding/json on arbitrary input: the same verdict on
+// validity, the same trees, the same encoding of them, the same identity read by scanMeta as
+// by metaOf on the tree, and a body accepted by the event decoder only when it is valid JSON.
+func FuzzJSONScan(f *testing.F) {
+	for _, seed := range fixtureSeeds(f) {
+		f.Add(seed)
+	}
+	f.Add([]byte(`{"metadata":{"name":"a","ownerReferences":[{"controller":true,"uid":"u"}],"managedFields":[{}]},"kind":"Pod","metadata":{"uid":"x"}}`))
+	f.Add([]byte(`{"a":[1,2.5e-3,-0,true,false,null,"\u00e9\ud800"],"b":{}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		valid := json.Valid(data)
+		end, err := skipValue(data, skipSpace(data, 0), 0)
+		if scanned := err == nil && skipSpace(data, end) == len(data); scanned != valid {
+			t.Fatalf("skipValue says valid=%v, encoding/json %v", scanned, valid)
+		}
+		if _, err := decodeBody(data); err == nil && !valid {
+			t.Fatal("decodeBody accepted invalid JSON")
+		}
+		got, ok := parseTree(data)
+		var want map[string]any
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		wantOK := valid && dec.Decode(&want) == nil && want != nil
+		if ok != wantOK {
+			t.Fatalf("parseTree ok = %v, encoding/json %v", ok, wantOK)
+		}
+		if !ok {
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("trees differ:\n%#v\n%#v", got, want)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(want); err != nil {
+			t.Fatal(err)
+		}
+		if m := marshalJSON(got); m != strings.TrimSuffix(buf.String(), "\n") {
+			t.Fatalf("encoding differs:\n%s\n%s", m, buf.String())
+		}
+		if sm, ok := scanMeta(data); !ok || sm != metaOf(want) {
+			t.Fatalf("scanMeta = %+v (%v), metaOf = %+v", sm, ok, metaOf(want))
+		}
+		body, _ := parseBody(data)
+		stripNoise(want)
+		if !reflect.DeepEqual(body, want) {
+			t.Fatal("parseBody differs from parseTree + stripNoise")
+		}
+	})
+}

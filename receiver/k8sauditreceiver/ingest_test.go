@@ -1,0 +1,186 @@
+package k8sauditreceiver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// TestOneBadItemIsRefusedAlone: items that are JSON but not valid events are refused one by
+// one, counted and logged; the good items of the same batch become spans and the batch is
+// answered 200, so the apiserver does not retry (and finally drop) the good events with them.
+func TestOneBadItemIsRefusedAlone(t *testing.T) {
+	env := startWebhook(t, nil)
+	items := []string{
+		fmt.Sprintf(oneCreate, "good-1"),
+		strings.Replace(fmt.Sprintf(oneCreate, "bad-time"), `"2026-11-21T10:45:54.106207Z"`, `"21/11/2026"`, 1),
+		strings.Replace(fmt.Sprintf(oneCreate, "bad-verb"), `"verb":"create"`, `"verb":["create"]`, 1),
+		`"not an event"`,
+		strings.Replace(fmt.Sprintf(oneCreate, "year-1"), `"2026-11-21T10:45:54.106207Z"`, `"0001-06-01T00:00:00Z"`, 1),
+		strings.Replace(fmt.Sprintf(oneCreate, "year-9999"), `"2026-11-21T10:45:54.106207Z"`, `"9999-12-31T23:59:59Z"`, 1),
+		fmt.Sprintf(oneCreate, "good-2"),
+	}
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(items, ",") + `]}`
+	resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200: the good items are taken", resp.StatusCode)
+	}
+	if got := strings.Join(env.next.ids(), ","); got != "good-1,good-2" {
+		t.Fatalf("spans for %s, want good-1,good-2", got)
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", metadata.ReasonInvalidEvent); n != 3 {
+		t.Fatalf("dropped invalid_event = %d, want 3", n)
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", metadata.ReasonInvalidTimestamp); n != 2 {
+		t.Fatalf("dropped invalid_timestamp = %d, want 2", n)
+	}
+}
+
+// TestStageTimestampIsClamped: a stage timestamp before the request's, or far in the future,
+// cannot end the span: it ends when it began and says it was clamped.
+func TestStageTimestampIsClamped(t *testing.T) {
+	c := testConverter()
+	c.now = func() time.Time { return time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) }
+	ref := objectReference{Resource: "configmaps", Namespace: "default", Name: "cm", APIVersion: "v1"}
+	for _, tc := range []struct {
+		name    string
+		stage   time.Duration
+		clamped bool
+	}{
+		{"stage before request", -time.Second, true},
+		{"stage in the year 9999", time.Until(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)), true},
+		{"stage after request", 3 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := event("a-"+tc.name, "create", "alice", ref, 201)
+			ev.StageTimestamp = ev.RequestReceivedTimestamp.Add(tc.stage)
+			span := onlySpan(t, must(convertOne(t, c, ev)))
+			_, has := span.Attributes().Get(attrClamped)
+			if has != tc.clamped {
+				t.Fatalf("clamped attribute present = %v, want %v", has, tc.clamped)
+			}
+			if tc.clamped && span.EndTimestamp() != span.StartTimestamp() {
+				t.Fatal("a clamped span ends when it starts")
+			}
+		})
+	}
+	future := event("future", "create", "alice", ref, 201)
+	future.RequestReceivedTimestamp = c.now().Add(48 * time.Hour)
+	future.StageTimestamp = future.RequestReceivedTimestamp
+	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[metadata.ReasonInvalidTimestamp] != 1 {
+		t.Fatalf("an event received two days from now: %d spans, dropped %v", td.SpanCount(), st.dropped)
+	}
+}
+
+// gateConsumer holds every batch until it is opened.
+type gateConsumer struct {
+	entered chan struct{}
+	open    chan struct{}
+	mu      sync.Mutex
+	spans   int
+}
+
+func (g *gateConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (g *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	g.entered <- struct{}{}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.mu.Lock()
+	g.spans += td.SpanCount()
+	g.mu.Unlock()
+	return nil
+}
+
+// TestInFlightBytesAreBounded: concurrent large bodies are read and decoded only up to
+// max_in_flight_bytes; the others are answered 429 with Retry-After at once, without being read.
+func TestInFlightBytesAreBounded(t *testing.T) {
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%02d", i)
+	}
+	body := eventList(ids...)
+	size := int64(len(body))
+	gate := &gateConsumer{entered: make(chan struct{}, 8), open: make(chan struct{})}
+	env := startWebhookWith(t, gate, func(cfg *Config) {
+		cfg.ServerConfig.MaxRequestBodySize = size
+		cfg.MaxInFlightBytes = 2*size + size/2 // room for two bodies, not three
+	})
+
+	const senders = 5
+	codes := make(chan int, senders)
+	retryAfter := make(chan string, senders)
+	var wg sync.WaitGroup
+	post := func() {
+		defer wg.Done()
+		resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = resp.Body.Close()
+		codes <- resp.StatusCode
+		retryAfter <- resp.Header.Get("Retry-After")
+	}
+	// Two requests get in and are held by the pipeline with their bodies decoded.
+	for range 2 {
+		wg.Add(1)
+		go post()
+		<-gate.entered
+	}
+	// The others find the budget spent.
+	for range senders - 2 {
+		wg.Add(1)
+		go post()
+	}
+	for range senders - 2 {
+		if code, ra := <-codes, <-retryAfter; code != http.StatusTooManyRequests || ra == "" {
+			t.Fatalf("status %d, Retry-After %q; want 429 with Retry-After", code, ra)
+		}
+	}
+	close(gate.open)
+	wg.Wait()
+	for range 2 {
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("a held request was answered %d, want 200", code)
+		}
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", metadata.ReasonInFlightBytes); n != senders-2 {
+		t.Fatalf("rejected in_flight_bytes = %d, want %d", n, senders-2)
+	}
+	// The budget is returned: a new request goes through.
+	gate.entered = make(chan struct{}, 1)
+	resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the held requests ended: status %d", resp.StatusCode)
+	}
+}
+
+func TestMaxInFlightBytesMustHoldTheLargestBody(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Cluster = "c1"
+	cfg.MaxInFlightBytes = 1 << 20
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "max_in_flight_bytes") {
+		t.Fatalf("Validate = %v, want an error naming max_in_flight_bytes", err)
+	}
+}
