@@ -8,17 +8,20 @@ const (
 
 // Object identity, on every span a receiver emits (DESIGN §3.1).
 const (
-	AttrObjectAPIGroup        = "k8s.object.api_group"
-	AttrObjectAPIVersion      = "k8s.object.api_version"
-	AttrObjectResource        = "k8s.object.resource"
-	AttrObjectKind            = "k8s.object.kind"
-	AttrNamespaceName         = "k8s.namespace.name"
-	AttrObjectName            = "k8s.object.name"
-	AttrObjectUID             = "k8s.object.uid"
-	AttrOwnerAPIVersion       = "k8s.object.owner.api_version"
-	AttrOwnerKind             = "k8s.object.owner.kind"
-	AttrOwnerName             = "k8s.object.owner.name"
-	AttrOwnerUID              = "k8s.object.owner.uid"
+	AttrObjectAPIGroup   = "k8s.object.api_group"
+	AttrObjectAPIVersion = "k8s.object.api_version"
+	AttrObjectResource   = "k8s.object.resource"
+	AttrObjectKind       = "k8s.object.kind"
+	AttrNamespaceName    = "k8s.namespace.name"
+	AttrObjectName       = "k8s.object.name"
+	AttrObjectUID        = "k8s.object.uid"
+	AttrOwnerAPIVersion  = "k8s.object.owner.api_version"
+	AttrOwnerKind        = "k8s.object.owner.kind"
+	AttrOwnerName        = "k8s.object.owner.name"
+	AttrOwnerUID         = "k8s.object.owner.uid"
+	// AttrOwnerNone (bool) is set on spans whose object body was seen without a controlling
+	// owner reference: the object is a root, and the processor never holds it for owner_wait.
+	AttrOwnerNone             = "k8s.object.owner.none"
 	AttrObjectResourceVersion = "k8s.object.resource_version"
 	AttrObjectNewRV           = "k8s.object.new_resource_version"
 )

@@ -28,6 +28,9 @@ type Object struct {
 	Name      string
 	UID       string // "" when not known
 	Owner     Owner  // zero when no controlling owner is known
+	// NoOwner says the object's own body was seen and names no controlling owner: a root,
+	// definitively, not an object whose owner is merely unknown (which is worth waiting for).
+	NoOwner bool
 }
 
 // Key identifies an object within all clusters. It is UID-based when the UID is known, so an
@@ -147,6 +150,8 @@ func (o Object) PutAttributes(attrs pcommon.Map) {
 		putNonEmpty(attrs, AttrOwnerKind, o.Owner.Kind)
 		putNonEmpty(attrs, AttrOwnerName, o.Owner.Name)
 		putNonEmpty(attrs, AttrOwnerUID, o.Owner.UID)
+	} else if o.NoOwner {
+		attrs.PutBool(AttrOwnerNone, true)
 	}
 }
 
@@ -168,6 +173,9 @@ func ObjectFromAttributes(resource, attrs pcommon.Map) (Object, bool) {
 		Kind:       str(attrs, AttrOwnerKind),
 		Name:       str(attrs, AttrOwnerName),
 		UID:        str(attrs, AttrOwnerUID),
+	}
+	if v, ok := attrs.Get(AttrOwnerNone); ok && v.Bool() && o.Owner.IsZero() {
+		o.NoOwner = true
 	}
 	if o.UID == "" && (o.Name == "" || (o.Resource == "" && o.Kind == "")) {
 		return Object{}, false

@@ -236,6 +236,9 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 			fillObject(&obj, m)
 		}
 	}
+	// A body of the object itself without a controlling owner reference is a definitive
+	// answer: the object is a root.
+	obj.NoOwner = (resp != nil || req != nil) && obj.Owner.IsZero()
 	if obj.UID == "" && obj.Name != "" && c.cache != nil && !(ev.Verb == "create" && ref.Subresource == "") {
 		// Deletions answered with a Status and patches without a body name the object but
 		// not its UID; the cache knows which object last held the name (a create always
