@@ -228,6 +228,20 @@ func TestOwnerWait(t *testing.T) {
 		assertRoot(t, h.one("Pod default/demo-a-1"))
 		assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event scheduled"))
 	})
+	t.Run("a root whose body shows no owner is never held", func(t *testing.T) {
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		h := newHarness(t, cfg, newFakeClock(t0.Add(time.Minute)))
+		root := deploy
+		root.NoOwner = true
+		h.consume(audit(root, "d", t0.Add(time.Minute)), audit(rsA, "rs", t0.Add(time.Minute)))
+		if len(h.p.held) != 0 {
+			t.Fatalf("%d entries held: a body without ownerReferences is a definitive root", len(h.p.held))
+		}
+		assertRoot(t, h.one("Deployment default/demo"))
+		assertChild(t, h.one("Deployment default/demo"), h.one("ReplicaSet default/demo-a"))
+		assertChild(t, h.one("Deployment default/demo"), h.activitySpan("audit d"))
+	})
 	t.Run("shutdown releases every held span", func(t *testing.T) {
 		cfg := memoryConfig()
 		cfg.OwnerWait = time.Hour

@@ -154,6 +154,7 @@ func mergeIdentity(dst *model.Object, src model.Object) {
 	if dst.Owner.IsZero() && !src.Owner.IsZero() {
 		dst.Owner = src.Owner
 	}
+	dst.NoOwner = dst.NoOwner || src.NoOwner
 	fill := func(d *string, s string) {
 		if *d == "" {
 			*d = s
@@ -346,6 +347,12 @@ func (r *resolver) plan(n *node) bool {
 		}
 		if !n.obj.Owner.IsZero() {
 			r.linkOwner(n)
+			return true
+		}
+		if n.obj.NoOwner {
+			// Its own body named no owner: a root for certain, with nothing to wait for.
+			n.root = true
+			r.create(n)
 			return true
 		}
 		if !n.relQueried && n.id.key.HasUIDKey() {
