@@ -2,13 +2,23 @@ package k8sauditreceiver
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // guard bounds how long a test waits for something that must happen; it is a hang guard, never
@@ -115,4 +125,155 @@ func TestASlowBodyIsCutAtTheReadTimeout(t *testing.T) {
 	if n := env.next.spans(); n != 0 {
 		t.Fatalf("%d spans from a body that never arrived", n)
 	}
+}
+
+// gateConsumer holds every batch until released, or until the request's context ends.
+type gateConsumer struct {
+	arrived chan struct{}
+	release chan struct{}
+	spans   atomic.Int64
+}
+
+func newGateConsumer() *gateConsumer {
+	return &gateConsumer{arrived: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (c *gateConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (c *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	c.arrived <- struct{}{}
+	select {
+	case <-c.release:
+		c.spans.Add(int64(td.SpanCount()))
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startReceiver starts a webhook-only receiver on a free port and returns it, for tests that
+// shut it down themselves.
+func startReceiver(t *testing.T, next consumer.Traces, mutate func(*auditReceiver)) (*auditReceiver, string) {
+	t.Helper()
+	cfg := createDefaultConfig().(*Config)
+	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
+	cfg.Cluster = "c1"
+	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mutate != nil {
+		mutate(r)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	return r, "http://" + r.listenAddr().String()
+}
+
+// awaitInFlight waits until the webhook is serving n requests.
+func awaitInFlight(t *testing.T, r *auditReceiver, n int) {
+	t.Helper()
+	for start := time.Now(); r.inFlightRequests() != n; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > guard {
+			t.Fatalf("in-flight requests = %d, want %d", r.inFlightRequests(), n)
+		}
+	}
+}
+
+// shutdownAsync runs Shutdown and returns its result on a channel.
+func shutdownAsync(r *auditReceiver, ctx context.Context) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- r.Shutdown(ctx) }()
+	return done
+}
+
+func awaitShutdown(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("shutdown did not return")
+	}
+}
+
+func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
+	r, url := startReceiver(t, &switchConsumer{}, nil)
+	// Headers and the start of a body, then nothing: the client holds the request open.
+	conn := dialAndSend(t, url, 4096, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1",`)
+	awaitInFlight(t, r, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := shutdownAsync(r, ctx)
+	if code := readUntilClosed(t, conn); code != http.StatusServiceUnavailable {
+		t.Fatalf("held request answered %d, want 503 so that the apiserver sends the batch again", code)
+	}
+	awaitShutdown(t, done)
+}
+
+func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
+	// The collector shuts its components down with a context that has no deadline.
+	r, url := startReceiver(t, &switchConsumer{}, func(r *auditReceiver) { r.shutdownBudget = 300 * time.Millisecond })
+	conn := dialAndSend(t, url, 4096, `{"kind":"EventList",`)
+	awaitInFlight(t, r, 1)
+	done := shutdownAsync(r, context.Background())
+	if code := readUntilClosed(t, conn); code != http.StatusServiceUnavailable {
+		t.Fatalf("held request answered %d, want 503", code)
+	}
+	awaitShutdown(t, done)
+}
+
+func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
+	next := newGateConsumer()
+	r, url := startReceiver(t, next, nil)
+	resp := make(chan int, 1)
+	go func() {
+		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
+		if err != nil {
+			resp <- 0
+			return
+		}
+		_ = res.Body.Close()
+		resp <- res.StatusCode
+	}()
+	<-next.arrived
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	done := shutdownAsync(r, ctx)
+	close(next.release)
+	if code := <-resp; code != http.StatusOK {
+		t.Fatalf("a request the pipeline took during shutdown answered %d, want 200", code)
+	}
+	awaitShutdown(t, done)
+	if n := next.spans.Load(); n != 1 {
+		t.Fatalf("spans = %d, want 1", n)
+	}
+}
+
+func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
+	next := newGateConsumer() // never released
+	r, url := startReceiver(t, next, nil)
+	resp := make(chan int, 1)
+	go func() {
+		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
+		if err != nil {
+			resp <- 0
+			return
+		}
+		_ = res.Body.Close()
+		resp <- res.StatusCode
+	}()
+	<-next.arrived
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := shutdownAsync(r, ctx)
+	if code := <-resp; code != http.StatusServiceUnavailable {
+		t.Fatalf("a request still in the pipeline at the deadline answered %d, want 503", code)
+	}
+	awaitShutdown(t, done)
 }
