@@ -16,6 +16,11 @@ import (
 const (
 	defaultEndpoint      = "localhost:9880"
 	defaultDiffCacheSize = 100_000
+	// 64 MiB holds the last bodies of about 30,000 Pods as JSON (a Pod is 1.7–2.5 KB without
+	// managedFields), plus the 512 most recent parsed, and keeps the receiver within the memory
+	// of a small collector however large the objects: 1,200 ConfigMaps near etcd's 1.5 MiB
+	// limit took the count-bounded cache alone to 3.26 GB.
+	defaultDiffCacheMaxBytes = 64 << 20
 	// A quarter second keeps file mode's added latency below the apiserver's own webhook
 	// batching (--audit-webhook-batch-max-wait) while costing one stat per file per tick.
 	defaultPollInterval = 250 * time.Millisecond
@@ -66,9 +71,10 @@ func createDefaultConfig() component.Config {
 			{Group: "", Resource: "events"},
 			{Group: "events.k8s.io", Resource: "events"},
 		},
-		DiffCacheSize:   defaultDiffCacheSize,
-		RedactResources: []GroupResource{{Group: "", Resource: "secrets"}},
-		Window:          model.DefaultWindow,
+		DiffCacheSize:     defaultDiffCacheSize,
+		DiffCacheMaxBytes: defaultDiffCacheMaxBytes,
+		RedactResources:   []GroupResource{{Group: "", Resource: "secrets"}},
+		Window:            model.DefaultWindow,
 	}
 }
 

@@ -68,6 +68,11 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 	r.conv = newConverter(cfg, set.BuildInfo.Version, func(delta int64) {
 		tb.DiffCacheObjects.Add(context.Background(), delta)
 	})
+	if r.conv.cache != nil {
+		r.conv.cache.boundBytes(cfg.DiffCacheMaxBytes,
+			func(delta int64) { tb.DiffCacheBytes.Add(context.Background(), delta) },
+			func(reason string) { tb.DiffCacheEvictions.Add(context.Background(), 1, metadata.Reason(reason)) })
+	}
 	return r, nil
 }
 

@@ -152,24 +152,28 @@ func (c *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) erro
 }
 
 // startReceiver starts a webhook-only receiver on a free port and returns it, for tests that
-// shut it down themselves.
-func startReceiver(t *testing.T, next consumer.Traces, mutate func(*auditReceiver)) (*auditReceiver, string) {
+// shut it down themselves or look inside.
+func startReceiver(t *testing.T, next consumer.Traces, mutate func(*Config)) (*auditReceiver, string, *componenttest.Telemetry) {
 	t.Helper()
 	cfg := createDefaultConfig().(*Config)
 	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
 	cfg.Cluster = "c1"
-	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, next)
+	if mutate != nil {
+		mutate(cfg)
+	}
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	r, err := newAuditReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if mutate != nil {
-		mutate(r)
 	}
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
-	return r, "http://" + r.listenAddr().String()
+	return r, "http://" + r.listenAddr().String(), tel
 }
 
 // awaitInFlight waits until the webhook is serving n requests.
@@ -202,7 +206,7 @@ func awaitShutdown(t *testing.T, done <-chan error) {
 }
 
 func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
-	r, url := startReceiver(t, &switchConsumer{}, nil)
+	r, url, _ := startReceiver(t, &switchConsumer{}, nil)
 	// Headers and the start of a body, then nothing: the client holds the request open.
 	conn := dialAndSend(t, url, 4096, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1",`)
 	awaitInFlight(t, r, 1)
@@ -218,7 +222,8 @@ func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
 
 func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 	// The collector shuts its components down with a context that has no deadline.
-	r, url := startReceiver(t, &switchConsumer{}, func(r *auditReceiver) { r.shutdownBudget = 300 * time.Millisecond })
+	r, url, _ := startReceiver(t, &switchConsumer{}, nil)
+	r.shutdownBudget = 300 * time.Millisecond
 	conn := dialAndSend(t, url, 4096, `{"kind":"EventList",`)
 	awaitInFlight(t, r, 1)
 	done := shutdownAsync(r, context.Background())
@@ -230,7 +235,7 @@ func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 
 func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 	next := newGateConsumer()
-	r, url := startReceiver(t, next, nil)
+	r, url, _ := startReceiver(t, next, nil)
 	resp := make(chan int, 1)
 	go func() {
 		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
@@ -257,7 +262,7 @@ func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 
 func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
 	next := newGateConsumer() // never released
-	r, url := startReceiver(t, next, nil)
+	r, url, _ := startReceiver(t, next, nil)
 	resp := make(chan int, 1)
 	go func() {
 		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
