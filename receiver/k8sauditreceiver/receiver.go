@@ -226,8 +226,8 @@ func (r *auditReceiver) stopServer(ctx context.Context) error {
 	}
 	left := r.inflight.len()
 	err := r.server.Close()
-	r.set.Logger.Warn("Audit webhook shutdown deadline reached: requests still in flight were answered 503 (the apiserver sends them again) and their connections closed",
-		zap.Int("requests", cut), zap.Int("closed_without_answer", left))
+	r.set.Logger.Warn("Audit webhook shutdown time is over: requests still in flight were cut with a 503 (the apiserver sends them again) and the connections still open closed",
+		zap.Int("requests_cut", cut), zap.Int("requests_unanswered", left))
 	return err
 }
 

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -155,6 +157,13 @@ func (c *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) erro
 // shut it down themselves or look inside.
 func startReceiver(t *testing.T, next consumer.Traces, mutate func(*Config)) (*auditReceiver, string, *componenttest.Telemetry) {
 	t.Helper()
+	r, url, tel, _ := startObservedReceiver(t, next, mutate)
+	return r, url, tel
+}
+
+// startObservedReceiver is startReceiver with the receiver's logs kept for inspection.
+func startObservedReceiver(t *testing.T, next consumer.Traces, mutate func(*Config)) (*auditReceiver, string, *componenttest.Telemetry, *observer.ObservedLogs) {
+	t.Helper()
 	cfg := createDefaultConfig().(*Config)
 	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
 	cfg.Cluster = "c1"
@@ -165,6 +174,8 @@ func startReceiver(t *testing.T, next consumer.Traces, mutate func(*Config)) (*a
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
+	core, logs := observer.New(zap.InfoLevel)
+	set.Logger = zap.New(core)
 	r, err := newAuditReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +184,7 @@ func startReceiver(t *testing.T, next consumer.Traces, mutate func(*Config)) (*a
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
-	return r, "http://" + r.listenAddr().String(), tel
+	return r, "http://" + r.listenAddr().String(), tel, logs
 }
 
 // awaitInFlight waits until the webhook is serving n requests.
@@ -206,7 +217,7 @@ func awaitShutdown(t *testing.T, done <-chan error) {
 }
 
 func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
-	r, url, _ := startReceiver(t, &switchConsumer{}, nil)
+	r, url, _, logs := startObservedReceiver(t, &switchConsumer{}, nil)
 	// Headers and the start of a body, then nothing: the client holds the request open.
 	conn := dialAndSend(t, url, 4096, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1",`)
 	awaitInFlight(t, r, 1)
@@ -218,6 +229,10 @@ func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
 		t.Fatalf("held request answered %d, want 503 so that the apiserver sends the batch again", code)
 	}
 	awaitShutdown(t, done)
+	warned := logs.FilterMessageSnippet("shutdown time is over").All()
+	if len(warned) != 1 || warned[0].Level != zap.WarnLevel || warned[0].ContextMap()["requests_cut"] != int64(1) {
+		t.Fatalf("want one warning counting the cut request, got %v", warned)
+	}
 }
 
 func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
@@ -235,7 +250,7 @@ func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 
 func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 	next := newGateConsumer()
-	r, url, _ := startReceiver(t, next, nil)
+	r, url, _, logs := startObservedReceiver(t, next, nil)
 	resp := make(chan int, 1)
 	go func() {
 		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
@@ -257,6 +272,9 @@ func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 	awaitShutdown(t, done)
 	if n := next.spans.Load(); n != 1 {
 		t.Fatalf("spans = %d, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("shutdown time is over").Len(); n != 0 {
+		t.Fatal("a shutdown that drained in time must not warn")
 	}
 }
 
