@@ -129,20 +129,20 @@ func TestASlowBodyIsCutAtTheReadTimeout(t *testing.T) {
 	}
 }
 
-// gateConsumer holds every batch until released, or until the request's context ends.
-type gateConsumer struct {
+// holdingConsumer holds every batch until released, or until the request's context ends.
+type holdingConsumer struct {
 	arrived chan struct{}
 	release chan struct{}
 	spans   atomic.Int64
 }
 
-func newGateConsumer() *gateConsumer {
-	return &gateConsumer{arrived: make(chan struct{}, 16), release: make(chan struct{})}
+func newHoldingConsumer() *holdingConsumer {
+	return &holdingConsumer{arrived: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
-func (c *gateConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+func (c *holdingConsumer) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
-func (c *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+func (c *holdingConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	c.arrived <- struct{}{}
 	select {
 	case <-c.release:
@@ -249,7 +249,7 @@ func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 }
 
 func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
-	next := newGateConsumer()
+	next := newHoldingConsumer()
 	r, url, _, logs := startObservedReceiver(t, next, nil)
 	resp := make(chan int, 1)
 	go func() {
@@ -279,7 +279,7 @@ func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 }
 
 func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
-	next := newGateConsumer() // never released
+	next := newHoldingConsumer() // never released
 	r, url, _ := startReceiver(t, next, nil)
 	resp := make(chan int, 1)
 	go func() {
