@@ -1,10 +1,14 @@
 package k8sauditreceiver
 
 import (
+	"encoding/json"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // historyLen is how many successful writes per object are kept for conflict links. A 409 is
@@ -25,7 +29,7 @@ type write struct {
 // the same object several times in a burst (a rollout updates a Deployment's status a dozen
 // times in seconds); keeping those bodies as trees spares a parse and a marshal per write. Other
 // bodies are kept as JSON, which is about five times smaller: a Pod of the fixtures is 2.3 KB
-// as JSON and 11 KB parsed, so 512 trees are about 6 MB.
+// as JSON and 11 KB parsed, so 512 trees are about 6 MB (treeBytes measures each).
 const hotTrees = 512
 
 type hotSlot struct {
@@ -52,6 +56,10 @@ type cacheEntry struct {
 
 	history []write
 
+	c        *objectCache // the cache the entry's bytes are charged to
+	cost     int64        // bytes charged for the entry (footprint at its last charge)
+	treeCost int64        // treeBytes of tree, computed once when it became the body
+
 	prev, next *cacheEntry
 }
 
@@ -65,23 +73,160 @@ type objectCache struct {
 	root    cacheEntry // sentinel: root.next is the most recently used
 	onSize  func(delta int64)
 
+	// maxBytes bounds the bytes charged by all entries (0: no bound). Bodies vary from 1 KB
+	// (a Deployment) to 1 MiB (a ConfigMap at etcd's limit): a count alone bounds nothing.
+	maxBytes int64
+	bytes    int64
+	onBytes  func(delta int64)
+	onEvict  func(reason string)
+
 	hot    [hotTrees]hotSlot // ring of the entries whose body is a tree
 	hotPos int
 	gen    uint64
 }
 
 // setBody makes t the entry's body, kept parsed; the entry that held the oldest hot slot has
-// its tree turned into JSON. Callers hold mu and never modify t afterwards.
+// its tree turned into JSON. Least recently used entries leave until the bytes fit. Callers hold
+// mu and never modify t afterwards.
 func (c *objectCache) setBody(e *cacheEntry, t tree) {
-	e.tree, e.body = t, nil
+	e.tree, e.body, e.treeCost = t, nil, treeBytes(t)
 	c.gen++
 	e.hotGen = c.gen
 	slot := &c.hot[c.hotPos]
 	if o := slot.e; o != nil && o.hotGen == slot.gen && o.tree != nil {
-		o.body, o.tree = []byte(marshalJSON(o.tree)), nil
+		o.body, o.tree, o.treeCost = []byte(marshalJSON(o.tree)), nil, 0
+		o.charge()
 	}
 	*slot = hotSlot{e: e, gen: c.gen}
 	c.hotPos = (c.hotPos + 1) % hotTrees
+	e.charge()
+	c.fit(e)
+}
+
+// Eviction reasons, as counted on the evictions metric.
+const (
+	evictCount    = metadata.ReasonEvictedCount
+	evictBytes    = metadata.ReasonEvictedBytes
+	evictTooLarge = metadata.ReasonEvictedTooLarge
+)
+
+// fit evicts least recently used entries, never keep, until the charged bytes are within
+// maxBytes. A body of keep that is larger on its own than the bound is not kept, before anything
+// else is evicted: it would otherwise empty the cache of every other object and still not fit.
+// Callers hold mu.
+func (c *objectCache) fit(keep *cacheEntry) {
+	if c.maxBytes <= 0 || c.bytes <= c.maxBytes {
+		return
+	}
+	if keep.cost > c.maxBytes && keep.hasBody() {
+		keep.dropBody()
+		c.evicted(evictTooLarge)
+	}
+	for c.bytes > c.maxBytes {
+		victim := c.root.prev
+		if victim == keep {
+			victim = keep.prev
+		}
+		if victim == &c.root {
+			return
+		}
+		c.remove(victim)
+		c.evicted(evictBytes)
+	}
+}
+
+func (c *objectCache) evicted(reason string) {
+	if c.onEvict != nil {
+		c.onEvict(reason)
+	}
+}
+
+// Sizes in bytes, for the byte bound. entryOverhead is the entry itself plus its share of the
+// map (key header, pointer and the swiss table's control byte and slack, 64 bytes) and the
+// bytes of its resourceVersion (an etcd revision: at most 20 digits, 16 bytes rounded up; the
+// converter sets it after the body, so it is not measured per entry); writeSize one write in
+// the history; changeSize one change of a kept diff.
+var (
+	entryOverhead = int64(unsafe.Sizeof(cacheEntry{})) + 64 + 16
+	writeSize     = int64(unsafe.Sizeof(write{}))
+	changeSize    = int64(unsafe.Sizeof(change{}))
+)
+
+// treeNodeBytes is what a parsed body costs per JSON value beyond the bytes of its strings:
+// map entries and tables, interface boxes, slice backing, json.Number and string headers.
+// Measured with runtime.MemStats (Go 1.26) over the 526 bodies of testbed/fixtures
+// (managedFields stripped, 24,606 values, 411 KB of string bytes): 103 bytes per value, so
+// that the bodies' 2.9 MB of heap is 5.4 times their compact JSON. A flat factor on the JSON
+// length would be wrong fivefold for a ConfigMap of a few long values (1 MB of data is about
+// 1.05 MB parsed), which is exactly the body a byte bound is for; string bytes plus a cost per
+// value came within 6% of the measured heap for the fixtures, such a ConfigMap and one of
+// 2,000 short values. TestTreeBytesTracksTheHeap keeps the estimate honest.
+const treeNodeBytes = 104
+
+// treeBytes estimates the heap held by a parsed body.
+func treeBytes(v any) int64 {
+	switch x := v.(type) {
+	case map[string]any:
+		n := int64(treeNodeBytes)
+		for k, e := range x {
+			n += int64(len(k)) + treeBytes(e)
+		}
+		return n
+	case []any:
+		n := int64(treeNodeBytes)
+		for _, e := range x {
+			n += treeBytes(e)
+		}
+		return n
+	case string:
+		return treeNodeBytes + int64(len(x))
+	case json.Number:
+		return treeNodeBytes + int64(len(x))
+	default:
+		return treeNodeBytes
+	}
+}
+
+// footprint is the entry's estimated size: itself, its key and UID, its writes, its last diff
+// and its body.
+func (e *cacheEntry) footprint() int64 {
+	n := entryOverhead + int64(len(e.key)+len(e.uid)) + int64(cap(e.history))*writeSize
+	for _, w := range e.history {
+		n += int64(len(w.auditID) + len(w.baseRV) + len(w.newRV))
+	}
+	if d := e.lastDiff; d != nil {
+		n += int64(cap(d.Changes)) * changeSize
+		for _, ch := range d.Changes {
+			n += int64(len(ch.Path) + len(ch.Old) + len(ch.New))
+		}
+	}
+	switch {
+	case e.tree != nil:
+		n += e.treeCost
+	case e.body != nil:
+		n += int64(cap(e.body))
+	}
+	return n
+}
+
+// charge brings the bytes the cache counts for the entry up to date. Callers hold mu.
+func (e *cacheEntry) charge() {
+	if e.c == nil {
+		return
+	}
+	n := e.footprint()
+	e.c.addBytes(n - e.cost)
+	e.cost = n
+}
+
+func (c *objectCache) addBytes(delta int64) {
+	if delta == 0 {
+		return
+	}
+	c.bytes += delta
+	if c.onBytes != nil {
+		c.onBytes(delta)
+	}
 }
 
 func (e *cacheEntry) hasBody() bool { return e.tree != nil || e.body != nil }
@@ -104,12 +249,31 @@ func (e *cacheEntry) bodyJSON() string {
 	return string(e.body)
 }
 
-func (e *cacheEntry) dropBody() { e.tree, e.body, e.hotGen = nil, nil, 0 }
+// dropBody forgets the body and the diff that produced it. Callers hold mu.
+func (e *cacheEntry) dropBody() {
+	e.tree, e.body, e.hotGen, e.treeCost, e.lastDiff = nil, nil, 0, 0, nil
+	e.charge()
+}
 
 func newObjectCache(maxEntries int, onSize func(int64)) *objectCache {
 	c := &objectCache{max: maxEntries, entries: make(map[string]*cacheEntry), onSize: onSize}
 	c.root.next, c.root.prev = &c.root, &c.root
 	return c
+}
+
+// boundBytes sets the byte bound (0: none) and the observers of the charged bytes and of
+// evictions. It is called before the cache is used.
+func (c *objectCache) boundBytes(maxBytes int64, onBytes func(int64), onEvict func(string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.maxBytes, c.onBytes, c.onEvict = maxBytes, onBytes, onEvict
+}
+
+// sizeBytes reports the charged bytes.
+func (c *objectCache) sizeBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // get returns the entry of key, or nil. Callers hold mu.
@@ -128,21 +292,25 @@ func (c *objectCache) entry(key, uid string) *cacheEntry {
 	e := c.entries[key]
 	if e != nil {
 		if uid != "" && e.uid != "" && uid != e.uid {
-			*e = cacheEntry{key: key, uid: uid, prev: e.prev, next: e.next}
+			*e = cacheEntry{key: key, uid: uid, prev: e.prev, next: e.next, c: c, cost: e.cost}
 		}
 		if e.uid == "" {
 			e.uid = uid
 		}
 		c.moveToFront(e)
+		e.charge()
 		return e
 	}
-	e = &cacheEntry{key: key, uid: uid}
+	e = &cacheEntry{key: key, uid: uid, c: c}
 	c.entries[key] = e
 	c.insertFront(e)
 	c.size(1)
+	e.charge()
 	if len(c.entries) > c.max {
 		c.remove(c.root.prev)
+		c.evicted(evictCount)
 	}
+	c.fit(e)
 	return e
 }
 
@@ -153,7 +321,9 @@ func (c *objectCache) remove(e *cacheEntry) {
 	}
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
-	e.dropBody()
+	e.tree, e.body, e.hotGen, e.treeCost, e.lastDiff = nil, nil, 0, 0, nil
+	c.addBytes(-e.cost)
+	e.cost, e.c = 0, nil
 	delete(c.entries, e.key)
 	c.size(-1)
 }
@@ -206,6 +376,10 @@ func (e *cacheEntry) record(w write) {
 		e.history = e.history[:historyLen-1]
 	}
 	e.history = append(e.history, w)
+	e.charge()
+	if e.c != nil {
+		e.c.fit(e)
+	}
 }
 
 // conflictWinner finds the write that moved the object away from resourceVersion rv, which

@@ -46,6 +46,9 @@ type Config struct {
 	// DiffCacheSize is the number of objects whose last body is kept for k8s.object.diff.
 	// Zero turns diffs (and conflict links) off.
 	DiffCacheSize int `mapstructure:"diff_cache_size"`
+	// DiffCacheMaxBytes bounds the estimated bytes of that cache too (bodies differ a
+	// thousandfold in size); least recently used objects leave first.
+	DiffCacheMaxBytes int64 `mapstructure:"diff_cache_max_bytes"`
 	// RedactResources are resources whose data and stringData values, and whose
 	// last-applied-configuration annotation, are never exported.
 	RedactResources []GroupResource `mapstructure:"redact_resources"`
@@ -147,6 +150,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.DiffCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("diff_cache_size: must not be negative, got %d", cfg.DiffCacheSize))
+	}
+	if cfg.DiffCacheSize > 0 && cfg.DiffCacheMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("diff_cache_max_bytes: must be positive while diff_cache_size is, got %d (diff_cache_size: 0 turns diffs off)", cfg.DiffCacheMaxBytes))
 	}
 	if cfg.Window <= 0 {
 		errs = append(errs, fmt.Errorf("window: must be positive, got %s", cfg.Window))

@@ -16,6 +16,11 @@ import (
 const (
 	defaultEndpoint      = "localhost:9880"
 	defaultDiffCacheSize = 100_000
+	// 64 MiB holds about 20,000 live Pods (a body of 1.7–2.5 KB as JSON without managedFields,
+	// and about 1.1 KB for the entry and its last writes, measured on the fixtures), and keeps
+	// the receiver within the memory of a small collector however large the objects: 1,200
+	// ConfigMaps near etcd's 1.5 MiB limit took the count-bounded cache alone to 3.26 GB.
+	defaultDiffCacheMaxBytes = 64 << 20
 	// A quarter second keeps file mode's added latency below the apiserver's own webhook
 	// batching (--audit-webhook-batch-max-wait) while costing one stat per file per tick.
 	defaultPollInterval = 250 * time.Millisecond
@@ -27,6 +32,20 @@ const (
 	// a few MiB at RequestResponse), so a few apiservers never meet it; a flood does, and is
 	// answered 429 instead of growing the heap.
 	defaultMaxInFlightBytes = 64 << 20
+
+	// Webhook read bounds, so that a client that sends slowly or not at all cannot hold a
+	// connection (and the memory of its half-read body) forever. None is ever reached by a
+	// kube-apiserver: its webhook client writes the headers at once, gives up on a request
+	// after 30 s (k8s.io/apiserver's webhook request timeout) and posts at most
+	// --audit-webhook-batch-max-size events, within max_request_body_size (20 MiB: 60 s is a
+	// floor of 350 KB/s, far below any link between an apiserver and a collector).
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = time.Minute
+	// Longer than the idle timeout of the apiserver's HTTP client (90 s, Go's default that
+	// client-go keeps), so the client always closes an idle connection first and never posts a
+	// batch on a connection the server is closing at that instant: Go's transport does not retry
+	// a POST that fails that way, and the batch would wait for the webhook backend's backoff.
+	defaultIdleTimeout = 2 * time.Minute
 )
 
 // NewFactory returns the factory of the k8s_audit receiver.
@@ -40,6 +59,15 @@ func NewFactory() receiver.Factory {
 func createDefaultConfig() component.Config {
 	server := confighttp.NewDefaultServerConfig()
 	server.NetAddr.Endpoint = defaultEndpoint
+	server.ReadHeaderTimeout = defaultReadHeaderTimeout
+	server.ReadTimeout = defaultReadTimeout
+	if ka := server.Keepalive.Get(); ka != nil {
+		ka.IdleTimeout = defaultIdleTimeout
+	} else {
+		// Without the keepalive section confighttp reads the flat field, into which its
+		// Unmarshal folds a user's keepalive::idle_timeout.
+		server.IdleTimeout = defaultIdleTimeout //nolint:staticcheck // deprecated, still what ToServer reads here
+	}
 	return &Config{
 		ServerConfig:     server,
 		MaxInFlightBytes: defaultMaxInFlightBytes,
@@ -52,9 +80,10 @@ func createDefaultConfig() component.Config {
 			{Group: "", Resource: "events"},
 			{Group: "events.k8s.io", Resource: "events"},
 		},
-		DiffCacheSize:   defaultDiffCacheSize,
-		RedactResources: []GroupResource{{Group: "", Resource: "secrets"}},
-		Window:          model.DefaultWindow,
+		DiffCacheSize:     defaultDiffCacheSize,
+		DiffCacheMaxBytes: defaultDiffCacheMaxBytes,
+		RedactResources:   []GroupResource{{Group: "", Resource: "secrets"}},
+		Window:            model.DefaultWindow,
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -31,13 +33,16 @@ type auditReceiver struct {
 	obsHTTP   *receiverhelper.ObsReport
 	obsFile   *receiverhelper.ObsReport
 	conv      *converter
+	// shutdownBudget bounds Shutdown when its context has no deadline.
+	shutdownBudget time.Duration
 
-	mu      sync.Mutex // guards the fields below across Start and Shutdown
-	server  *http.Server
-	addr    net.Addr
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	storage storage.Client
+	mu       sync.Mutex // guards the fields below across Start and Shutdown
+	server   *http.Server
+	inflight *inFlight
+	addr     net.Addr
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	storage  storage.Client
 }
 
 func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) (*auditReceiver, error) {
@@ -57,11 +62,19 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 	if err != nil {
 		return nil, err
 	}
-	r := &auditReceiver{cfg: cfg, set: set, next: next, telemetry: tb, obsHTTP: obsHTTP, obsFile: obsFile}
+	r := &auditReceiver{
+		cfg: cfg, set: set, next: next, telemetry: tb, obsHTTP: obsHTTP, obsFile: obsFile,
+		shutdownBudget: defaultShutdownBudget,
+	}
 	r.conv = newConverter(cfg, set.BuildInfo.Version, func(delta int64) {
 		tb.DiffCacheObjects.Add(context.Background(), delta)
 	})
 	r.conv.logger = sampledLogger(set.Logger)
+	if r.conv.cache != nil {
+		r.conv.cache.boundBytes(cfg.DiffCacheMaxBytes,
+			func(delta int64) { tb.DiffCacheBytes.Add(context.Background(), delta) },
+			func(reason string) { tb.DiffCacheEvictions.Add(context.Background(), 1, metadata.Reason(reason)) })
+	}
 	return r, nil
 }
 
@@ -135,7 +148,8 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
 	w := &webhook{r: r, inFlight: newByteBudget(r.cfg.MaxInFlightBytes)}
-	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, w.routes(),
+	inflight := newInFlight()
+	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, inflight.track(w.routes()),
 		confighttpErrorHandler(w))
 	if err != nil {
 		_ = ln.Close()
@@ -143,6 +157,7 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 	}
 	w.maxBody = sc.MaxRequestBodySize
 	r.server = srv
+	r.inflight = inflight
 	r.addr = ln.Addr()
 	if r.cfg.Cluster == "" {
 		r.set.Logger.Info("Audit webhook listening; no cluster is configured, so only POST /audit/{cluster} is served",
@@ -165,8 +180,8 @@ func (r *auditReceiver) Shutdown(ctx context.Context) error {
 	defer r.mu.Unlock()
 	var errs error
 	if r.server != nil {
-		errs = errors.Join(errs, r.server.Shutdown(ctx))
-		r.server = nil
+		errs = errors.Join(errs, r.stopServer(ctx))
+		r.server, r.inflight = nil, nil
 	}
 	if r.cancel != nil {
 		r.cancel()
@@ -178,6 +193,162 @@ func (r *auditReceiver) Shutdown(ctx context.Context) error {
 		r.storage = nil
 	}
 	return errs
+}
+
+// defaultShutdownBudget bounds the webhook's shutdown when the collector gives no deadline,
+// which is what it does on SIGTERM: without a bound, one client holding a body open would keep
+// the process alive until the kubelet kills it (terminationGracePeriodSeconds, 30 s by
+// default), and the exporters would lose that time to flush. A real apiserver's batch is read
+// and consumed in milliseconds, so 5 s only cuts what would never have finished.
+const defaultShutdownBudget = 5 * time.Second
+
+// stopServer stops the webhook within ctx's deadline, or within shutdownBudget when ctx has
+// none. For the first three quarters of the time requests in flight may finish (new
+// connections are refused, idle ones closed); then every request still in flight is cut: a
+// body still arriving stops arriving, a batch still in the pipeline has its context cancelled,
+// and each answers 503 so that its sender sends it again. What has not answered by the deadline
+// (a pipeline that ignores cancellation, a client that does not read) has its connection closed.
+func (r *auditReceiver) stopServer(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(r.shutdownBudget)
+	}
+	drainCtx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)*3/4))
+	defer cancel()
+	if r.server.Shutdown(drainCtx) == nil {
+		return nil
+	}
+	cut, answered := r.inflight.abort()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-answered:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	left := r.inflight.len()
+	err := r.server.Close()
+	r.set.Logger.Warn("Audit webhook shutdown time is over: requests still in flight were cut with a 503 (the apiserver sends them again) and the connections still open closed",
+		zap.Int("requests_cut", cut), zap.Int("requests_unanswered", left))
+	return err
+}
+
+// inFlightRequests is how many webhook requests are being served, for tests.
+func (r *auditReceiver) inFlightRequests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight == nil {
+		return 0
+	}
+	return r.inflight.len()
+}
+
+// inFlight tracks the webhook requests being served, so that a shutdown past its drain time
+// can cut them with an answer instead of leaving them to a closed connection.
+type inFlight struct {
+	mu       sync.Mutex
+	reqs     map[*heldRequest]struct{}
+	aborting bool
+	answered chan struct{} // closed once aborting and every request has returned
+}
+
+type heldRequest struct {
+	rc  *http.ResponseController
+	cut atomic.Bool
+}
+
+func newInFlight() *inFlight { return &inFlight{reqs: map[*heldRequest]struct{}{}} }
+
+func (f *inFlight) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reqs)
+}
+
+// track wraps the webhook's handler.
+func (f *inFlight) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		q := &heldRequest{rc: http.NewResponseController(rw)}
+		f.mu.Lock()
+		if f.aborting {
+			f.mu.Unlock()
+			answerShuttingDown(rw)
+			return
+		}
+		f.reqs[q] = struct{}{}
+		f.mu.Unlock()
+		defer f.done(q)
+		next.ServeHTTP(&cutWriter{ResponseWriter: rw, q: q}, req)
+		if q.cut.Load() {
+			// Push the answer out before the request counts as done: the connection may
+			// be closed right after.
+			_ = q.rc.Flush()
+		}
+	})
+}
+
+func (f *inFlight) done(q *heldRequest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.reqs, q)
+	if f.aborting && len(f.reqs) == 0 {
+		close(f.answered)
+	}
+}
+
+// abort cuts every request in flight and refuses new ones. It returns how many were cut and a
+// channel closed once all of them have returned.
+func (f *inFlight) abort() (int, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.aborting = true
+	f.answered = make(chan struct{})
+	for q := range f.reqs {
+		q.cut.Store(true)
+		// A read deadline in the past ends a body read in progress, and (once the body
+		// is read) the connection's background read, which cancels the request's context.
+		_ = q.rc.SetReadDeadline(time.Unix(1, 0))
+	}
+	if len(f.reqs) == 0 {
+		close(f.answered)
+	}
+	return len(f.reqs), f.answered
+}
+
+// cutWriter turns the error answer of a request cut at shutdown (the handler sees a failed
+// body read or a cancelled pipeline) into a 503. A success is left alone: the spans were taken.
+type cutWriter struct {
+	http.ResponseWriter
+	q        *heldRequest
+	replaced bool
+}
+
+func (w *cutWriter) WriteHeader(code int) {
+	if w.q.cut.Load() && code >= 300 {
+		w.replaced = true
+		answerShuttingDown(w.ResponseWriter)
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	if w.replaced {
+		return len(p), nil // the handler's own error body, replaced
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// answerShuttingDown answers 503 with a metav1.Status, like the webhook's other refusals.
+func answerShuttingDown(rw http.ResponseWriter) {
+	h := rw.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	h.Set("Connection", "close")
+	rw.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = fmt.Fprintf(rw, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the collector is shutting down, retry","reason":"ServiceUnavailable","code":503,"details":{"retryAfterSeconds":%d}}`+"\n", retryAfterSeconds)
 }
 
 // listenAddr is the webhook's bound address, for tests that listen on port 0.

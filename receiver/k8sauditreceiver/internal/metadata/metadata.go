@@ -49,6 +49,16 @@ const (
 	ReasonConsumerPermanent = "consumer_permanent"
 )
 
+// Reasons recorded on the diff-cache evictions counter.
+const (
+	// ReasonEvictedCount: the least recently used object left to keep diff_cache_size.
+	ReasonEvictedCount = "count"
+	// ReasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
+	ReasonEvictedBytes = "bytes"
+	// ReasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
+	ReasonEvictedTooLarge = "too_large"
+)
+
 // TelemetryBuilder holds the receiver's own instruments, built on the component's
 // MeterProvider like mdatagen's generated builder.
 type TelemetryBuilder struct {
@@ -64,6 +74,10 @@ type TelemetryBuilder struct {
 	DiffCacheObjects metric.Int64UpDownCounter
 	// InFlightBytes is the body bytes the webhook is reading, decoding and converting now.
 	InFlightBytes metric.Int64UpDownCounter
+	// DiffCacheBytes is the estimated size of what the diff cache holds.
+	DiffCacheBytes metric.Int64UpDownCounter
+	// DiffCacheEvictions counts objects (or bodies) the diff cache let go to stay bounded, by reason.
+	DiffCacheEvictions metric.Int64Counter
 }
 
 // NewTelemetryBuilder creates the instruments on settings.MeterProvider.
@@ -94,6 +108,14 @@ func NewTelemetryBuilder(settings component.TelemetrySettings) (*TelemetryBuilde
 	tb.InFlightBytes, err = meter.Int64UpDownCounter("otelcol_k8s_audit_in_flight_bytes",
 		metric.WithDescription("Webhook body bytes being read, decoded and converted now (bounded by max_in_flight_bytes)."),
 		metric.WithUnit("By"))
+	errs = errors.Join(errs, err)
+	tb.DiffCacheBytes, err = meter.Int64UpDownCounter("otelcol_k8s_audit_diff_cache_bytes",
+		metric.WithDescription("Estimated bytes held by the last-body cache: bodies (JSON, or parsed for the most recent), writes kept for conflict links, and the entries themselves."),
+		metric.WithUnit("By"))
+	errs = errors.Join(errs, err)
+	tb.DiffCacheEvictions, err = meter.Int64Counter("otelcol_k8s_audit_diff_cache_evictions",
+		metric.WithDescription("Objects evicted from the last-body cache to stay within diff_cache_size (count) or diff_cache_max_bytes (bytes), and bodies not kept because one alone exceeds diff_cache_max_bytes (too_large), by reason."),
+		metric.WithUnit("{evictions}"))
 	errs = errors.Join(errs, err)
 	return &tb, errs
 }

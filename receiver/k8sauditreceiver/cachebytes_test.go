@@ -1,0 +1,306 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// configMapEvent is a RequestResponse create of ConfigMap i whose data is size bytes.
+func configMapEvent(i, size int) string {
+	data := make([]byte, size)
+	for j := range data {
+		data[j] = 'a' + byte((i+j)%26)
+	}
+	body := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u-%d","resourceVersion":"%d"},"data":{"blob":%q}}`,
+		i, i, 100+i, data)
+	return fmt.Sprintf(`{"level":"RequestResponse","auditID":"a-%d","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/ns/configmaps","verb":"create",
+"user":{"username":"alice"},"sourceIPs":["10.0.0.7"],"userAgent":"test/v1",
+"objectRef":{"resource":"configmaps","namespace":"ns","name":"cm-%d","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":201},
+"responseObject":%s,
+"requestReceivedTimestamp":"2026-11-21T10:45:54.106207Z","stageTimestamp":"2026-11-21T10:45:54.109001Z"}`, i, i, body)
+}
+
+func postOK(t *testing.T, url string, body []byte) {
+	t.Helper()
+	resp, err := http.Post(url+"/audit", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// metricSum sums a receiver metric's data points, those with the given reason when it is not empty.
+func metricSum(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
+	t.Helper()
+	m, err := tel.GetMetric(name)
+	if err != nil {
+		return 0
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s is %T", name, m.Data)
+	}
+	var n int64
+	for _, dp := range sum.DataPoints {
+		if v, ok := dp.Attributes.Value(attribute.Key("reason")); reason == "" || ok && v.AsString() == reason {
+			n += dp.Value
+		}
+	}
+	return n
+}
+
+// checkAccounting asserts that the bytes the cache counts are the sum of its entries'
+// footprints, within the bound, and what the metric reports.
+func checkAccounting(t *testing.T, r *auditReceiver, tel *componenttest.Telemetry) int64 {
+	t.Helper()
+	c := r.conv.cache
+	c.mu.Lock()
+	var sum int64
+	n := 0
+	for e := c.root.next; e != &c.root; e = e.next {
+		sum += e.footprint()
+		n++
+	}
+	charged, entries := c.bytes, len(c.entries)
+	c.mu.Unlock()
+	if n != entries {
+		t.Fatalf("LRU list has %d entries, map %d", n, entries)
+	}
+	if charged != sum {
+		t.Fatalf("cache counts %d bytes, its entries' footprints sum to %d", charged, sum)
+	}
+	if charged > r.cfg.DiffCacheMaxBytes {
+		t.Fatalf("cache holds %d bytes, bound %d", charged, r.cfg.DiffCacheMaxBytes)
+	}
+	if got := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_bytes", ""); got != charged {
+		t.Fatalf("otelcol_k8s_audit_diff_cache_bytes = %d, cache holds %d", got, charged)
+	}
+	if got := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_objects", ""); got != int64(entries) {
+		t.Fatalf("otelcol_k8s_audit_diff_cache_objects = %d, cache holds %d", got, entries)
+	}
+	return charged
+}
+
+func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
+	const bound = 4 << 20
+	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) { cfg.DiffCacheMaxBytes = bound })
+	// 240 ConfigMaps of 100 KB each, 8 per batch: 24 MB of bodies, all among the most
+	// recently written (kept parsed), against a 4 MiB bound.
+	const objects, size, perBatch = 240, 100_000, 8
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < objects; i += perBatch {
+		items := make([]string, perBatch)
+		for j := range items {
+			items[j] = configMapEvent(i+j, size)
+		}
+		postOK(t, url, []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[`+strings.Join(items, ",")+`]}`))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// The runtime's word, not the cache's own accounting: what stays on the heap after the
+	// batches is the cache, within its bound, plus a little (connections, telemetry).
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > bound+(2<<20) {
+		t.Fatalf("heap grew by %d bytes for a cache bounded at %d", grown, bound)
+	}
+	charged := checkAccounting(t, r, tel)
+	if charged < bound/2 {
+		t.Fatalf("cache holds %d bytes: the bound should be close to full", charged)
+	}
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedBytes); n == 0 {
+		t.Fatal("no evictions counted with reason bytes")
+	}
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedCount); n != 0 {
+		t.Fatalf("%d evictions counted with reason count, under a count bound never reached", n)
+	}
+	// The most recent objects are the ones kept.
+	r.conv.cache.mu.Lock()
+	newest := r.conv.cache.root.next
+	r.conv.cache.mu.Unlock()
+	if want := fmt.Sprintf("/cm-%d", objects-1); !strings.HasSuffix(newest.key, want) || !newest.hasBody() {
+		t.Fatalf("most recent entry %q (body %v), want the last ConfigMap with its body", newest.key, newest.hasBody())
+	}
+}
+
+func TestCacheAccountingHoldsOverTheFixtures(t *testing.T) {
+	// Creates, updates, scales, conflicts, deletions and recreations of every fixture through
+	// a cache far smaller than them: whatever path an entry takes, the bytes stay counted.
+	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) {
+		cfg.DiffCacheMaxBytes = 96 << 10
+		cfg.ServerConfig.MaxRequestBodySize = 0
+	})
+	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
+		for _, body := range fixtureBodies(t, scenario) {
+			postOK(t, url, body)
+			checkAccounting(t, r, tel)
+		}
+	}
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedBytes); n == 0 {
+		t.Fatal("the fixtures should not fit in 96 KiB")
+	}
+}
+
+// testTree is a parsed ConfigMap body of about size bytes.
+func testTree(t *testing.T, name string, size int) tree {
+	t.Helper()
+	tr, ok := parseTree(fmt.Appendf(nil, `{"kind":"ConfigMap","metadata":{"name":%q},"data":{"v":%q}}`, name, strings.Repeat("x", size)))
+	if !ok {
+		t.Fatal("unparseable test body")
+	}
+	return tr
+}
+
+func TestByteBoundEvictsTheLeastRecentlyUsed(t *testing.T) {
+	var evictions []string
+	c := newObjectCache(1000, nil)
+	put := func(key string, size int) *cacheEntry {
+		e := c.entry(key, "")
+		c.setBody(e, testTree(t, key, size))
+		return e
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	one := put("probe", 10_000).cost
+	c.remove(c.entries["probe"])
+	// Room for three such entries, not four.
+	c.maxBytes, c.onEvict = 3*one+one/2, func(reason string) { evictions = append(evictions, reason) }
+
+	put("a", 10_000)
+	put("b", 10_000)
+	put("c", 10_000)
+	if len(evictions) != 0 {
+		t.Fatalf("evictions %v while three fit", evictions)
+	}
+	c.get("a") // a is used again: b is now the least recently used
+	put("d", 10_000)
+	if c.entries["b"] != nil || c.entries["a"] == nil || c.entries["c"] == nil || c.entries["d"] == nil {
+		t.Fatalf("after touching a and adding d: entries %v, want a, c, d", keysOf(c))
+	}
+	if strings.Join(evictions, ",") != evictBytes {
+		t.Fatalf("evictions %v, want one for bytes", evictions)
+	}
+
+	// A body larger than the whole bound is not kept, and evicts nobody else for it.
+	evictions = nil
+	e := put("huge", int(4*one))
+	if e.hasBody() || c.entries["huge"] == nil {
+		t.Fatal("the oversized body must be dropped, its entry (writes, UID) kept")
+	}
+	if c.bytes > c.maxBytes {
+		t.Fatalf("%d bytes over the bound %d", c.bytes, c.maxBytes)
+	}
+	if strings.Join(evictions, ",") != evictTooLarge {
+		t.Fatalf("evictions %v, want only too_large", evictions)
+	}
+	if c.entries["a"] == nil || c.entries["c"] == nil || c.entries["d"] == nil {
+		t.Fatalf("entries %v, want a, c, d kept", keysOf(c))
+	}
+}
+
+func keysOf(c *objectCache) []string {
+	var ks []string
+	for e := c.root.next; e != &c.root; e = e.next {
+		ks = append(ks, e.key)
+	}
+	return ks
+}
+
+func TestTreeBytesTracksTheHeap(t *testing.T) {
+	var fixtures [][]byte
+	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
+		for _, body := range fixtureBodies(t, scenario) {
+			var list struct {
+				Items []struct {
+					RequestObject, ResponseObject json.RawMessage
+				}
+			}
+			if err := json.Unmarshal(body, &list); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range list.Items {
+				for _, raw := range []json.RawMessage{it.RequestObject, it.ResponseObject} {
+					if tr, ok := parseTree(raw); ok {
+						stripNoise(tr)
+						fixtures = append(fixtures, []byte(marshalJSON(tr)))
+					}
+				}
+			}
+		}
+	}
+	long := map[string]any{}
+	for i := range 10 {
+		long["k"+strconv.Itoa(i)] = strings.Repeat(string(rune('a'+i)), 100_000)
+	}
+	short := map[string]any{}
+	for i := range 2000 {
+		short["k"+strconv.Itoa(i)] = "value-" + strconv.Itoa(i*7919)
+	}
+	cm := func(data map[string]any) [][]byte {
+		return [][]byte{[]byte(marshalJSON(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}, "data": data}))}
+	}
+	for _, tc := range []struct {
+		name   string
+		bodies [][]byte
+		copies int
+	}{
+		{"the recorded fixtures", fixtures, 20},
+		{"a ConfigMap of ten 100 KB values", cm(long), 40},
+		{"a ConfigMap of 2,000 short values", cm(short), 200},
+	} {
+		var estimate int64
+		for _, b := range tc.bodies {
+			tr, _ := parseTree(b)
+			estimate += treeBytes(tr)
+		}
+		keep := make([]tree, 0, tc.copies*len(tc.bodies))
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range tc.copies {
+			for _, b := range tc.bodies {
+				tr, _ := parseTree(b)
+				keep = append(keep, tr)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(keep)
+		measured := float64(after.HeapAlloc-before.HeapAlloc) / float64(tc.copies)
+		ratio := float64(estimate) / measured
+		t.Logf("%s: estimate %d, measured %.0f (%.2f)", tc.name, estimate, measured, ratio)
+		if ratio < 0.8 || ratio > 1.25 {
+			t.Errorf("%s: treeBytes estimates %d bytes, the heap holds %.0f", tc.name, estimate, measured)
+		}
+	}
+}
+
+func TestDiffCacheMaxBytesIsValidated(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	if cfg.DiffCacheMaxBytes != 64<<20 {
+		t.Fatalf("default diff_cache_max_bytes = %d, want 64 MiB", cfg.DiffCacheMaxBytes)
+	}
+	cfg.DiffCacheMaxBytes = 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "diff_cache_max_bytes") {
+		t.Fatalf("diff_cache_max_bytes 0 with diffs on: %v, want an error naming the key", err)
+	}
+	cfg.DiffCacheSize = 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("diff_cache_max_bytes does not matter with diffs off: %v", err)
+	}
+}
