@@ -251,7 +251,11 @@ func objectNext(d []byte, i int, first bool) (key []byte, next int, done bool, e
 	if i >= len(d) || d[i] != ':' {
 		return nil, 0, false, errAt(i, "expected : after object key")
 	}
-	return key, skipSpace(d, i+1), false, nil
+	// Callers look at d[next] to dispatch on the value's first byte.
+	if i = skipSpace(d, i+1); i >= len(d) {
+		return nil, 0, false, errAt(i, "unexpected end of input")
+	}
+	return key, i, false, nil
 }
 
 // arrayNext advances an array scan like objectNext: it returns the offset of the next element,
@@ -268,7 +272,9 @@ func arrayNext(d []byte, i int, first bool) (next int, done bool, err error) {
 		if d[i] != ',' {
 			return 0, false, errAt(i, "expected , or ] in array")
 		}
-		i = skipSpace(d, i+1)
+		if i = skipSpace(d, i+1); i >= len(d) {
+			return 0, false, errAt(i, "unexpected end of array")
+		}
 	}
 	return i, false, nil
 }
