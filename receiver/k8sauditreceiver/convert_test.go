@@ -335,6 +335,35 @@ func TestDiffs(t *testing.T) {
 			t.Fatalf("first = %v, again = %v", first, again)
 		}
 	})
+	t.Run("a no-op update (new auditID, unchanged resourceVersion) has no diff and says it changed nothing", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1"))))
+		update := event("u", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 4, "nginx:1")))
+		if got := diffOf(t, onlySpan(t, must(convertOne(t, c, update)))); got["spec.replicas"] != "2 -> 4" {
+			t.Fatalf("diff = %v", got)
+		}
+		noop := event("n", "update", "bob", deployRef("11"), 200, at(time.Second), withResponse(deployment("11", 4, "nginx:1")))
+		s := onlySpan(t, must(convertOne(t, c, noop)))
+		if e, ok := spanEvent(s, model.EventObjectDiff); ok {
+			t.Fatalf("a no-op update got the previous write's diff: %v", e.Attributes().AsRaw())
+		}
+		if v, ok := s.Attributes().Get(attrAuditNoop); !ok || !v.Bool() {
+			t.Fatalf("%s = %v, want true", attrAuditNoop, s.Attributes().AsRaw())
+		}
+		// The write that did change the object, delivered again, still shows its diff and no flag.
+		again := onlySpan(t, must(convertOne(t, c, update)))
+		if got := diffOf(t, again); got["spec.replicas"] != "2 -> 4" {
+			t.Fatalf("redelivered diff = %v", got)
+		}
+		if _, ok := again.Attributes().Get(attrAuditNoop); ok {
+			t.Fatal("a redelivery is not a no-op")
+		}
+		// A no-op moved no resourceVersion, so it never wins a race: a 409 based on 11 has no winner.
+		lost := onlySpan(t, must(convertOne(t, c, event("l", "update", "carol", deployRef("11"), 409, withStatus(status{Code: 409, Reason: "Conflict"})))))
+		if lost.Links().Len() != 0 {
+			t.Fatalf("a 409 was linked to %q, a no-op write", attrStr(lost.Links().At(0).Attributes(), model.AttrAuditID))
+		}
+	})
 	t.Run("an update arriving after a newer one does not move the cache backwards", func(t *testing.T) {
 		c := testConverter()
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
