@@ -21,13 +21,15 @@ const (
 	attrDiffNew       = "k8s.object.diff.new"
 	attrDiffCount     = "k8s.object.diff.count"
 	attrDiffTruncated = "k8s.object.diff.truncated"
-	attrObjectBody    = "k8s.object.body"
-	attrBodyTruncated = "k8s.object.body.truncated"
-	attrErrorCode     = "k8s.audit.error.code"
-	attrErrorReason   = "k8s.audit.error.reason"
-	attrErrorMessage  = "k8s.audit.error.message"
-	attrErrorCauses   = "k8s.audit.error.causes"
-	attrLinkType      = "kubetrail.link.type"
+	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
+	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
+	attrObjectBody         = "k8s.object.body"
+	attrBodyTruncated      = "k8s.object.body.truncated"
+	attrErrorCode          = "k8s.audit.error.code"
+	attrErrorReason        = "k8s.audit.error.reason"
+	attrErrorMessage       = "k8s.audit.error.message"
+	attrErrorCauses        = "k8s.audit.error.causes"
+	attrLinkType           = "kubetrail.link.type"
 	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
 	// request (a new auditID) with the resourceVersion the object already had.
 	attrAuditNoop    = "k8s.audit.noop"

@@ -593,3 +593,43 @@ func (d diffResult) paths() string {
 	}
 	return strings.Join(ps, ",")
 }
+
+func TestLongDiffPathsAreCutLikeValues(t *testing.T) {
+	c := testConverter()
+	long := strings.Repeat("k", 3000)
+	ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm", UID: "u1", APIVersion: "v1"}
+	body := func(rv, v string) string {
+		return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","uid":"u1","resourceVersion":%q},"data":{%q:%q,"short":%q}}`, rv, long, v, v)
+	}
+	_, _ = convertOne(t, c, event("c", "create", "alice", ref, 201, withResponse(body("1", "a"))))
+	s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", ref, 200, withResponse(body("2", "b"))))))
+	e, ok := spanEvent(s, model.EventObjectDiff)
+	if !ok {
+		t.Fatal("no diff event")
+	}
+	paths, _ := e.Attributes().Get(attrDiffPaths)
+	if paths.Slice().Len() != 2 {
+		t.Fatalf("paths = %v", paths.Slice().AsRaw())
+	}
+	cut := paths.Slice().At(0).Str()
+	full := "data." + long
+	if len(cut) > maxPathBytes+32 || !strings.HasPrefix(cut, full[:maxPathBytes-1]) || !strings.HasSuffix(cut, fmt.Sprintf("…(%d bytes)", len(full))) {
+		t.Fatalf("a %d-byte path was exported as %d bytes: %q…", len(full), len(cut), cut[:min(len(cut), 40)])
+	}
+	if got := paths.Slice().At(1).Str(); got != "data.short" {
+		t.Fatalf("a short path must stay whole, got %q", got)
+	}
+	if v, ok := e.Attributes().Get(attrDiffPathsTruncated); !ok || !v.Bool() {
+		t.Fatalf("%s = %v, want true", attrDiffPathsTruncated, e.Attributes().AsRaw())
+	}
+	// A diff whose paths are all short carries no flag.
+	_, _ = convertOne(t, c, event("dc", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 1, "a"))))
+	s = onlySpan(t, must(convertOne(t, c, event("du", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 2, "a"))))))
+	e, ok = spanEvent(s, model.EventObjectDiff)
+	if !ok {
+		t.Fatal("no diff event")
+	}
+	if _, flagged := e.Attributes().Get(attrDiffPathsTruncated); flagged {
+		t.Fatal("short paths must not be flagged")
+	}
+}

@@ -156,7 +156,7 @@ func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) 
 	if d.Total == 0 {
 		return
 	}
-	changes := d.exported(redact)
+	changes, pathsCut := d.exported(redact)
 	e := span.Events().AppendEmpty()
 	e.SetName(model.EventObjectDiff)
 	e.SetTimestamp(ts)
@@ -175,6 +175,9 @@ func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) 
 	a.PutInt(attrDiffCount, int64(d.Total))
 	if d.Total > len(changes) {
 		a.PutBool(attrDiffTruncated, true)
+	}
+	if pathsCut {
+		a.PutBool(attrDiffPathsTruncated, true)
 	}
 }
 
