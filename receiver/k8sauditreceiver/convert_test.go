@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -631,5 +632,67 @@ func TestLongDiffPathsAreCutLikeValues(t *testing.T) {
 	}
 	if _, flagged := e.Attributes().Get(attrDiffPathsTruncated); flagged {
 		t.Fatal("short paths must not be flagged")
+	}
+}
+
+// invalidStrings lists every exported string of td that is not valid UTF-8, with where it is.
+func invalidStrings(td ptrace.Traces) []string {
+	var bad []string
+	var walk func(where string, v pcommon.Value)
+	walk = func(where string, v pcommon.Value) {
+		switch v.Type() {
+		case pcommon.ValueTypeStr:
+			if !utf8.ValidString(v.Str()) {
+				bad = append(bad, where)
+			}
+		case pcommon.ValueTypeSlice:
+			for i := 0; i < v.Slice().Len(); i++ {
+				walk(fmt.Sprintf("%s[%d]", where, i), v.Slice().At(i))
+			}
+		case pcommon.ValueTypeMap:
+			v.Map().Range(func(k string, x pcommon.Value) bool { walk(where+"."+k, x); return true })
+		}
+	}
+	attrs := func(where string, m pcommon.Map) {
+		m.Range(func(k string, v pcommon.Value) bool { walk(where+" "+k, v); return true })
+	}
+	for _, s := range allSpans(td) {
+		if !utf8.ValidString(s.Name()) || !utf8.ValidString(s.Status().Message()) {
+			bad = append(bad, "span name or status of "+s.Name())
+		}
+		attrs("span", s.Attributes())
+		for i := 0; i < s.Events().Len(); i++ {
+			attrs(s.Events().At(i).Name(), s.Events().At(i).Attributes())
+		}
+		for i := 0; i < s.Links().Len(); i++ {
+			attrs("link", s.Links().At(i).Attributes())
+		}
+	}
+	return bad
+}
+
+func TestExportedStringsAreValidUTF8(t *testing.T) {
+	c := testConverter()
+	ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm", UID: "u1", APIVersion: "v1"}
+	cm := func(rv, v string) string {
+		return `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","uid":"u1","resourceVersion":"` + rv + `"},"data":{"k":"` + v + `"}}`
+	}
+	_, _ = convertOne(t, c, event("c", "create", "alice", ref, 201, withResponse(cm("1", "a\xffb"))))
+	patch := "{\"data\":{\"k\":\"x\xc3\x28y\",\"\xfe\":\"z\"}}"
+	td, _ := convertOne(t, c,
+		event("p", "patch", "alice", ref, 200, withRequest(patch), withResponse(cm("2", "x\xc3\x28y"))),
+		event("f", "patch", "bob", ref, 422, withRequest(patch), withStatus(status{Code: 422, Reason: "Invalid\xff",
+			Message: "bad value \xe2\x82", Details: &statusDetails{Causes: []statusCause{{Field: "data.\xfe", Message: "no\xff", Type: "FieldValueInvalid"}}}})),
+	)
+	if bad := invalidStrings(td); len(bad) > 0 {
+		t.Fatalf("strings that are not valid UTF-8 were exported: %v", bad)
+	}
+	s := allSpans(td)[0]
+	e, ok := spanEvent(s, eventAuditPatch)
+	if !ok {
+		t.Fatal("no patch event")
+	}
+	if got, want := attrStr(e.Attributes(), model.AttrAuditPatch), "{\"data\":{\"k\":\"x\uFFFD(y\",\"\uFFFD\":\"z\"}}"; got != want {
+		t.Fatalf("patch = %q, want %q (each invalid byte replaced with U+FFFD)", got, want)
 	}
 }

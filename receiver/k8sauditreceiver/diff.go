@@ -251,9 +251,10 @@ func (d diffResult) exported(tagged bool) (out []change, pathsCut bool) {
 		if tagged {
 			c.Old, c.New = untag(c.Old), untag(c.New)
 		}
-		path := clipTo(c.Path, maxPathBytes)
-		pathsCut = pathsCut || len(path) != len(c.Path)
-		out[i] = change{Path: path, Old: clip(c.Old), New: clip(c.New)}
+		whole := validText(c.Path)
+		path := clipTo(whole, maxPathBytes)
+		pathsCut = pathsCut || len(path) != len(whole)
+		out[i] = change{Path: path, Old: clip(validText(c.Old)), New: clip(validText(c.New))}
 	}
 	return out, pathsCut
 }
