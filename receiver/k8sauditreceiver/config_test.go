@@ -119,3 +119,51 @@ func TestClusterNames(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownKeysAreRefusedByName(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string]string{
+		"misspelled_endpoint":    `"endpiont"`,
+		"misspelled_server_key":  `"max_request_body_sise"`,
+		"misspelled_tls_key":     "cert_fle",
+		"misspelled_exclude_key": "grop",
+	} {
+		t.Run(name, func(t *testing.T) {
+			sub, err := cm.Sub(component.MustNewIDWithName("k8s_audit", name).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sub.Unmarshal(NewFactory().CreateDefaultConfig())
+			if err == nil || !strings.Contains(err.Error(), key) {
+				t.Fatalf("error = %v, want one naming %s", err, key)
+			}
+		})
+	}
+	t.Run("a near miss names the key it resembles", func(t *testing.T) {
+		err := confmap.NewFromStringMap(map[string]any{"endpiont": "x"}).Unmarshal(NewFactory().CreateDefaultConfig())
+		if err == nil || !strings.Contains(err.Error(), `did you mean "endpoint"`) {
+			t.Fatalf("error = %v", err)
+		}
+	})
+	t.Run("every documented key, the server's included, is still accepted", func(t *testing.T) {
+		conf := confmap.NewFromStringMap(map[string]any{
+			"endpoint": "localhost:0", "cluster": "c", "files": []any{"/a.log"}, "storage": "file_storage",
+			"poll_interval": "1s", "start_at": "end", "include_read_verbs": true, "exclude_resources": []any{},
+			"exclude_user_agents": []any{"x/"}, "diff_cache_size": 1, "redact_resources": []any{}, "window": "30m",
+			"max_request_body_size": 1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
+			"read_header_timeout": "1s", "write_timeout": "1s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
+			"response_headers": map[string]any{"X-A": "b"}, "cors": map[string]any{"allowed_origins": []any{"https://a"}},
+			"tls": map[string]any{"cert_file": "/c", "key_file": "/k", "client_ca_file": "/ca"},
+		})
+		cfg := NewFactory().CreateDefaultConfig().(*Config)
+		if err := conf.Unmarshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ServerConfig.MaxRequestBodySize != 1024 || cfg.Cluster != "c" || !cfg.ServerConfig.TLS.HasValue() {
+			t.Fatalf("cfg = %+v", cfg)
+		}
+	})
+}
