@@ -60,6 +60,9 @@ func TestLoadConfig(t *testing.T) {
 			if !cfg.ServerConfig.TLS.HasValue() || cfg.ServerConfig.TLS.Get().ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
 				t.Errorf("tls = %+v", cfg.ServerConfig.TLS)
 			}
+			if len(cfg.AllowedClientNames) != 1 || cfg.AllowedClientNames[0] != "kube-apiserver-audit" {
+				t.Errorf("allowed_client_names = %v", cfg.AllowedClientNames)
+			}
 		}},
 		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
 			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
@@ -82,6 +85,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
 		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window:"},
+		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -132,7 +132,11 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
 	w := &webhook{r: r}
-	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, w.routes(),
+	handler := w.routes()
+	if len(r.cfg.AllowedClientNames) > 0 {
+		handler = w.requireClientName(r.cfg.AllowedClientNames, handler)
+	}
+	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, handler,
 		confighttpErrorHandler(w))
 	if err != nil {
 		_ = ln.Close()

@@ -31,6 +31,9 @@ const (
 	ReasonNoCluster       = "no_cluster"
 	ReasonPipelineBusy    = "pipeline_refused"
 	ReasonPipelineFailure = "pipeline_failed"
+	// ReasonClientNotAllowed: a verified client certificate whose names are not in
+	// allowed_client_names (403).
+	ReasonClientNotAllowed = "client_not_allowed"
 )
 
 // Reasons recorded on the filtered-events and dropped-events counters.
