@@ -271,7 +271,8 @@ func (t *tailer) finishFile(ctx context.Context) bool {
 func (t *tailer) catchUp(ctx context.Context, cp checkpoint, current fs.FileInfo) bool {
 	old := t.findRotated(cp, current)
 	if old == nil {
-		t.logger.Info("The checkpointed audit log was rotated away while stopped and is not next to it any more, reading the current file from its start")
+		t.logger.Warn("The checkpointed audit log was rotated away while stopped and is not next to it any more (deleted, compressed or moved): the rest of it is lost, reading the current file from its start",
+			zap.Int64("checkpoint_offset", cp.Offset))
 		return true
 	}
 	cur, curInfo := t.f, t.info
