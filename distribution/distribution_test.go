@@ -94,6 +94,179 @@ func TestShippedConfigsValidate(t *testing.T) {
 	}
 }
 
+// TestMisspelledKeyFailsValidation: a typo in the k8s_audit receiver's keys (its confighttp
+// settings are squashed into its own) fails `validate` naming the key, instead of being ignored.
+func TestMisspelledKeyFailsValidation(t *testing.T) {
+	requireBinary(t)
+	config := func(key string) string {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		body := fmt.Sprintf(`receivers:
+  k8s_audit:
+    %s: 127.0.0.1:9880
+    cluster: test
+exporters:
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [k8s_audit]
+      exporters: [debug]
+`, key)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	validate(t, config("endpoint"))
+	out, err := exec.Command(binary, "validate", "--config", config("endpiont")).CombinedOutput()
+	if err == nil {
+		t.Fatalf("validate accepted a config with `endpiont:`\n%s", out)
+	}
+	if !strings.Contains(string(out), `unknown key "endpiont" (did you mean "endpoint"?)`) {
+		t.Fatalf("validate failed without naming the key:\n%s", out)
+	}
+}
+
+// auditLogLines are audit log lines (creates of ConfigMaps) with the audit IDs prefix-0 ….
+func auditLogLines(prefix string, n int) (string, []string) {
+	var b strings.Builder
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		fmt.Fprintf(&b, `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":%q,"stage":"ResponseComplete",`+
+			`"requestURI":"/api/v1/namespaces/default/configmaps","verb":"create","user":{"username":"alice"},"sourceIPs":["127.0.0.1"],`+
+			`"objectRef":{"resource":"configmaps","namespace":"default","name":"cm-%s","apiVersion":"v1"},"responseStatus":{"code":201},`+
+			`"requestReceivedTimestamp":"2026-11-25T01:00:00.000000Z","stageTimestamp":"2026-11-25T01:00:00.001000Z"}`+"\n", ids[i], ids[i])
+	}
+	return b.String(), ids
+}
+
+// exportedAuditIDs counts the audit IDs of the spans in an OTLP JSON lines file.
+func exportedAuditIDs(t *testing.T, path string) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	if forest := readForest(t, path); forest != nil {
+		for _, n := range forest.Find(tracetree.ByAttr(model.AttrSpanType, model.SpanTypeAudit)) {
+			got[n.Attr(model.AttrAuditID)]++
+		}
+	}
+	return got
+}
+
+// TestAuditLogRotatedWhileStopped: the collector tails an audit log with a file_storage
+// checkpoint, stops, the log is rotated the way the apiserver does it (audit.log renamed to
+// audit-<timestamp>.log, a new audit.log) after more lines were written to it, and the
+// collector starts again: every line is exported exactly once.
+func TestAuditLogRotatedWhileStopped(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "audit.log")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	appendLog := func(path, text string) {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// run starts the collector on the log, waits until it exported want spans and stops it
+	// (SIGTERM: everything accepted is exported by then), returning what it exported.
+	run := func(name string, want int) map[string]int {
+		out := filepath.Join(dir, name+".jsonl")
+		config := filepath.Join(dir, name+".yaml")
+		body := fmt.Sprintf(`extensions:
+  file_storage:
+    directory: %s
+receivers:
+  k8s_audit:
+    endpoint: ""
+    cluster: disttest
+    files: [%s]
+    storage: file_storage
+    start_at: beginning
+    poll_interval: 50ms
+exporters:
+  file:
+    path: %s
+    format: json
+service:
+  extensions: [file_storage]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [k8s_audit]
+      exporters: [file]
+`, state, logPath, out)
+		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(binary, "--config", config)
+		var logs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		stop := func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Fatalf("%s: the collector did not stop on SIGTERM\n%s", name, logs.String())
+			}
+		}
+		for deadline := time.Now().Add(90 * time.Second); len(exportedAuditIDs(t, out)) < want; {
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatalf("%s: exported %d audit spans, want %d\n%s", name, len(exportedAuditIDs(t, out)), want, logs.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		stop()
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, logs.String())
+		}
+		return exportedAuditIDs(t, out)
+	}
+
+	text, first := auditLogLines("read", 600)
+	appendLog(logPath, text)
+	got := run("first", len(first))
+
+	// Stopped: the old file gets more lines, is rotated away, and a new file is written.
+	text, unread := auditLogLines("unread", 400)
+	appendLog(logPath, text)
+	if err := os.Rename(logPath, filepath.Join(dir, "audit-2026-11-25T01-02-03.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	text, next := auditLogLines("next", 300)
+	appendLog(logPath, text)
+	for id, n := range run("second", len(unread)+len(next)) {
+		got[id] += n
+	}
+
+	want := append(append(first, unread...), next...)
+	for _, id := range want {
+		if got[id] != 1 {
+			t.Errorf("audit event %s exported %d times, want once", id, got[id])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("exported %d distinct audit events, want %d", len(got), len(want))
+	}
+}
+
 // auditEvent is the part of an audit.k8s.io/v1 Event this test reads from the fixtures.
 type auditEvent struct {
 	AuditID   string `json:"auditID"`

@@ -21,6 +21,10 @@ type Config struct {
 	// MaxInFlightBytes bounds the webhook body bytes being read, decoded and converted at
 	// once, over all requests; a request that would pass it is answered 429 with Retry-After.
 	MaxInFlightBytes int64 `mapstructure:"max_in_flight_bytes"`
+	// AllowedClientNames, when set, restricts the webhook to clients whose verified certificate
+	// (tls.client_ca_file) has one of these names as its common name or as a DNS name; others
+	// get 403. Empty: any certificate the CA signed.
+	AllowedClientNames []string `mapstructure:"allowed_client_names"`
 
 	// Cluster names the cluster of events posted to /audit and of every file. Events posted to
 	// /audit/{cluster} take the cluster from the path instead.
@@ -119,6 +123,14 @@ func (cfg *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("files[%d]: %q is listed twice", i, f))
 		}
 		seen[f] = true
+	}
+	if len(cfg.AllowedClientNames) > 0 && (!webhook || !cfg.ServerConfig.TLS.HasValue() || cfg.ServerConfig.TLS.Get().ClientCAFile == "") {
+		errs = append(errs, errors.New("allowed_client_names: requires the webhook with tls.client_ca_file (only a verified client certificate has names to check)"))
+	}
+	for i, n := range cfg.AllowedClientNames {
+		if strings.TrimSpace(n) == "" {
+			errs = append(errs, fmt.Errorf("allowed_client_names[%d]: empty name", i))
+		}
 	}
 	if cfg.Storage != nil && len(cfg.Files) == 0 {
 		errs = append(errs, errors.New("storage: set but files is empty (storage only keeps file positions)"))

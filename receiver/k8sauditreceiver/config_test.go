@@ -60,6 +60,9 @@ func TestLoadConfig(t *testing.T) {
 			if !cfg.ServerConfig.TLS.HasValue() || cfg.ServerConfig.TLS.Get().ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
 				t.Errorf("tls = %+v", cfg.ServerConfig.TLS)
 			}
+			if len(cfg.AllowedClientNames) != 1 || cfg.AllowedClientNames[0] != "kube-apiserver-audit" {
+				t.Errorf("allowed_client_names = %v", cfg.AllowedClientNames)
+			}
 		}},
 		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
 			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
@@ -82,6 +85,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
 		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window:"},
+		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,4 +122,52 @@ func TestClusterNames(t *testing.T) {
 			t.Errorf("validClusterName(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+func TestUnknownKeysAreRefusedByName(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string]string{
+		"misspelled_endpoint":    `"endpiont"`,
+		"misspelled_server_key":  `"max_request_body_sise"`,
+		"misspelled_tls_key":     "cert_fle",
+		"misspelled_exclude_key": "grop",
+	} {
+		t.Run(name, func(t *testing.T) {
+			sub, err := cm.Sub(component.MustNewIDWithName("k8s_audit", name).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sub.Unmarshal(NewFactory().CreateDefaultConfig())
+			if err == nil || !strings.Contains(err.Error(), key) {
+				t.Fatalf("error = %v, want one naming %s", err, key)
+			}
+		})
+	}
+	t.Run("a near miss names the key it resembles", func(t *testing.T) {
+		err := confmap.NewFromStringMap(map[string]any{"endpiont": "x"}).Unmarshal(NewFactory().CreateDefaultConfig())
+		if err == nil || !strings.Contains(err.Error(), `did you mean "endpoint"`) {
+			t.Fatalf("error = %v", err)
+		}
+	})
+	t.Run("every documented key, the server's included, is still accepted", func(t *testing.T) {
+		conf := confmap.NewFromStringMap(map[string]any{
+			"endpoint": "localhost:0", "cluster": "c", "files": []any{"/a.log"}, "storage": "file_storage",
+			"poll_interval": "1s", "start_at": "end", "include_read_verbs": true, "exclude_resources": []any{},
+			"exclude_user_agents": []any{"x/"}, "diff_cache_size": 1, "redact_resources": []any{}, "window": "30m",
+			"max_request_body_size": 1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
+			"read_header_timeout": "1s", "write_timeout": "1s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
+			"response_headers": map[string]any{"X-A": "b"}, "cors": map[string]any{"allowed_origins": []any{"https://a"}},
+			"tls": map[string]any{"cert_file": "/c", "key_file": "/k", "client_ca_file": "/ca"},
+		})
+		cfg := NewFactory().CreateDefaultConfig().(*Config)
+		if err := conf.Unmarshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ServerConfig.MaxRequestBodySize != 1024 || cfg.Cluster != "c" || !cfg.ServerConfig.TLS.HasValue() {
+			t.Fatalf("cfg = %+v", cfg)
+		}
+	})
 }

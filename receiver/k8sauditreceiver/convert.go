@@ -23,16 +23,21 @@ const (
 	attrDiffNew       = "k8s.object.diff.new"
 	attrDiffCount     = "k8s.object.diff.count"
 	attrDiffTruncated = "k8s.object.diff.truncated"
-	attrObjectBody    = "k8s.object.body"
-	attrBodyTruncated = "k8s.object.body.truncated"
-	attrErrorCode     = "k8s.audit.error.code"
-	attrErrorReason   = "k8s.audit.error.reason"
-	attrErrorMessage  = "k8s.audit.error.message"
-	attrErrorCauses   = "k8s.audit.error.causes"
-	attrLinkType      = "kubetrail.link.type"
-	attrClamped       = "k8s.audit.stage_timestamp.clamped"
-	linkTypeConflict  = "conflict"
-	eventAuditPatch   = "k8s.audit.patch"
+	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
+	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
+	attrObjectBody         = "k8s.object.body"
+	attrBodyTruncated      = "k8s.object.body.truncated"
+	attrErrorCode          = "k8s.audit.error.code"
+	attrErrorReason        = "k8s.audit.error.reason"
+	attrErrorMessage       = "k8s.audit.error.message"
+	attrErrorCauses        = "k8s.audit.error.causes"
+	attrLinkType           = "kubetrail.link.type"
+	attrClamped            = "k8s.audit.stage_timestamp.clamped"
+	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
+	// request (a new auditID) with the resourceVersion the object already had.
+	attrAuditNoop    = "k8s.audit.noop"
+	linkTypeConflict = "conflict"
+	eventAuditPatch  = "k8s.audit.patch"
 )
 
 const (
@@ -424,6 +429,14 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 		return deletedBody
 	}
 	e = c.cache.entry(key, obj.UID)
+	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(ev.AuditID) {
+		// The apiserver answers a write that changes nothing with the object as it was, same
+		// resourceVersion. A redelivery has the same auditID; a new auditID is a no-op: it gets
+		// no diff (the last one belongs to the write before) and, having moved no
+		// resourceVersion, stays out of the history a 409 is linked from.
+		span.Attributes().PutBool(attrAuditNoop, true)
+		return ""
+	}
 	e.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
 	var body tree
 	switch {
@@ -545,6 +558,18 @@ func stillExists(t tree) bool {
 	if g, ok := md["deletionGracePeriodSeconds"].(json.Number); ok {
 		n, err := g.Int64()
 		return err == nil && n > 0
+	}
+	return false
+}
+
+// wrote reports whether the entry's history holds the write with this auditID: the event is a
+// redelivery (a batch retried, or read from both the webhook and a log file). Callers hold the
+// cache's lock.
+func (e *cacheEntry) wrote(auditID string) bool {
+	for _, w := range e.history {
+		if w.auditID == auditID {
+			return true
+		}
 	}
 	return false
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -335,6 +336,35 @@ func TestDiffs(t *testing.T) {
 			t.Fatalf("first = %v, again = %v", first, again)
 		}
 	})
+	t.Run("a no-op update (new auditID, unchanged resourceVersion) has no diff and says it changed nothing", func(t *testing.T) {
+		c := testConverter()
+		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "nginx:1"))))
+		update := event("u", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 4, "nginx:1")))
+		if got := diffOf(t, onlySpan(t, must(convertOne(t, c, update)))); got["spec.replicas"] != "2 -> 4" {
+			t.Fatalf("diff = %v", got)
+		}
+		noop := event("n", "update", "bob", deployRef("11"), 200, at(time.Second), withResponse(deployment("11", 4, "nginx:1")))
+		s := onlySpan(t, must(convertOne(t, c, noop)))
+		if e, ok := spanEvent(s, model.EventObjectDiff); ok {
+			t.Fatalf("a no-op update got the previous write's diff: %v", e.Attributes().AsRaw())
+		}
+		if v, ok := s.Attributes().Get(attrAuditNoop); !ok || !v.Bool() {
+			t.Fatalf("%s = %v, want true", attrAuditNoop, s.Attributes().AsRaw())
+		}
+		// The write that did change the object, delivered again, still shows its diff and no flag.
+		again := onlySpan(t, must(convertOne(t, c, update)))
+		if got := diffOf(t, again); got["spec.replicas"] != "2 -> 4" {
+			t.Fatalf("redelivered diff = %v", got)
+		}
+		if _, ok := again.Attributes().Get(attrAuditNoop); ok {
+			t.Fatal("a redelivery is not a no-op")
+		}
+		// A no-op moved no resourceVersion, so it never wins a race: a 409 based on 11 has no winner.
+		lost := onlySpan(t, must(convertOne(t, c, event("l", "update", "carol", deployRef("11"), 409, withStatus(status{Code: 409, Reason: "Conflict"})))))
+		if lost.Links().Len() != 0 {
+			t.Fatalf("a 409 was linked to %q, a no-op write", attrStr(lost.Links().At(0).Attributes(), model.AttrAuditID))
+		}
+	})
 	t.Run("an update arriving after a newer one does not move the cache backwards", func(t *testing.T) {
 		c := testConverter()
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
@@ -563,4 +593,106 @@ func (d diffResult) paths() string {
 		ps[i] = c.Path
 	}
 	return strings.Join(ps, ",")
+}
+
+func TestLongDiffPathsAreCutLikeValues(t *testing.T) {
+	c := testConverter()
+	long := strings.Repeat("k", 3000)
+	ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm", UID: "u1", APIVersion: "v1"}
+	body := func(rv, v string) string {
+		return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","uid":"u1","resourceVersion":%q},"data":{%q:%q,"short":%q}}`, rv, long, v, v)
+	}
+	_, _ = convertOne(t, c, event("c", "create", "alice", ref, 201, withResponse(body("1", "a"))))
+	s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", ref, 200, withResponse(body("2", "b"))))))
+	e, ok := spanEvent(s, model.EventObjectDiff)
+	if !ok {
+		t.Fatal("no diff event")
+	}
+	paths, _ := e.Attributes().Get(attrDiffPaths)
+	if paths.Slice().Len() != 2 {
+		t.Fatalf("paths = %v", paths.Slice().AsRaw())
+	}
+	cut := paths.Slice().At(0).Str()
+	full := "data." + long
+	if len(cut) > maxPathBytes+32 || !strings.HasPrefix(cut, full[:maxPathBytes-1]) || !strings.HasSuffix(cut, fmt.Sprintf("…(%d bytes)", len(full))) {
+		t.Fatalf("a %d-byte path was exported as %d bytes: %q…", len(full), len(cut), cut[:min(len(cut), 40)])
+	}
+	if got := paths.Slice().At(1).Str(); got != "data.short" {
+		t.Fatalf("a short path must stay whole, got %q", got)
+	}
+	if v, ok := e.Attributes().Get(attrDiffPathsTruncated); !ok || !v.Bool() {
+		t.Fatalf("%s = %v, want true", attrDiffPathsTruncated, e.Attributes().AsRaw())
+	}
+	// A diff whose paths are all short carries no flag.
+	_, _ = convertOne(t, c, event("dc", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 1, "a"))))
+	s = onlySpan(t, must(convertOne(t, c, event("du", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 2, "a"))))))
+	e, ok = spanEvent(s, model.EventObjectDiff)
+	if !ok {
+		t.Fatal("no diff event")
+	}
+	if _, flagged := e.Attributes().Get(attrDiffPathsTruncated); flagged {
+		t.Fatal("short paths must not be flagged")
+	}
+}
+
+// invalidStrings lists every exported string of td that is not valid UTF-8, with where it is.
+func invalidStrings(td ptrace.Traces) []string {
+	var bad []string
+	var walk func(where string, v pcommon.Value)
+	walk = func(where string, v pcommon.Value) {
+		switch v.Type() {
+		case pcommon.ValueTypeStr:
+			if !utf8.ValidString(v.Str()) {
+				bad = append(bad, where)
+			}
+		case pcommon.ValueTypeSlice:
+			for i := 0; i < v.Slice().Len(); i++ {
+				walk(fmt.Sprintf("%s[%d]", where, i), v.Slice().At(i))
+			}
+		case pcommon.ValueTypeMap:
+			v.Map().Range(func(k string, x pcommon.Value) bool { walk(where+"."+k, x); return true })
+		}
+	}
+	attrs := func(where string, m pcommon.Map) {
+		m.Range(func(k string, v pcommon.Value) bool { walk(where+" "+k, v); return true })
+	}
+	for _, s := range allSpans(td) {
+		if !utf8.ValidString(s.Name()) || !utf8.ValidString(s.Status().Message()) {
+			bad = append(bad, "span name or status of "+s.Name())
+		}
+		attrs("span", s.Attributes())
+		for i := 0; i < s.Events().Len(); i++ {
+			attrs(s.Events().At(i).Name(), s.Events().At(i).Attributes())
+		}
+		for i := 0; i < s.Links().Len(); i++ {
+			attrs("link", s.Links().At(i).Attributes())
+		}
+	}
+	return bad
+}
+
+func TestExportedStringsAreValidUTF8(t *testing.T) {
+	c := testConverter()
+	ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm", UID: "u1", APIVersion: "v1"}
+	cm := func(rv, v string) string {
+		return `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","uid":"u1","resourceVersion":"` + rv + `"},"data":{"k":"` + v + `"}}`
+	}
+	_, _ = convertOne(t, c, event("c", "create", "alice", ref, 201, withResponse(cm("1", "a\xffb"))))
+	patch := "{\"data\":{\"k\":\"x\xc3\x28y\",\"\xfe\":\"z\"}}"
+	td, _ := convertOne(t, c,
+		event("p", "patch", "alice", ref, 200, withRequest(patch), withResponse(cm("2", "x\xc3\x28y"))),
+		event("f", "patch", "bob", ref, 422, withRequest(patch), withStatus(status{Code: 422, Reason: "Invalid\xff",
+			Message: "bad value \xe2\x82", Details: &statusDetails{Causes: []statusCause{{Field: "data.\xfe", Message: "no\xff", Type: "FieldValueInvalid"}}}})),
+	)
+	if bad := invalidStrings(td); len(bad) > 0 {
+		t.Fatalf("strings that are not valid UTF-8 were exported: %v", bad)
+	}
+	s := allSpans(td)[0]
+	e, ok := spanEvent(s, eventAuditPatch)
+	if !ok {
+		t.Fatal("no patch event")
+	}
+	if got, want := attrStr(e.Attributes(), model.AttrAuditPatch), "{\"data\":{\"k\":\"x\uFFFD(y\",\"\uFFFD\":\"z\"}}"; got != want {
+		t.Fatalf("patch = %q, want %q (each invalid byte replaced with U+FFFD)", got, want)
+	}
 }

@@ -14,6 +14,9 @@ const (
 	maxDiffPaths = 128
 	// maxValueBytes bounds each old or new value; longer values are cut and marked.
 	maxValueBytes = 512
+	// maxPathBytes bounds each path the same way: a label or annotation key may be long, and a
+	// path through it is exported whole otherwise.
+	maxPathBytes = 512
 )
 
 // change is one changed path. Old and New are JSON texts; "" means the path is absent on that
@@ -222,11 +225,15 @@ func plainKey(k string) bool {
 	return true
 }
 
-func clip(s string) string {
-	if len(s) <= maxValueBytes {
+func clip(s string) string { return clipTo(s, maxValueBytes) }
+
+// clipTo cuts s to at most limit bytes on a character boundary and marks the cut with the
+// original length, so that two long strings cut alike still tell their sizes apart.
+func clipTo(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	cut := maxValueBytes
+	cut := limit
 	for cut > 0 && !utf8Start(s[cut]) {
 		cut--
 	}
@@ -236,14 +243,18 @@ func clip(s string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // exported prepares a diff for export: redaction tags become the constant mask first, then
-// long values are clipped, so a clip can never cut a tag in half and leave part of it behind.
-func (d diffResult) exported(tagged bool) []change {
-	out := make([]change, len(d.Changes))
+// long values and paths are clipped, so a clip can never cut a tag in half and leave part of it
+// behind. pathsCut reports whether any path was clipped.
+func (d diffResult) exported(tagged bool) (out []change, pathsCut bool) {
+	out = make([]change, len(d.Changes))
 	for i, c := range d.Changes {
 		if tagged {
 			c.Old, c.New = untag(c.Old), untag(c.New)
 		}
-		out[i] = change{Path: c.Path, Old: clip(c.Old), New: clip(c.New)}
+		whole := validText(c.Path)
+		path := clipTo(whole, maxPathBytes)
+		pathsCut = pathsCut || len(path) != len(whole)
+		out[i] = change{Path: path, Old: clip(validText(c.Old)), New: clip(validText(c.New))}
 	}
-	return out
+	return out, pathsCut
 }

@@ -148,8 +148,12 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
 	w := &webhook{r: r, inFlight: newByteBudget(r.cfg.MaxInFlightBytes)}
+	handler := w.routes()
+	if len(r.cfg.AllowedClientNames) > 0 {
+		handler = w.requireClientName(r.cfg.AllowedClientNames, handler)
+	}
 	inflight := newInFlight()
-	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, inflight.track(w.routes()),
+	srv, err := sc.ToServer(ctx, host.GetExtensions(), r.set.TelemetrySettings, inflight.track(handler),
 		confighttpErrorHandler(w))
 	if err != nil {
 		_ = ln.Close()

@@ -3,6 +3,7 @@ package k8sauditreceiver
 import (
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -46,7 +47,7 @@ func spanName(ev *auditEvent, code int, failed bool) string {
 		b.WriteString(statusText(ev, code))
 		b.WriteByte(')')
 	}
-	return b.String()
+	return validText(b.String())
 }
 
 // shortActor names who made a request the way people say it: the service account's name for
@@ -82,12 +83,13 @@ func statusText(ev *auditEvent, code int) string {
 }
 
 func setError(span ptrace.Span, ev *auditEvent, code int, ts pcommon.Timestamp) {
-	reason := statusText(ev, code)
+	reason := validText(statusText(ev, code))
 	msg := reason
 	var st status
 	if ev.ResponseStatus != nil {
 		st = *ev.ResponseStatus
 	}
+	st.Message = validText(st.Message)
 	if st.Message != "" {
 		msg = reason + ": " + st.Message
 	}
@@ -113,7 +115,7 @@ func setError(span ptrace.Span, ev *auditEvent, code int, ts pcommon.Timestamp) 
 			if c.Type != "" {
 				s += " (" + c.Type + ")"
 			}
-			causes.AppendEmpty().SetStr(s)
+			causes.AppendEmpty().SetStr(validText(s))
 		}
 	}
 }
@@ -128,7 +130,7 @@ func putPatch(span ptrace.Span, raw []byte, redact bool, ts pcommon.Timestamp) {
 	e := span.Events().AppendEmpty()
 	e.SetName(eventAuditPatch)
 	e.SetTimestamp(ts)
-	text, cut := clipBody(text)
+	text, cut := clipBody(validText(text))
 	e.Attributes().PutStr(model.AttrAuditPatch, text)
 	if cut {
 		e.Attributes().PutBool(attrBodyTruncated, true)
@@ -142,7 +144,7 @@ func putSnapshot(span ptrace.Span, body string, redact bool, ts pcommon.Timestam
 	e := span.Events().AppendEmpty()
 	e.SetName(model.EventObjectSnapshot)
 	e.SetTimestamp(ts)
-	body, cut := clipBody(body)
+	body, cut := clipBody(validText(body))
 	e.Attributes().PutStr(attrObjectBody, body)
 	if cut {
 		e.Attributes().PutBool(attrBodyTruncated, true)
@@ -156,7 +158,7 @@ func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) 
 	if d.Total == 0 {
 		return
 	}
-	changes := d.exported(redact)
+	changes, pathsCut := d.exported(redact)
 	e := span.Events().AppendEmpty()
 	e.SetName(model.EventObjectDiff)
 	e.SetTimestamp(ts)
@@ -176,6 +178,9 @@ func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) 
 	if d.Total > len(changes) {
 		a.PutBool(attrDiffTruncated, true)
 	}
+	if pathsCut {
+		a.PutBool(attrDiffPathsTruncated, true)
+	}
 }
 
 func clipBody(s string) (string, bool) {
@@ -187,6 +192,28 @@ func clipBody(s string) (string, bool) {
 		cut--
 	}
 	return s[:cut], true
+}
+
+// validText replaces each byte of s that is not part of valid UTF-8 with U+FFFD. Exported
+// strings must be UTF-8 (OTLP's protobuf strings are, and a backend may refuse a batch holding
+// one that is not), while patch bodies and error messages are bytes as the client sent them.
+// It runs before any clip, which cuts on character boundaries of valid text.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 func putNonEmpty(m pcommon.Map, key, value string) {

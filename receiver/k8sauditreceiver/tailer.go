@@ -11,6 +11,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
@@ -38,6 +41,7 @@ const (
 // its head) and how far its complete, accepted lines go.
 type checkpoint struct {
 	Inode       uint64 `json:"inode"`
+	Device      uint64 `json:"device,omitempty"` // absent in checkpoints of earlier versions
 	Offset      int64  `json:"offset"`
 	Fingerprint string `json:"fingerprint"` // hex sha256 of the first min(offset, 256) bytes
 }
@@ -155,14 +159,8 @@ func (t *tailer) poll(ctx context.Context) {
 		// Renamed away (and maybe already replaced): the old file is complete once read to
 		// its end again (the writer may have appended between the read and the rename), so
 		// its last partial line, if any, is all there will ever be of it.
-		if !t.readAll(ctx) {
+		if !t.finishFile(ctx) {
 			return
-		}
-		if len(t.pending) > 0 && !t.skip {
-			events := t.decodeLines([][]byte{t.pending})
-			if !t.flush(ctx, events, t.offset+int64(len(t.pending))) {
-				return
-			}
 		}
 		t.logger.Info("Audit log rotated, following the new file")
 		t.close()
@@ -230,7 +228,10 @@ func (t *tailer) open(ctx context.Context) bool {
 			t.offset = cp.Offset
 			t.logger.Info("Resuming the audit log from its checkpoint", zap.Int64("offset", cp.Offset))
 		case ok:
-			t.logger.Info("The checkpointed audit log was rotated away while stopped, reading the current file from its start")
+			if !t.catchUp(ctx, cp, info) {
+				t.close()
+				return false
+			}
 		case t.r.cfg.StartAt == startAtEnd:
 			t.offset = info.Size()
 			t.logger.Info("No checkpoint for the audit log, reading from its end", zap.Int64("offset", t.offset))
@@ -243,6 +244,164 @@ func (t *tailer) open(ctx context.Context) bool {
 	}
 	t.updateHead()
 	return true
+}
+
+// finishFile reads a file that is no longer written (it was renamed away) to its end and
+// flushes its last line even without a newline: it is all there will ever be of it.
+func (t *tailer) finishFile(ctx context.Context) bool {
+	if !t.readAll(ctx) {
+		return false
+	}
+	if len(t.pending) > 0 && !t.skip {
+		events := t.decodeLines([][]byte{t.pending})
+		if !t.flush(ctx, events, t.offset+int64(len(t.pending))) {
+			return false
+		}
+	}
+	return true
+}
+
+// catchUp runs at start when the checkpoint names another file than the one at the path: the
+// log was rotated while the collector was stopped. It finds the checkpointed file among the
+// rotated files next to the path by its identity (device, inode and the fingerprint of its
+// head), reads it from the checkpoint to its end, then reads whole every rotated file written
+// after it (more rotations while stopped), oldest first. The tailer is left on the current file,
+// at its start. It returns false when shutdown came first; the checkpoint then still points
+// into the rotated file, so the next start goes on from there.
+func (t *tailer) catchUp(ctx context.Context, cp checkpoint, current fs.FileInfo) bool {
+	old := t.findRotated(cp, current)
+	if old == nil {
+		t.logger.Warn("The checkpointed audit log was rotated away while stopped and is not next to it any more (deleted, compressed or moved): the rest of it is lost, reading the current file from its start",
+			zap.Int64("checkpoint_offset", cp.Offset))
+		return true
+	}
+	cur, curInfo := t.f, t.info
+	for i, r := range old {
+		offset := int64(0)
+		if i == 0 {
+			offset = cp.Offset
+		}
+		t.logger.Info("Reading an audit log rotated while the collector was stopped",
+			zap.String("rotated", r.path), zap.Int64("offset", offset))
+		t.f, t.info, t.offset, t.pending, t.skip, t.head, t.headLen = r.f, r.info, offset, t.pending[:0], false, "", 0
+		if _, err := r.f.Seek(offset, io.SeekStart); err != nil {
+			t.warn("Seeking in a rotated audit log failed, skipping it", err)
+			_ = r.f.Close()
+			continue
+		}
+		t.updateHead()
+		if !t.finishFile(ctx) {
+			for _, rest := range old[i:] {
+				_ = rest.f.Close()
+			}
+			t.f, t.info = cur, curInfo
+			return false
+		}
+		_ = r.f.Close()
+	}
+	// From now on the current file is the one: checkpoint its start, so that a restart before its
+	// first line does not look for the rotated files again.
+	t.f, t.info = cur, curInfo
+	t.offset, t.pending, t.skip, t.head, t.headLen = 0, t.pending[:0], false, "", 0
+	t.save(ctx)
+	return true
+}
+
+type rotatedFile struct {
+	path string
+	f    *os.File
+	info fs.FileInfo
+}
+
+// rotatedName reports whether name is a rotation of base: base.1, base-20261125 (logrotate),
+// or stem-<timestamp>.ext (the apiserver's --audit-log-maxsize rotation of stem.ext). Compressed
+// rotations cannot be read and are left out.
+func rotatedName(name, base string) bool {
+	if name == base {
+		return false
+	}
+	for _, z := range []string{".gz", ".bz2", ".xz", ".zst", ".zip"} {
+		if strings.HasSuffix(name, z) {
+			return false
+		}
+	}
+	if strings.HasPrefix(name, base+".") || strings.HasPrefix(name, base+"-") {
+		return true
+	}
+	ext := filepath.Ext(base)
+	stem := strings.TrimSuffix(base, ext)
+	return ext != "" && strings.HasPrefix(name, stem+"-") && strings.HasSuffix(name, ext) && len(name) > len(stem)+1+len(ext)
+}
+
+// findRotated returns the checkpointed file, open, followed by the rotated files modified after
+// it, oldest first; nil when the checkpointed file is not among the rotated files.
+func (t *tailer) findRotated(cp checkpoint, current fs.FileInfo) []rotatedFile {
+	dir, base := filepath.Split(t.path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.logger.Warn("Listing the audit log's directory for rotated files failed", zap.Error(err))
+		return nil
+	}
+	var found *rotatedFile
+	var later []rotatedFile
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !rotatedName(e.Name(), base) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		info, err := f.Stat()
+		if err != nil || os.SameFile(info, current) {
+			_ = f.Close()
+			continue
+		}
+		r := rotatedFile{path: path, f: f, info: info}
+		switch {
+		case found == nil && identical(cp, f, info):
+			found = &r
+		default:
+			later = append(later, r)
+		}
+	}
+	if found == nil {
+		for _, r := range later {
+			_ = r.f.Close()
+		}
+		return nil
+	}
+	out := []rotatedFile{*found}
+	for _, r := range later {
+		if r.info.ModTime().After(found.info.ModTime()) {
+			out = append(out, r)
+		} else {
+			_ = r.f.Close()
+		}
+	}
+	slices.SortStableFunc(out[1:], func(a, b rotatedFile) int { return a.info.ModTime().Compare(b.info.ModTime()) })
+	return out
+}
+
+// identical reports whether f is the file a checkpoint was taken of: same device and inode
+// where the platform has them (and the checkpoint recorded them), at least as long, and the
+// same head.
+func identical(cp checkpoint, f *os.File, info fs.FileInfo) bool {
+	if ino, ok := inode(info); ok && cp.Inode != 0 && ino != cp.Inode {
+		return false
+	}
+	if dev, ok := device(info); ok && cp.Device != 0 && dev != cp.Device {
+		return false
+	}
+	if info.Size() < cp.Offset {
+		return false
+	}
+	fp, err := fingerprintOf(f, cp.Offset)
+	return err == nil && fp == cp.Fingerprint
 }
 
 // readAll reads and flushes complete lines until the end of the file. It returns false when
@@ -387,20 +546,15 @@ func (t *tailer) load(ctx context.Context) (checkpoint, bool) {
 }
 
 func (t *tailer) matches(cp checkpoint, info fs.FileInfo) bool {
-	if ino, ok := inode(info); ok && cp.Inode != 0 && ino != cp.Inode {
-		return false
-	}
-	if info.Size() < cp.Offset {
-		return false
-	}
-	fp, err := t.fingerprint(cp.Offset)
-	return err == nil && fp == cp.Fingerprint
+	return identical(cp, t.f, info)
 }
 
-func (t *tailer) fingerprint(upTo int64) (string, error) {
+func (t *tailer) fingerprint(upTo int64) (string, error) { return fingerprintOf(t.f, upTo) }
+
+func fingerprintOf(f *os.File, upTo int64) (string, error) {
 	n := min(upTo, fingerprintBytes)
 	head := make([]byte, n)
-	k, err := t.f.ReadAt(head, 0)
+	k, err := f.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
@@ -418,7 +572,8 @@ func (t *tailer) save(ctx context.Context) {
 		return
 	}
 	ino, _ := inode(t.info)
-	data, _ := json.Marshal(checkpoint{Inode: ino, Offset: t.offset, Fingerprint: fp})
+	dev, _ := device(t.info)
+	data, _ := json.Marshal(checkpoint{Inode: ino, Device: dev, Offset: t.offset, Fingerprint: fp})
 	if err := t.client.Set(ctx, t.key, data); err != nil {
 		t.warn("Saving the audit log checkpoint failed", err)
 	}

@@ -399,3 +399,103 @@ func TestFileProblemsAreTheComponentStatusUntilEveryFileIsFine(t *testing.T) {
 		t.Fatalf("statuses = %v, want %v", host.statuses, want)
 	}
 }
+
+// ids returns the audit IDs prefix-0 … prefix-(n-1).
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+func TestTailerFinishesAFileRotatedWhileStopped(t *testing.T) {
+	ctx := context.Background()
+	// setTime gives a file a modification time, so that the order of rotated files does not
+	// depend on how fast the test writes them.
+	setTime := func(t *testing.T, path string, at time.Time) {
+		t.Helper()
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+
+	for _, tc := range []struct {
+		name    string
+		rotated []string // the names the old file gets, oldest rotation first
+	}{
+		{name: "the apiserver's own rotation (audit-<timestamp>.log)", rotated: []string{"audit-2026-11-25T01-02-03.000.log"}},
+		{name: "logrotate numbering (audit.log.1)", rotated: []string{"audit.log.1"}},
+		{name: "two rotations while stopped", rotated: []string{"audit-2026-11-25T01-02-03.000.log", "audit-2026-11-25T01-05-00.000.log"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newTailEnv(t, startAtBeginning)
+			dir := filepath.Dir(env.path)
+			// An earlier rotation, read long ago, and files that are no rotation of audit.log:
+			// none of them may be read.
+			if err := os.WriteFile(filepath.Join(dir, "audit.log.9"), []byte(lines(ids("ancient", 3)...)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			setTime(t, filepath.Join(dir, "audit.log.9"), base.Add(-time.Hour))
+			for _, other := range []string{"audit-policy.yaml", "other.log", "audit.log.1.gz"} {
+				if err := os.WriteFile(filepath.Join(dir, other), []byte(lines("unrelated-"+other)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				setTime(t, filepath.Join(dir, other), base.Add(time.Hour))
+			}
+
+			var want []string
+			write := func(prefix string, n int) {
+				env.write(t, lines(ids(prefix, n)...))
+				want = append(want, ids(prefix, n)...)
+			}
+			write("read", 600)
+			first := env.tailer(true)
+			first.poll(ctx) // checkpoint after the 600th line
+			first.close()   // the collector stops
+			write("unread", 450)
+			for i, name := range tc.rotated {
+				setTime(t, env.path, base.Add(time.Duration(i)*time.Minute))
+				if err := os.Rename(env.path, filepath.Join(dir, name)); err != nil {
+					t.Fatal(err)
+				}
+				write(fmt.Sprintf("next%d", i), 300)
+			}
+			setTime(t, env.path, base.Add(30*time.Minute))
+
+			second := env.tailer(true)
+			second.poll(ctx)
+			expectSameIDs(t, env.next, want)
+			write("later", 5)
+			second.poll(ctx)
+			expectSameIDs(t, env.next, want)
+			second.close()
+
+			// Another restart goes on from the current file: nothing is read twice.
+			write("after-restart", 2)
+			third := env.tailer(true)
+			defer third.close()
+			third.poll(ctx)
+			expectSameIDs(t, env.next, want)
+		})
+	}
+}
+
+// expectSameIDs is expectIDs for long lists: it names the first difference instead of both lists.
+func expectSameIDs(t *testing.T, next *switchConsumer, want []string) {
+	t.Helper()
+	got := next.ids()
+	for i := range max(len(got), len(want)) {
+		if i >= len(got) || i >= len(want) || got[i] != want[i] {
+			g, w := "<none>", "<none>"
+			if i < len(got) {
+				g = got[i]
+			}
+			if i < len(want) {
+				w = want[i]
+			}
+			t.Fatalf("span %d of %d is audit ID %s, want %s (of %d)", i, len(got), g, w, len(want))
+		}
+	}
+}

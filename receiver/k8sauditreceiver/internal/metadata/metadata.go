@@ -32,6 +32,9 @@ const (
 	ReasonPipelineBusy    = "pipeline_refused"
 	ReasonPipelineFailure = "pipeline_failed"
 	ReasonInFlightBytes   = "in_flight_bytes"
+	// ReasonClientNotAllowed: a verified client certificate whose names are not in
+	// allowed_client_names (403).
+	ReasonClientNotAllowed = "client_not_allowed"
 )
 
 // Reasons recorded on the filtered-events and dropped-events counters.

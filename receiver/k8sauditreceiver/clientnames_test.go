@@ -1,0 +1,161 @@
+package k8sauditreceiver
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
+
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and client certificates it signed,
+// written to files the way an operator configures them.
+type testPKI struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	pool   *x509.CertPool
+	serial int64
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, pool: x509.NewCertPool(), serial: 1}
+	p.pool.AddCert(ca)
+	p.write(t, "ca.crt", "CERTIFICATE", der)
+	return p
+}
+
+func (p *testPKI) write(t *testing.T, name, typ string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(p.dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// issue signs a certificate; it returns the files' paths and the pair for a client.
+func (p *testPKI) issue(t *testing.T, name, cn string, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames, IPAddresses: ips,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile = p.write(t, name+".crt", "CERTIFICATE", der)
+	keyFile = p.write(t, name+".key", "EC PRIVATE KEY", keyDER)
+	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, pair
+}
+
+func TestWebhookClientNames(t *testing.T) {
+	pki := newTestPKI(t)
+	serverCert, serverKey, _ := pki.issue(t, "server", "otelcol-kubetrail", nil, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
+	_, _, apiserver := pki.issue(t, "apiserver", "kube-apiserver-audit", nil, nil, x509.ExtKeyUsageClientAuth)
+	_, _, bySAN := pki.issue(t, "by-san", "someone", []string{"audit.kube-system.svc"}, nil, x509.ExtKeyUsageClientAuth)
+	_, _, other := pki.issue(t, "other", "kubelet", []string{"node-1"}, nil, x509.ExtKeyUsageClientAuth)
+
+	start := func(t *testing.T, allowed []string) *webhookEnv {
+		return startWebhook(t, func(cfg *Config) {
+			cfg.ServerConfig.TLS = configoptional.Some(configtls.ServerConfig{
+				Config:       configtls.Config{CertFile: serverCert, KeyFile: serverKey},
+				ClientCAFile: filepath.Join(pki.dir, "ca.crt"),
+			})
+			cfg.AllowedClientNames = allowed
+		})
+	}
+	post := func(t *testing.T, env *webhookEnv, cert *tls.Certificate) (int, error) {
+		t.Helper()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, MinVersion: tls.VersionTLS12}}
+		if cert != nil {
+			tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
+		}
+		defer tr.CloseIdleConnections()
+		url := strings.Replace(env.url, "http://", "https://", 1) + "/audit"
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post(url, "application/json", strings.NewReader(eventList("a1")))
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+
+	t.Run("without allowed_client_names any certificate the CA signed is accepted, and none is refused", func(t *testing.T) {
+		env := start(t, nil)
+		for _, c := range []*tls.Certificate{&apiserver, &other} {
+			if code, err := post(t, env, c); err != nil || code != http.StatusOK {
+				t.Fatalf("code = %d, err = %v", code, err)
+			}
+		}
+		if _, err := post(t, env, nil); err == nil {
+			t.Fatal("a client without a certificate was served")
+		}
+	})
+	t.Run("with allowed_client_names only those names are served; others get 403, counted", func(t *testing.T) {
+		env := start(t, []string{"kube-apiserver-audit", "audit.kube-system.svc"})
+		if code, err := post(t, env, &apiserver); err != nil || code != http.StatusOK {
+			t.Fatalf("allowed common name: code = %d, err = %v", code, err)
+		}
+		if code, err := post(t, env, &bySAN); err != nil || code != http.StatusOK {
+			t.Fatalf("allowed DNS name: code = %d, err = %v", code, err)
+		}
+		if code, err := post(t, env, &other); err != nil || code != http.StatusForbidden {
+			t.Fatalf("other name: code = %d, err = %v, want 403", code, err)
+		}
+		if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", metadata.ReasonClientNotAllowed); n != 1 {
+			t.Fatalf("rejected %s = %d, want 1", metadata.ReasonClientNotAllowed, n)
+		}
+		if got := env.next.ids(); len(got) != 2 {
+			t.Fatalf("spans from %v, want two (the refused POST must not reach the pipeline)", got)
+		}
+	})
+}
