@@ -379,7 +379,7 @@ func TestOwnerLookupAsksTheAPIServerWhenNothingElseKnows(t *testing.T) {
 	cfg := memoryConfig()
 	cfg.OwnerWait = time.Hour // the look-up must answer, not the wait
 	h := newHarness(t, cfg, newFakeClock(t0))
-	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA, deploy), time.Minute, time.Second, h.clock.Now)
+	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA, deploy), "c1", time.Minute, time.Second, h.clock.Now)
 	h.consume(event(withoutOwner(podA1), "ev", t0.Add(time.Second)))
 	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
 	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event ev"))
