@@ -129,6 +129,9 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 				componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
 			}
 		})
+		if err := p.redis.start(); err != nil {
+			return err
+		}
 	}
 	if p.newLookupClients != nil && p.lookup == nil {
 		clients, err := p.newLookupClients()
