@@ -176,7 +176,15 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	}
 	err := p.release(ctx, true)
 	// Object spans still owed from a refused batch get their last chance.
-	err = errors.Join(err, p.send(ctx, ptrace.NewTraces(), processResult{}))
+	p.heldMu.Lock()
+	owed := p.owed.SpanCount()
+	p.heldMu.Unlock()
+	if sendErr := p.send(ctx, ptrace.NewTraces(), processResult{}); sendErr != nil {
+		p.tel.SpansDropped.Add(ctx, int64(owed), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
+		p.logger.Error("Next consumer refused the object spans owed at shutdown; they are lost",
+			zap.Int("spans", owed), zap.Error(sendErr))
+		err = errors.Join(err, sendErr)
+	}
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
 		p.store = nil

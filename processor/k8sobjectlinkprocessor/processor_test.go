@@ -239,6 +239,33 @@ func TestOwnerWait(t *testing.T) {
 		h.activitySpan("event e1")
 		h.activitySpan("event e2")
 	})
+	t.Run("shutdown counts and logs the held spans a refusing next consumer loses", func(t *testing.T) {
+		o := newObserved(t)
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		refuse := false
+		sink := new(consumertest.TracesSink)
+		p, err := newProcessor(o.set, cfg, refusingConsumer(sink, &refuse), newFakeClock(t0.Add(time.Minute)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		h := &harness{t: t, p: p, sink: sink}
+		h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+		refuse = true
+		if err := p.Shutdown(context.Background()); err == nil {
+			t.Fatal("Shutdown must return the next consumer's refusal")
+		}
+		// Two activity spans and the two Pods' object spans: each counted once.
+		if n := o.counter(t, "otelcol_k8s_object_link_spans_dropped", reason("shutdown_refused")); n != 4 {
+			t.Fatalf("spans_dropped{reason=shutdown_refused} = %d, want 4", n)
+		}
+		if o.logs.FilterMessageSnippet("they are lost").Len() == 0 {
+			t.Fatal("the loss must be logged")
+		}
+	})
 	t.Run("beyond max_held_spans spans are released at once", func(t *testing.T) {
 		cfg := memoryConfig()
 		cfg.OwnerWait = time.Hour
