@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -64,6 +65,10 @@ type objectLinkProcessor struct {
 	// newLookupClients builds the apiserver clients at Start; tests replace it.
 	newLookupClients func() (*k8sconfig.Clients, error)
 
+	windowLogs *logLimiter // the window-mismatch warning, at most once per windowMismatchLogEvery
+	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
+	lastSenderWindow atomic.Int64
+
 	heldMu sync.Mutex
 	held   []heldSpan
 	owed   ptrace.Traces
@@ -96,6 +101,8 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		clock:  clk,
 		mapper: model.BuiltinMapper(),
 		owed:   ptrace.NewTraces(),
+
+		windowLogs: newLogLimiter(windowMismatchLogEvery),
 	}
 	evicted := func(reason string) {
 		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
@@ -303,6 +310,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	r := newResolver(ctx, p, now)
 	var items []item
 	pos := 0
+	windowChecked := false
 	for _, rs := range td.ResourceSpans().All() {
 		res := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
@@ -324,6 +332,11 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				}
 				it := item{span: s, pos: pos - 1}
 				it.dedup = dedup && (typ.Str() == model.SpanTypeAudit || typ.Str() == model.SpanTypeEvent) && !s.SpanID().IsEmpty()
+				if it.dedup && !windowChecked {
+					// Fresh spans only (dedup is set on the ConsumeTraces path), as received.
+					windowChecked = true
+					p.checkWindow(ctx, obj, s, w)
+				}
 				var force bool
 				it.deadline, force = hold(it.pos)
 				it.uidFromName = obj.UID == ""
