@@ -3,6 +3,8 @@ package k8sobjectlinkprocessor
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/config/configopaque"
@@ -10,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/config/configtls"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // Backend names of the ID map.
@@ -84,6 +87,10 @@ type RedisConfig struct {
 // OwnerLookupConfig is the apiserver client for owner look-ups.
 type OwnerLookupConfig struct {
 	APIConfig k8sconfig.APIConfig `mapstructure:",squash"`
+	// Cluster is the k8s.cluster.name of the cluster this client's apiserver serves. Only
+	// objects of that cluster are looked up: a gateway receiving several clusters must never ask
+	// one cluster's apiserver about another's objects (a namesake there would answer wrongly).
+	Cluster string `mapstructure:"cluster"`
 	// CacheTTL is how long a look-up answer (including "not found") is reused.
 	CacheTTL time.Duration `mapstructure:"cache_ttl"`
 	// Timeout bounds one GET.
@@ -152,6 +159,12 @@ func (c *Config) Validate() error {
 		if err := l.APIConfig.Validate(); err != nil {
 			return fmt.Errorf("owner_lookup: %w", err)
 		}
+		if l.Cluster == "" {
+			return errors.New("owner_lookup.cluster must be set: the k8s.cluster.name of the cluster whose apiserver owner_lookup reaches (spans of other clusters are never looked up)")
+		}
+		if err := model.ValidateClusterName(l.Cluster); err != nil {
+			return fmt.Errorf("owner_lookup.cluster: %w", err)
+		}
 		if l.CacheTTL <= 0 || l.Timeout <= 0 {
 			return errors.New("owner_lookup.cache_ttl and owner_lookup.timeout must be positive")
 		}
@@ -163,10 +176,13 @@ func (r *RedisConfig) validate() error {
 	if len(r.Addresses) == 0 {
 		return errors.New("id_map.redis.addresses must name at least one host:port when id_map.backend is redis")
 	}
-	for _, a := range r.Addresses {
-		if a == "" {
-			return errors.New("id_map.redis.addresses must not contain an empty address")
+	for i, a := range r.Addresses {
+		if err := validateHostPort(a); err != nil {
+			return fmt.Errorf("id_map.redis.addresses[%d]: %w", i, err)
 		}
+	}
+	if r.DB < 0 {
+		return fmt.Errorf("id_map.redis.db must not be negative, got %d", r.DB)
 	}
 	switch r.Mode {
 	case RedisModeAuto, RedisModeStandalone, RedisModeCluster:
@@ -197,6 +213,22 @@ func (r *RedisConfig) validate() error {
 	}
 	if err := r.TLS.Validate(); err != nil {
 		return fmt.Errorf("id_map.redis.tls: %w", err)
+	}
+	return nil
+}
+
+// validateHostPort accepts host:port with a non-empty host and a port in 1-65535 ("[::1]:6379"
+// for IPv6). go-redis would otherwise take "redis" for a host and fail only at the first dial.
+func validateHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", a, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", a)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: port %q is not a number in 1-65535", a, port)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{name: "owner_lookup", check: func(t *testing.T, c *Config) {
 			l := c.OwnerLookup.Get()
-			if l == nil || l.APIConfig.AuthType != k8sconfig.AuthTypeKubeConfig || l.APIConfig.Context != "kind-dev" ||
+			if l == nil || l.APIConfig.AuthType != k8sconfig.AuthTypeKubeConfig || l.APIConfig.Context != "kind-dev" || l.Cluster != "kind-dev" ||
 				l.CacheTTL != time.Minute || l.Timeout != 2*time.Second {
 				t.Fatalf("owner_lookup present must enable look-ups with defaults filled in: %+v", l)
 			}
@@ -62,6 +62,10 @@ func TestLoadConfig(t *testing.T) {
 		{name: "bad_owner_lookup", wantErr: "owner_lookup"},
 		{name: "negative_owner_wait", wantErr: "owner_wait"},
 		{name: "zero_max_entries", wantErr: "id_map.memory.max_entries"},
+		{name: "owner_lookup_without_cluster", wantErr: "owner_lookup.cluster must be set"},
+		{name: "owner_lookup_bad_cluster", wantErr: `owner_lookup.cluster: "prod/eu" is not a valid cluster name`},
+		{name: "redis_address_without_port", wantErr: "id_map.redis.addresses[0]"},
+		{name: "redis_negative_db", wantErr: "id_map.redis.db must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run("instance "+tt.name, func(t *testing.T) {
@@ -85,6 +89,43 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.check(t, cfg)
+		})
+	}
+}
+
+func TestRedisAddressesNeedHostAndPort(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"redis:6379": true, "10.0.0.1:6379": true, "[::1]:6379": true,
+		"redis": false, "": false, ":6379": false, "redis:": false, "redis:0": false, "redis:65536": false,
+		"redis:port": false, "::1": false,
+	} {
+		err := validateHostPort(addr)
+		if (err == nil) != ok {
+			t.Errorf("validateHostPort(%q) = %v, want valid=%v", addr, err, ok)
+		}
+	}
+}
+
+func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		conf map[string]any
+		key  string
+	}{
+		{"a misspelled top-level key", map[string]any{"windw": "1h"}, "windw"},
+		{"a misspelled key of id_map", map[string]any{"id_map": map[string]any{"backnd": "redis"}}, "backnd"},
+		{"a misspelled redis key", map[string]any{"id_map": map[string]any{"redis": map[string]any{"adresses": []string{"r:6379"}}}}, "adresses"},
+		{"a misspelled redis tls key", map[string]any{"id_map": map[string]any{"redis": map[string]any{"tls": map[string]any{"ca_fle": "x"}}}}, "ca_fle"},
+		{"a misspelled shared client key of owner_lookup (squashed)", map[string]any{"owner_lookup": map[string]any{"auth_tpye": "none"}}, "auth_tpye"},
+		{"a misspelled owner_lookup key", map[string]any{"owner_lookup": map[string]any{"clustr": "c"}}, "clustr"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			err := confmap.NewFromStringMap(tt.conf).Unmarshal(cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.key) {
+				t.Fatalf("Unmarshal() = %v, want an error naming %q", err, tt.key)
+			}
 		})
 	}
 }

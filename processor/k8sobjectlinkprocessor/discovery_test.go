@@ -27,7 +27,7 @@ func TestOwnerLookupMapsCRDOwnersThroughDiscoveryAcrossRestarts(t *testing.T) {
 		APIResources: []metav1.APIResource{{Name: "rollouts", Kind: "Rollout", Namespaced: true}},
 	}}
 	cfg := createDefaultConfig()
-	cfg.OwnerLookup = configoptional.Some(OwnerLookupConfig{APIConfig: k8sconfig.APIConfig{AuthType: k8sconfig.AuthTypeServiceAccount}, CacheTTL: time.Minute, Timeout: time.Second})
+	cfg.OwnerLookup = configoptional.Some(OwnerLookupConfig{APIConfig: k8sconfig.APIConfig{AuthType: k8sconfig.AuthTypeServiceAccount}, Cluster: "c1", CacheTTL: time.Minute, Timeout: time.Second})
 	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), realClock{})
 	if err != nil {
 		t.Fatal(err)

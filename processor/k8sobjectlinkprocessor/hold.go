@@ -148,7 +148,19 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 			return rs.ScopeSpans().Len() == 0
 		})
 	}
+	// Object spans a refused send keeps owing are counted by Shutdown, if it cannot send them.
+	outgoing := 0
+	if all {
+		outgoing = countActivitySpans(td)
+	}
 	err := p.send(ctx, td, res)
+	if err != nil && all {
+		// Shutdown: there is no later tick to retry on. Say what is lost rather than lose it
+		// quietly (the next consumer's own queue usually retries, so this is rare).
+		p.tel.SpansDropped.Add(ctx, int64(outgoing), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
+		p.logger.Error("Next consumer refused the held spans released at shutdown; they are lost",
+			zap.Int("spans", outgoing), zap.Error(err))
+	}
 	if err != nil && retry != (ptrace.Traces{}) && retry.SpanCount() > 0 {
 		p.heldMu.Lock()
 		p.held = append(p.held, heldSpan{td: retry, deadline: now})
@@ -156,4 +168,18 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		p.tel.HeldSpans.Add(ctx, int64(retry.SpanCount()))
 	}
 	return err
+}
+
+func countActivitySpans(td ptrace.Traces) int {
+	n := 0
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				if v, _ := s.Attributes().Get(model.AttrSpanType); v.Str() != model.SpanTypeObject {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }

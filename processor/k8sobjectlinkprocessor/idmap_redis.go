@@ -41,8 +41,11 @@ type redisStore struct {
 
 	roundTrips atomic.Int64 // for benchmarks and tests: pipelines sent
 
+	logs *logLimiter // every run-time error is logged, at most once per reason per minute
+
 	mu         sync.Mutex
 	down       bool
+	downReason string // the reason last reported through componentstatus
 	pending    []Op
 	onStatus   func(err error) // nil error: healthy again
 	stopProbe  chan struct{}
@@ -84,12 +87,88 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 		maxBackoff: cfg.RetryMaxBackoff,
 		maxPending: cfg.MaxPendingWrites,
 		onStatus:   func(error) {},
+		logs:       newLogLimiter(time.Minute),
 		stopProbe:  make(chan struct{}),
 		probeDone:  make(chan struct{}),
 		probeAwake: make(chan struct{}, 1),
 	}
 	go s.probeLoop()
 	return s, nil
+}
+
+// start checks Redis once, at the processor's Start. A reply saying that the configuration is
+// wrong (a wrong password, a user without the needed permissions, a database number the server
+// does not have) fails Start with that reply: it will not fix itself, and running on would
+// quietly give every replica its own memory and its own trace IDs. An unreachable server does
+// not fail Start: the store begins in the outage state (memory, recoverable status, reconnection
+// with backoff), as it would if Redis went away later.
+func (s *redisStore) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	err := s.client.Ping(ctx).Err()
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if isConfigError(err) {
+		s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reasonAuth)))
+		return fmt.Errorf("id_map.redis: Redis refused the configured credentials or database: %w", err)
+	}
+	s.markDown(err)
+	return nil
+}
+
+// Reasons of otelcol_k8s_object_link_redis_errors.
+const (
+	reasonUnavailable = "unavailable" // network error, connection refused, or a server-wide reply error
+	reasonTimeout     = "timeout"     // a round trip or ping exceeded id_map.redis.timeout
+	reasonAuth        = "auth"        // WRONGPASS, NOAUTH, NOPERM, ERR AUTH …, a bad database index
+	reasonReply       = "reply"       // a reply error about one record (WRONGTYPE on a foreign key)
+	reasonPendingFull = "pending_full"
+)
+
+// errorReason classifies a failed round trip or ping.
+func errorReason(err error) string {
+	switch {
+	case isConfigError(err):
+		return reasonAuth
+	case errors.Is(err, context.DeadlineExceeded):
+		return reasonTimeout
+	default:
+		return reasonUnavailable
+	}
+}
+
+// configErrorPrefixes are the replies of a Redis (6, 7) that say the client's configuration is
+// wrong rather than that the server is unwell: authentication (HELLO … AUTH, AUTH), ACL
+// permissions, and SELECT of a database the server does not have.
+var configErrorPrefixes = []string{
+	"WRONGPASS", "NOAUTH", "NOPERM",
+	"ERR AUTH", "ERR invalid password", "ERR Client sent AUTH",
+	"ERR DB index", "ERR invalid DB index",
+}
+
+// isConfigError reports a Redis reply that a retry cannot fix.
+func isConfigError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range configErrorPrefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// runError counts a run-time error by reason and logs it, at most once per reason per minute
+// (with the number of errors of that reason not logged since).
+func (s *redisStore) runError(reason, msg string, err error, fields ...zap.Field) {
+	s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	if suppressed, ok := s.logs.allow(reason, s.now()); ok {
+		s.logger.Warn(msg, append(fields, zap.String("reason", reason), zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))...)
+	}
 }
 
 // setStatusReporter is called from Start, when the host is known.
@@ -187,6 +266,12 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 	// reason than a missing key or a record of the wrong type. Other reply errors (OOM, READONLY,
 	// LOADING, NOPERM, CLUSTERDOWN, a syntax error from a Redis < 7) concern the server: taken
 	// per record, every SET NX would "win" and every batch emit its object spans again.
+	// When the round trip itself fails (no connection: a dial refused, a password refused on
+	// reconnection), Exec returns that error and the commands carry none: every SET NX would
+	// seem to have won. So Exec's own error counts first.
+	if err != nil && !errors.Is(err, redis.Nil) && !isRecordError(err) {
+		return err
+	}
 	if err != nil {
 		for _, c := range cmds {
 			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isRecordError(cerr) {
@@ -200,8 +285,7 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 		if cerr != nil && !errors.Is(cerr, redis.Nil) {
 			// A reply error (a key of the wrong type under our prefix) concerns one record: treat
 			// it as absent and keep the batch going.
-			s.tel.RedisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "reply")))
-			s.logger.Debug("Redis rejected a record operation", zap.String("key", op.Key), zap.Error(cerr))
+			s.runError(reasonReply, "Redis rejected a record operation; the record is taken as absent", cerr, zap.String("key", s.prefix+op.Key))
 			continue
 		}
 		switch op.Kind {
@@ -267,27 +351,31 @@ func (s *redisStore) fromMemory(ops []Op, idx []int) {
 			continue
 		}
 		if len(s.pending) >= s.maxPending {
-			s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "pending_full")))
+			s.runError(reasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
 			continue
 		}
 		s.pending = append(s.pending, ops[i])
 	}
 }
 
+var errPendingFull = errors.New("pending writes full")
+
+// markDown records a failed round trip or ping: counted and logged (rate-limited) every time,
+// and reported through componentstatus as a recoverable error when Redis goes down or the
+// reason changes (a network outage that turns into a refused password after a restart).
 func (s *redisStore) markDown(err error) {
-	reason := "unavailable"
-	if errors.Is(err, context.DeadlineExceeded) {
-		reason = "timeout"
-	}
-	s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	reason := errorReason(err)
+	s.runError(reason, "Redis ID map unavailable; continuing from memory until it returns", err)
 	s.mu.Lock()
 	wasDown := s.down
-	s.down = true
+	changed := s.downReason != reason
+	s.down, s.downReason = true, reason
 	report := s.onStatus
 	s.mu.Unlock()
+	if !wasDown || changed {
+		report(fmt.Errorf("redis id map unavailable (%s): %w", reason, err))
+	}
 	if !wasDown {
-		s.logger.Warn("Redis ID map unavailable; continuing from memory until it returns", zap.Error(err))
-		report(fmt.Errorf("redis id map unavailable: %w", err))
 		select {
 		case s.probeAwake <- struct{}{}:
 		default:
@@ -328,7 +416,7 @@ func (s *redisStore) tryRecover() bool {
 	err := s.client.Ping(ctx).Err()
 	cancel()
 	if err != nil {
-		s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "unavailable")))
+		s.markDown(err)
 		return false
 	}
 	for {
@@ -336,7 +424,7 @@ func (s *redisStore) tryRecover() bool {
 		batch := s.pending
 		s.pending = nil
 		if len(batch) == 0 {
-			s.down = false
+			s.down, s.downReason = false, ""
 			report := s.onStatus
 			s.mu.Unlock()
 			s.logger.Info("Redis ID map available again; pending records reconciled")
@@ -348,7 +436,7 @@ func (s *redisStore) tryRecover() bool {
 			s.mu.Lock()
 			s.pending = append(batch, s.pending...)
 			s.mu.Unlock()
-			s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "unavailable")))
+			s.markDown(err)
 			return false
 		}
 	}

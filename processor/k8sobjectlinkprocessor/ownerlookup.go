@@ -30,7 +30,10 @@ const (
 // few hundred bytes per answer), for an object's controlling ownerReference. Answers, including
 // "unknown", are cached for a TTL so that a stream of spans about one object costs one GET.
 type ownerLookup struct {
-	client  metadata.Interface
+	client metadata.Interface
+	// cluster is the only cluster whose objects this client may be asked about: its apiserver
+	// knows nothing of other clusters, and a namesake object there would give a wrong owner.
+	cluster string
 	ttl     time.Duration
 	timeout time.Duration
 	now     func() time.Time
@@ -49,12 +52,19 @@ type cachedLookup struct {
 // then the whole cache, which only costs repeated GETs.
 const maxLookupCache = 100_000
 
-func newOwnerLookup(client metadata.Interface, ttl, timeout time.Duration, now func() time.Time) *ownerLookup {
-	return &ownerLookup{client: client, ttl: ttl, timeout: timeout, now: now, cache: make(map[model.Key]cachedLookup)}
+func newOwnerLookup(client metadata.Interface, cluster string, ttl, timeout time.Duration, now func() time.Time) *ownerLookup {
+	return &ownerLookup{client: client, cluster: cluster, ttl: ttl, timeout: timeout, now: now, cache: make(map[model.Key]cachedLookup)}
 }
 
-// lookup returns the object's controlling owner as the apiserver knows it.
+// serves reports whether objects of the given cluster may be looked up with this client.
+func (l *ownerLookup) serves(cluster string) bool { return cluster == l.cluster }
+
+// lookup returns the object's controlling owner as the apiserver knows it. An object of another
+// cluster is never sent to the apiserver: it is unknown here.
 func (l *ownerLookup) lookup(ctx context.Context, o model.Object) (lookupResult, model.Owner, error) {
+	if !l.serves(o.Cluster) {
+		return lookupUnknown, model.Owner{}, nil
+	}
 	key := o.Key()
 	now := l.now()
 	l.mu.Lock()

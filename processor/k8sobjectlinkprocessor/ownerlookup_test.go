@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestOwnerLookupAnswers(t *testing.T) {
 		{"a missing object is unknown", withoutOwner(podB1), lookupUnknown, ""},
 		{"an object recreated under the same name is unknown", withoutOwner(recreated), lookupUnknown, ""},
 	}
-	l := newOwnerLookup(fakeMetadata(t, podA1, deploy), time.Minute, time.Second, func() time.Time { return t0 })
+	l := newOwnerLookup(fakeMetadata(t, podA1, deploy), "c1", time.Minute, time.Second, func() time.Time { return t0 })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, owner, err := l.lookup(context.Background(), tt.obj)
@@ -87,7 +88,7 @@ func TestForbiddenOwnerLookupsAreAPermanentErrorAndSpansStillFlow(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	p.lookup = newOwnerLookup(fake, time.Minute, time.Second, func() time.Time { return t0 })
+	p.lookup = newOwnerLookup(fake, "c1", time.Minute, time.Second, func() time.Time { return t0 })
 	h := &harness{t: t, p: p, sink: sink}
 	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)), event(withoutOwner(podB1), "e2", t0.Add(time.Second)))
 	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
@@ -95,4 +96,55 @@ func TestForbiddenOwnerLookupsAreAPermanentErrorAndSpansStillFlow(t *testing.T) 
 	if len(st) != 1 || st[0] != componentstatus.StatusPermanentError {
 		t.Fatalf("want exactly one permanent error status, got %v", st)
 	}
+}
+
+// getCounter is a metadata client that counts the GETs it is sent, answering from the
+// fake underneath.
+func getCounter(t *testing.T, objs ...model.Object) (metadata.Interface, *atomic.Int64) {
+	t.Helper()
+	fake := fakeMetadata(t, objs...).(*metadatafake.FakeMetadataClient)
+	var gets atomic.Int64
+	fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil // counted, then answered by the fake's tracker
+	})
+	return fake, &gets
+}
+
+func TestOwnerLookupAsksOnlyAboutItsOwnClustersObjects(t *testing.T) {
+	// The client reaches cluster c1's apiserver, which has a Pod default/demo-a-1 owned by
+	// rs-a. Cluster c2 has a namesake Pod (another UID would not even be needed to go wrong:
+	// c1's answer says nothing about c2).
+	client, gets := getCounter(t, podA1, rsA, deploy)
+	cfg := memoryConfig()
+	cfg.OwnerWait = time.Hour
+	h := newHarness(t, cfg, newFakeClock(t0))
+	h.p.lookup = newOwnerLookup(client, "c1", time.Minute, time.Second, h.clock.Now)
+
+	other := withoutOwner(podA1)
+	other.Cluster = "c2"
+	h.consume(event(other, "ev-c2", t0.Add(time.Second)))
+	if n := gets.Load(); n != 0 {
+		t.Fatalf("a span of cluster c2 caused %d GETs against cluster c1's apiserver", n)
+	}
+	if h.sink.SpanCount() != 0 {
+		t.Fatal("the c2 span must wait for its owner (owner_wait), not be settled by c1's apiserver")
+	}
+	h.p.lookup.mu.Lock()
+	cached := len(h.p.lookup.cache)
+	h.p.lookup.mu.Unlock()
+	if cached != 0 {
+		t.Fatalf("a c2 object was put in the look-up cache (%d entries)", cached)
+	}
+	// Direct callers get the same answer: unknown, no GET.
+	if res, _, err := h.p.lookup.lookup(context.Background(), other); res != lookupUnknown || err != nil || gets.Load() != 0 {
+		t.Fatalf("lookup of a c2 object = %v, %v after %d GETs; want unknown without a GET", res, err, gets.Load())
+	}
+
+	// The configured cluster's objects are still looked up.
+	h.consume(event(withoutOwner(podA1), "ev-c1", t0.Add(time.Second)))
+	if gets.Load() == 0 {
+		t.Fatal("a span of cluster c1 was not looked up")
+	}
+	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
 }

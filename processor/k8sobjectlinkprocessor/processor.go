@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -64,6 +65,10 @@ type objectLinkProcessor struct {
 	// newLookupClients builds the apiserver clients at Start; tests replace it.
 	newLookupClients func() (*k8sconfig.Clients, error)
 
+	windowLogs *logLimiter // the window-mismatch warning, at most once per windowMismatchLogEvery
+	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
+	lastSenderWindow atomic.Int64
+
 	heldMu sync.Mutex
 	held   []heldSpan
 	owed   ptrace.Traces
@@ -96,6 +101,8 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		clock:  clk,
 		mapper: model.BuiltinMapper(),
 		owed:   ptrace.NewTraces(),
+
+		windowLogs: newLogLimiter(windowMismatchLogEvery),
 	}
 	evicted := func(reason string) {
 		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
@@ -129,6 +136,9 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 				componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
 			}
 		})
+		if err := p.redis.start(); err != nil {
+			return err
+		}
 	}
 	if p.newLookupClients != nil && p.lookup == nil {
 		clients, err := p.newLookupClients()
@@ -136,7 +146,7 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 			return err
 		}
 		l := p.cfg.OwnerLookup.Get()
-		p.lookup = newOwnerLookup(clients.Metadata, l.CacheTTL, l.Timeout, p.clock.Now)
+		p.lookup = newOwnerLookup(clients.Metadata, l.Cluster, l.CacheTTL, l.Timeout, p.clock.Now)
 		// With an apiserver at hand, owners of CRD kinds (an Argo Rollout owning ReplicaSets)
 		// get their real resource from discovery, so look-ups of their own owners can work.
 		if clients.Discovery != nil {
@@ -173,7 +183,15 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	}
 	err := p.release(ctx, true)
 	// Object spans still owed from a refused batch get their last chance.
-	err = errors.Join(err, p.send(ctx, ptrace.NewTraces(), processResult{}))
+	p.heldMu.Lock()
+	owed := p.owed.SpanCount()
+	p.heldMu.Unlock()
+	if sendErr := p.send(ctx, ptrace.NewTraces(), processResult{}); sendErr != nil {
+		p.tel.SpansDropped.Add(ctx, int64(owed), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
+		p.logger.Error("Next consumer refused the object spans owed at shutdown; they are lost",
+			zap.Int("spans", owed), zap.Error(sendErr))
+		err = errors.Join(err, sendErr)
+	}
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
 		p.store = nil
@@ -292,6 +310,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	r := newResolver(ctx, p, now)
 	var items []item
 	pos := 0
+	windowChecked := false
 	for _, rs := range td.ResourceSpans().All() {
 		res := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
@@ -313,6 +332,11 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				}
 				it := item{span: s, pos: pos - 1}
 				it.dedup = dedup && (typ.Str() == model.SpanTypeAudit || typ.Str() == model.SpanTypeEvent) && !s.SpanID().IsEmpty()
+				if it.dedup && !windowChecked {
+					// Fresh spans only (dedup is set on the ConsumeTraces path), as received.
+					windowChecked = true
+					p.checkWindow(ctx, obj, s, w)
+				}
 				var force bool
 				it.deadline, force = hold(it.pos)
 				it.uidFromName = obj.UID == ""

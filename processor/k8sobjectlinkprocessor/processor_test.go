@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -253,6 +255,33 @@ func TestOwnerWait(t *testing.T) {
 		h.activitySpan("event e1")
 		h.activitySpan("event e2")
 	})
+	t.Run("shutdown counts and logs the held spans a refusing next consumer loses", func(t *testing.T) {
+		o := newObserved(t)
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		refuse := false
+		sink := new(consumertest.TracesSink)
+		p, err := newProcessor(o.set, cfg, refusingConsumer(sink, &refuse), newFakeClock(t0.Add(time.Minute)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		h := &harness{t: t, p: p, sink: sink}
+		h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+		refuse = true
+		if err := p.Shutdown(context.Background()); err == nil {
+			t.Fatal("Shutdown must return the next consumer's refusal")
+		}
+		// Two activity spans and the two Pods' object spans: each counted once.
+		if n := o.counter(t, "otelcol_k8s_object_link_spans_dropped", reason("shutdown_refused")); n != 4 {
+			t.Fatalf("spans_dropped{reason=shutdown_refused} = %d, want 4", n)
+		}
+		if o.logs.FilterMessageSnippet("they are lost").Len() == 0 {
+			t.Fatal("the loss must be logged")
+		}
+	})
 	t.Run("beyond max_held_spans spans are released at once", func(t *testing.T) {
 		cfg := memoryConfig()
 		cfg.OwnerWait = time.Hour
@@ -393,7 +422,7 @@ func TestOwnerLookupAsksTheAPIServerWhenNothingElseKnows(t *testing.T) {
 	cfg := memoryConfig()
 	cfg.OwnerWait = time.Hour // the look-up must answer, not the wait
 	h := newHarness(t, cfg, newFakeClock(t0))
-	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA, deploy), time.Minute, time.Second, h.clock.Now)
+	h.p.lookup = newOwnerLookup(fakeMetadata(t, podA1, rsA, deploy), "c1", time.Minute, time.Second, h.clock.Now)
 	h.consume(event(withoutOwner(podA1), "ev", t0.Add(time.Second)))
 	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
 	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event ev"))
@@ -484,4 +513,58 @@ func TestReleasedSpansRefusedByTheNextConsumerAreHeldAgain(t *testing.T) {
 	}
 	h.activitySpan("event e")
 	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e"))
+}
+
+func TestAReceiverWindowOtherThanTheProcessorsIsWarnedAboutNamingBoth(t *testing.T) {
+	o := newObserved(t)
+	cfg := memoryConfig() // window 30m
+	sink := new(consumertest.TracesSink)
+	clk := newFakeClock(t0)
+	p, err := newProcessor(o.set, cfg, sink, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	warnings := func() []observer.LoggedEntry {
+		return o.logs.FilterMessageSnippet("another window than k8s_object_link's").All()
+	}
+
+	// Receivers with the same window: no warning, nothing counted.
+	at := t0.Add(40 * time.Minute) // in the second half hour: 30m and 1h windows start apart
+	if err := p.ConsumeTraces(context.Background(), batch(audit(deploy, "same", at))); err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings()) != 0 || o.counter(t, "otelcol_k8s_object_link_window_mismatches") != 0 {
+		t.Fatal("equal windows must not warn")
+	}
+
+	// A receiver configured with window: 1h.
+	hourly := func(id string) ptrace.Traces {
+		td := batch(audit(rsA, id, at))
+		s := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+		w := model.WindowStart(at, time.Hour)
+		s.SetTraceID(model.ObjectTraceID(rsA.Key(), w))
+		s.SetParentSpanID(model.ObjectSpanID(rsA.Key(), w))
+		return td
+	}
+	for _, id := range []string{"h1", "h2", "h3"} {
+		if err := p.ConsumeTraces(context.Background(), hourly(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := warnings()
+	if len(w) != 1 || w[0].Level != zapcore.WarnLevel {
+		t.Fatalf("want one WARN (rate-limited) for three mismatched batches, got %v", w)
+	}
+	if f := w[0].ContextMap(); f["processor_window"] != 30*time.Minute || f["receiver_window"] != time.Hour {
+		t.Fatalf("the warning must name both windows, got %v", f)
+	}
+	if n := o.counter(t, "otelcol_k8s_object_link_window_mismatches"); n != 3 {
+		t.Fatalf("window_mismatches = %d, want 3", n)
+	}
+	// The spans still go on, re-parented under the processor's object spans.
+	assertChild(t, (&harness{t: t, p: p, sink: sink}).one("ReplicaSet default/demo-a"), (&harness{t: t, p: p, sink: sink}).activitySpan("audit h1"))
 }

@@ -282,7 +282,7 @@ type throwawayRedis struct {
 	cmd  *exec.Cmd
 }
 
-func startThrowawayRedis(t *testing.T, port int) *throwawayRedis {
+func startThrowawayRedis(t *testing.T, port int, args ...string) *throwawayRedis {
 	t.Helper()
 	if port == 0 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -292,7 +292,7 @@ func startThrowawayRedis(t *testing.T, port int) *throwawayRedis {
 		port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
 	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)

@@ -359,7 +359,8 @@ func (r *resolver) plan(n *node) bool {
 			r.queueRelation(n)
 			return true
 		}
-		if r.p.lookup != nil && !n.lookupDone {
+		// Only the configured cluster's apiserver is asked, and only about its own objects.
+		if r.p.lookup != nil && !n.lookupDone && r.p.lookup.serves(n.obj.Cluster) {
 			n.lookupDone = true
 			r.lookups = append(r.lookups, n)
 			return true

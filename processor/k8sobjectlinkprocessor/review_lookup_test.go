@@ -48,7 +48,7 @@ func TestOwnerLookupsOfOneBatchRunConcurrently(t *testing.T) {
 	cfg := memoryConfig()
 	cfg.OwnerWait = time.Hour // only the look-ups can settle the roots
 	h := newHarness(t, cfg, newFakeClock(t0))
-	h.p.lookup = newOwnerLookup(fake, time.Minute, 5*time.Second, h.clock.Now)
+	h.p.lookup = newOwnerLookup(fake, "c1", time.Minute, 5*time.Second, h.clock.Now)
 	var acts []activity
 	for i, d := range roots {
 		acts = append(acts, event(d, fmt.Sprint("ev", i), t0.Add(time.Second)))
@@ -110,7 +110,7 @@ func TestACancelledCallerDoesNotCacheAnOwnerLookupFailure(t *testing.T) {
 	// The webhook request the apiserver gave up on must not leave "unknown" cached for the
 	// object for owner_lookup.cache_ttl, making it a root in every window meanwhile.
 	realClient := slowMetadata{fakeMetadata(t, podA1), func(ctx context.Context) error { return ctx.Err() }}
-	l := newOwnerLookup(realClient, time.Minute, time.Second, func() time.Time { return t0 })
+	l := newOwnerLookup(realClient, "c1", time.Minute, time.Second, func() time.Time { return t0 })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	res, owner, err := l.lookup(ctx, podA1)

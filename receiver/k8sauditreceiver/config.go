@@ -3,12 +3,13 @@ package k8sauditreceiver
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // Config configures the k8s_audit receiver: a webhook server for the apiserver's audit webhook
@@ -93,11 +94,9 @@ func (gr GroupResource) String() string {
 	return gr.Resource + "." + gr.Group
 }
 
-// clusterNamePattern keeps cluster names usable as one URL path segment and as a label value:
-// the path /audit/{cluster} carries it, and the k8s.cluster.name resource attribute shows it.
-var clusterNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
-
-func validClusterName(s string) bool { return clusterNamePattern.MatchString(s) }
+// validClusterName is the project's one cluster-name rule (internal/model), shared with the
+// other components: the path /audit/{cluster} carries the name as one URL path segment.
+func validClusterName(s string) bool { return model.ValidClusterName(s) }
 
 // Validate checks the configuration. A missing cluster is an error only where nothing else
 // can supply it: files carry no cluster, so file mode needs `cluster`; the webhook without

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // Config is the k8s_event_spans receiver's configuration.
@@ -94,6 +95,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Cluster == "" {
 		errs = append(errs, errors.New("cluster must be set: Events do not carry the cluster name"))
+	} else if err := model.ValidateClusterName(c.Cluster); err != nil {
+		// The same rule as k8s_audit's, whose /audit/{cluster} path carries the name: spans of
+		// one cluster must get the same k8s.cluster.name from both receivers.
+		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}
 	seen := make(map[string]bool, len(c.Namespaces))
 	for i, ns := range c.Namespaces {

@@ -61,6 +61,7 @@ func TestLoadConfig(t *testing.T) {
 			},
 		},
 		{name: "cluster is required", id: component.NewIDWithName(metadata.Type, "missing_cluster"), wantErr: "cluster must be set"},
+		{name: "a cluster name must be one path segment, as for k8s_audit", id: component.NewIDWithName(metadata.Type, "bad_cluster"), wantErr: `cluster: "prod/eu" is not a valid cluster name`},
 		{name: "an unknown auth_type is rejected", id: component.NewIDWithName(metadata.Type, "bad_auth_type"), wantErr: `auth_type "password"`},
 		{name: "a namespace must be a DNS label", id: component.NewIDWithName(metadata.Type, "bad_namespace"), wantErr: "namespaces[0]"},
 		{name: "a label selector must parse", id: component.NewIDWithName(metadata.Type, "bad_label_selector"), wantErr: "label_selector"},
@@ -130,4 +131,26 @@ func equalConfig(a, b *Config) bool {
 		return false
 	}
 	return !a.LeaderElector.HasValue() || *a.LeaderElector.Get() == *b.LeaderElector.Get()
+}
+
+func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		conf map[string]any
+		key  string
+	}{
+		{"a misspelled top-level key", map[string]any{"cluster": "c", "namespace": []string{"default"}}, "namespace"},
+		{"a misspelled shared client key (squashed)", map[string]any{"cluster": "c", "auth_tpye": "none"}, "auth_tpye"},
+		{"a misspelled nested key", map[string]any{"cluster": "c", "backoff": map[string]any{"initial_intervall": "1s"}}, "initial_intervall"},
+		{"a misspelled key of an optional section", map[string]any{"cluster": "c", "k8s_leader_elector": map[string]any{"lease": "x"}}, "lease"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			err := confmap.NewFromStringMap(tt.conf).Unmarshal(cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.key) {
+				t.Fatalf("Unmarshal() = %v, want an error naming %q", err, tt.key)
+			}
+		})
+	}
 }

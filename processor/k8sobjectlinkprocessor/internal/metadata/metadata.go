@@ -42,6 +42,7 @@ type Telemetry struct {
 	RedisLatency      metric.Float64Histogram
 	RedisReconciled   metric.Int64Counter
 	SpansIn, SpansOut metric.Int64Counter
+	WindowMismatches  metric.Int64Counter
 }
 
 // NewTelemetry builds the instruments on the component's MeterProvider.
@@ -65,15 +66,17 @@ func NewTelemetry(set component.TelemetrySettings) (*Telemetry, error) {
 	t.SpansReleased = counter("otelcol_k8s_object_link_spans_released",
 		"Held spans released, by reason: owner_found, timeout, shutdown.", "{span}")
 	t.SpansDropped = counter("otelcol_k8s_object_link_spans_dropped",
-		"Activity spans dropped, by reason (duplicate: the same derived span ID seen within the TTL).", "{span}")
+		"Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused.", "{span}")
 	t.IDMapEvictions = counter("otelcol_k8s_object_link_id_map_evictions",
 		"In-memory ID map entries evicted before their TTL, by reason: max_entries, max_bytes.", "{entry}")
 	t.RedisRoundTrips = counter("otelcol_k8s_object_link_redis_round_trips",
 		"Pipelined round trips to Redis.", "{round_trip}")
 	t.RedisErrors = counter("otelcol_k8s_object_link_redis_errors",
-		"Failed Redis round trips, by reason: unavailable, timeout, reply.", "{error}")
+		"Redis errors, by reason: unavailable, timeout, auth, reply, pending_full.", "{error}")
 	t.RedisReconciled = counter("otelcol_k8s_object_link_redis_reconciled",
 		"Records written from memory to Redis after an outage, by result: written, conflict.", "{record}")
+	t.WindowMismatches = counter("otelcol_k8s_object_link_window_mismatches",
+		"Batches whose first activity span a receiver derived with another window than this processor's.", "{batch}")
 	t.SpansIn = counter("otelcol_k8s_object_link_spans_in", "Spans received.", "{span}")
 	t.SpansOut = counter("otelcol_k8s_object_link_spans_out", "Spans passed on (activity, object and pass-through).", "{span}")
 	var err error
