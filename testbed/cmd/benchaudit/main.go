@@ -61,6 +61,7 @@ type config struct {
 	url          string
 	capture      []string
 	passes       int
+	events       int
 	mode         auditcapture.Mode
 	sink         string
 	pid          int
@@ -81,6 +82,7 @@ func main() {
 	flag.StringVar(&cfg.url, "url", "", "the collector's k8s_audit webhook URL (http://127.0.0.1:PORT/audit/CLUSTER)")
 	flag.StringVar(&capture, "capture", "testbed/fixtures/deployment", "comma-separated recorded scenario directories or JSON-lines captures (.jsonl, .jsonl.gz)")
 	flag.IntVar(&cfg.passes, "passes", 10, "how many times the capture is sent")
+	flag.IntVar(&cfg.events, "events", 0, "instead of -passes: as many passes as it takes to send at least this many events")
 	flag.StringVar(&workload, "workload", "replay", "replay (same objects every pass) or fresh (new objects every pass)")
 	flag.StringVar(&cfg.sink, "sink", "", "listen address of the OTLP gRPC sink the collector exports to (127.0.0.1:PORT)")
 	flag.IntVar(&cfg.pid, "pid", 0, "the collector's process ID")
@@ -143,8 +145,8 @@ func (c *config) validate() error {
 	if host, _, err := net.SplitHostPort(c.sink); err != nil || host != "127.0.0.1" {
 		return fmt.Errorf("-sink %q: want 127.0.0.1:PORT", c.sink)
 	}
-	if c.passes < 1 {
-		return errors.New("-passes must be positive")
+	if c.passes < 1 && c.events < 1 {
+		return errors.New("-passes or -events must be positive")
 	}
 	if c.pid <= 0 {
 		return errors.New("-pid: the collector's process ID is required")
@@ -178,6 +180,9 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	capture, err := auditcapture.Load(false, cfg.capture...)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.events > 0 {
+		cfg.passes = max(1, (cfg.events+capture.Events-1)/capture.Events)
 	}
 	// Audit spans each batch yields, counted from the recording: rewriting changes identities only.
 	traced := make([]int64, len(capture.Batches))
