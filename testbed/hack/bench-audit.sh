@@ -31,6 +31,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# As the Makefile builds: -trimpath also lets the baseline build reuse the build cache.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--trimpath}
 OUT=build/bench-audit
 CACHE=${KUBETRAIL_CACHE:-$HOME/.cache/kubetrail}
 OCB=${OCB:-$CACHE/bin/ocb-v0.162.0/builder}

@@ -52,6 +52,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // a config that keeps the exporter's default compression
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/testbed/auditcapture"
