@@ -85,16 +85,17 @@ if [[ -n ${BASELINE:-} ]]; then
     WORKTREE=$tmp/src
     git worktree add --quiet --detach "$WORKTREE" "$rev"
     echo "building the baseline collector of $BASELINE (${rev:0:12}) in $WORKTREE"
+    mkdir -p "$WORKTREE/build"
     (cd "$WORKTREE" && "$OCB" --config builder-config.yaml >"$OLDPWD/$OUT/baseline-build.log" 2>&1) ||
       { tail -20 "$OUT/baseline-build.log" >&2; die "the baseline build failed (log: $OUT/baseline-build.log)"; }
     cp "$WORKTREE/build/otelcol-kubetrail/otelcol-kubetrail" "$base_bin.tmp" && mv -f "$base_bin.tmp" "$base_bin"
     cleanup
   fi
   BINARIES+=("$base_bin")
-  LABELS+=("before ($BASELINE ${rev:0:8})")
+  LABELS+=("baseline ($BASELINE ${rev:0:8})")
 fi
 BINARIES+=("$COLLECTOR")
-LABELS+=("after ($(git describe --always --dirty 2>/dev/null || echo worktree))")
+LABELS+=("current ($(git describe --always --dirty 2>/dev/null || echo worktree))")
 
 # Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
 read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
