@@ -17,7 +17,7 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path '
 # deadline under CPU contention (golang/go#75804, fixed in Go 1.27), which is a flake, not a finding.
 FUZZTIME      ?= 100000x
 
-.PHONY: build run test unit fuzz dist-test e2e lint bench loadtest redis binaries cluster-up cluster-down record help
+.PHONY: build run test unit fuzz dist-test e2e lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -68,6 +68,9 @@ lint: ## gofmt and go vet (including the dist and e2e build tags)
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector; testbed/hack/bench-audit.sh)
+	OCB=$(OCB) testbed/hack/bench-audit.sh
 
 loadtest: build redis ## end-to-end load test of bin/otelcol-kubetrail: events/s, CPU, peak RSS, spans in = out (testbed/hack/loadtest.sh)
 	testbed/hack/loadtest.sh

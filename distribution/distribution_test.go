@@ -65,12 +65,21 @@ func TestShippedConfigsValidate(t *testing.T) {
 	requireBinary(t)
 	validate(t, filepath.Join(root, "distribution", "config.yaml"))
 
-	// The Kubernetes manifests embed the in-cluster config in a ConfigMap: extract and validate it.
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(clusterConfig(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, path, "POD_IP=127.0.0.1", "KUBETRAIL_CLUSTER=test", "OTLP_ENDPOINT=127.0.0.1:4317")
+}
+
+// clusterConfig returns the in-cluster collector config that the Kubernetes manifests embed in a
+// ConfigMap.
+func clusterConfig(t *testing.T) string {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "distribution", "kubernetes", "kubetrail.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found bool
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		var obj struct {
 			Kind string            `json:"kind"`
@@ -79,19 +88,12 @@ func TestShippedConfigsValidate(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatalf("manifest document does not parse: %v", err)
 		}
-		if obj.Kind != "ConfigMap" {
-			continue
+		if obj.Kind == "ConfigMap" && obj.Data["config.yaml"] != "" {
+			return obj.Data["config.yaml"]
 		}
-		found = true
-		path := filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.WriteFile(path, []byte(obj.Data["config.yaml"]), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		validate(t, path, "POD_IP=127.0.0.1", "KUBETRAIL_CLUSTER=test", "OTLP_ENDPOINT=127.0.0.1:4317")
 	}
-	if !found {
-		t.Fatal("no ConfigMap with the collector config in distribution/kubernetes/kubetrail.yaml")
-	}
+	t.Fatal("no ConfigMap with the collector config in distribution/kubernetes/kubetrail.yaml")
+	return ""
 }
 
 // TestMisspelledKeyFailsValidation: a typo in the k8s_audit receiver's keys (its confighttp
@@ -393,7 +395,7 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		forest = readForest(t, out)
 		if forest != nil && countType(forest, model.SpanTypeAudit) >= len(want) {
-			time.Sleep(1500 * time.Millisecond) // one more batch-processor flush for stragglers
+			time.Sleep(1500 * time.Millisecond) // stragglers: spans held for owner_wait
 			forest = readForest(t, out)
 			break
 		}

@@ -35,7 +35,7 @@ for body in "${bodies[@]}"; do
 done
 echo "replayed ${#bodies[@]} webhook batches ($events audit events) recorded by the '$scenario' scenario"
 
-# The batch processor flushes every second: wait until the export file stops growing.
+# Spans held for owner_wait leave a little later: wait until the export file stops growing.
 last=-1
 for _ in $(seq 50); do
   sleep 0.5

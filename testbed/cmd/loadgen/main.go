@@ -4,13 +4,10 @@
 // fresh set of objects, so neither the receiver's caches nor the processor's duplicate marks see
 // a repeat.
 //
-// Per copy, every auditID, every object UID (objectRef, metadata and ownerReferences of the
-// bodies, Status details) and every object name (the value of each "name" key equal to one) gets
-// a per-copy suffix, and the request and stage timestamps are shifted so the recording ends now
-// (the processor's records expire relative to the window the timestamps fall in). The strings are
-// found once per recording by decoding it; a copy is then only byte copies between their
-// positions. The batches of one scenario copy go in recorded order over one connection, so a
-// copy's later writes diff against its earlier ones as in the recording.
+// Every copy is a Fresh copy of testbed/auditcapture: every auditID, object UID and object name
+// rewritten, timestamps shifted so the recording ends now. The batches of one scenario copy go in
+// recorded order over one connection, so a copy's later writes diff against its earlier ones as in
+// the recording.
 //
 // It targets 127.0.0.1 only and always stops: after -duration or -max-events, whichever first.
 //
@@ -29,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kubetrail/kubetrail/testbed/auditcapture"
 )
 
 const maxDuration = time.Hour
@@ -102,7 +101,7 @@ func (c *config) validate() error {
 	return nil
 }
 
-func loadScenarios(fixtures, names string, metadataOnly bool) ([]*scenario, error) {
+func loadScenarios(fixtures, names string, metadataOnly bool) ([]*auditcapture.Capture, error) {
 	var dirs []string
 	if names == "all" {
 		all, err := filepath.Glob(filepath.Join(fixtures, "*", "audit-webhook"))
@@ -120,9 +119,9 @@ func loadScenarios(fixtures, names string, metadataOnly bool) ([]*scenario, erro
 	if len(dirs) == 0 {
 		return nil, fmt.Errorf("no recorded scenarios under %s", fixtures)
 	}
-	var out []*scenario
+	var out []*auditcapture.Capture
 	for _, d := range dirs {
-		s, err := loadScenario(d, metadataOnly)
+		s, err := auditcapture.Load(metadataOnly, d)
 		if err != nil {
 			return nil, err
 		}

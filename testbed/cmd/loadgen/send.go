@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kubetrail/kubetrail/testbed/auditcapture"
 )
 
 type config struct {
@@ -23,7 +25,7 @@ type config struct {
 	connections  int
 	rate         float64
 	metadataOnly bool
-	scenarios    []*scenario
+	scenarios    []*auditcapture.Capture
 }
 
 // result is what a run did. Latencies are per POST, from the request to the end of the answer.
@@ -133,15 +135,15 @@ func run(ctx context.Context, cfg config) (*result, error) {
 			for ctx.Err() == nil {
 				n := nextCopy.Add(1) - 1
 				s := cfg.scenarios[n%uint64(len(cfg.scenarios))]
-				vals := s.values(copyTag{nonce: nonce[0], n: n}, time.Now())
+				vals := s.Values(auditcapture.CopyTag{Nonce: nonce[0], N: n}, time.Now(), auditcapture.Fresh)
 				local.copies++
-				for i := range s.batches {
-					b := &s.batches[i]
-					if reserved.Add(int64(b.events)) > cfg.maxEvents {
+				for i := range s.Batches {
+					b := &s.Batches[i]
+					if reserved.Add(int64(b.Events)) > cfg.maxEvents {
 						cancel()
 						return
 					}
-					if p.wait(ctx, b.events) != nil {
+					if p.wait(ctx, b.Events) != nil {
 						return
 					}
 					// A POST under way at the deadline completes, so what was counted is what the collector got.
@@ -156,9 +158,9 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	return res, nil
 }
 
-func post(ctx context.Context, client *http.Client, target string, b *batch, vals []string, bufs *sync.Pool, r *result) {
+func post(ctx context.Context, client *http.Client, target string, b *auditcapture.Batch, vals []string, bufs *sync.Pool, r *result) {
 	buf := bufs.Get().(*[]byte)
-	*buf = b.render((*buf)[:0], vals)
+	*buf = b.Render((*buf)[:0], vals)
 	body := &pooledBody{Reader: bytes.NewReader(*buf), buf: buf, pool: bufs}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, body)
 	if err != nil {
@@ -173,7 +175,7 @@ func post(ctx context.Context, client *http.Client, target string, b *batch, val
 	resp, err := client.Do(req)
 	if err != nil {
 		r.status["error"]++
-		r.events += int64(b.events)
+		r.events += int64(b.Events)
 		r.batches++
 		return
 	}
@@ -181,11 +183,11 @@ func post(ctx context.Context, client *http.Client, target string, b *batch, val
 	resp.Body.Close()
 	r.latencies = append(r.latencies, time.Since(t0))
 	r.status[fmt.Sprint(resp.StatusCode)]++
-	r.events += int64(b.events)
+	r.events += int64(b.Events)
 	r.batches++
 	r.bytes += int64(size)
 	if resp.StatusCode == http.StatusOK {
-		r.accepted += int64(b.events)
+		r.accepted += int64(b.Events)
 	}
 }
 
@@ -213,7 +215,7 @@ func (r *result) print(w io.Writer, cfg config) {
 		rate = fmt.Sprintf("target %.0f events/s", cfg.rate)
 	}
 	for _, s := range cfg.scenarios {
-		perRound += s.events
+		perRound += s.Events
 	}
 	secs := r.elapsed.Seconds()
 	fmt.Fprintf(w, "loadgen: %s to %s, %d connections, %s, %s bodies, %d scenarios (%d events per round)\n",

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubetrail/kubetrail/testbed/auditcapture"
 )
 
 func TestValidateRefusesAnythingButLoopback(t *testing.T) {
@@ -32,7 +34,7 @@ func TestValidateRefusesAnythingButLoopback(t *testing.T) {
 }
 
 func TestRunStopsAtMaxEventsAndCountsWhatWasSent(t *testing.T) {
-	s, err := loadScenario(fixtures+"/deployment", true)
+	s, err := auditcapture.Load(true, "../../fixtures/deployment")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestRunStopsAtMaxEventsAndCountsWhatWasSent(t *testing.T) {
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var list eventList
+		var list auditcapture.EventList
 		if err := json.Unmarshal(body, &list); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -58,8 +60,8 @@ func TestRunStopsAtMaxEventsAndCountsWhatWasSent(t *testing.T) {
 	defer srv.Close()
 
 	// Two rounds of the scenario and a bit: the third copy stops at the bound.
-	maxEvents := int64(2*s.events + s.batches[0].events)
-	res, err := run(context.Background(), config{url: srv.URL, duration: time.Minute, maxEvents: maxEvents, connections: 1, scenarios: []*scenario{s}})
+	maxEvents := int64(2*s.Events + s.Batches[0].Events)
+	res, err := run(context.Background(), config{url: srv.URL, duration: time.Minute, maxEvents: maxEvents, connections: 1, scenarios: []*auditcapture.Capture{s}})
 	if err != nil {
 		t.Fatal(err)
 	}

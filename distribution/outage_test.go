@@ -1,0 +1,327 @@
+//go:build dist
+
+package distribution_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // the exporter's default compression
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/testbed/auditcapture"
+)
+
+// countingSink is an OTLP gRPC trace backend that remembers every span it received (and its
+// parent), so a test can ask whether a given span and its ancestors arrived.
+type countingSink struct {
+	ptraceotlp.UnimplementedGRPCServer
+	mu      sync.Mutex
+	parents map[pcommon.SpanID]pcommon.SpanID
+	copies  int
+}
+
+func (s *countingSink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rss := req.Traces().ResourceSpans()
+	for i := range rss.Len() {
+		sss := rss.At(i).ScopeSpans()
+		for j := range sss.Len() {
+			spans := sss.At(j).Spans()
+			for k := range spans.Len() {
+				sp := spans.At(k)
+				if _, dup := s.parents[sp.SpanID()]; dup {
+					s.copies++
+				}
+				s.parents[sp.SpanID()] = sp.ParentSpanID()
+			}
+		}
+	}
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+// missing returns how many of want have not arrived, and how many arrived spans name a parent
+// that has not: an acknowledged span is only delivered with the object spans it hangs under.
+func (s *countingSink) missing(want map[pcommon.SpanID]string) (spans, parents int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range want {
+		if _, ok := s.parents[id]; !ok {
+			spans++
+		}
+	}
+	for _, parent := range s.parents {
+		if _, ok := s.parents[parent]; !parent.IsEmpty() && !ok {
+			parents++
+		}
+	}
+	return spans, parents
+}
+
+// outageConfig is the in-cluster config of the Kubernetes manifests, reshaped to run on loopback
+// without a cluster: the audit webhook alone (no Events list-watch), the in-memory ID map (no
+// Redis, no owner lookups), state in dir, the exporter pointed at sink. The exporter keeps the
+// shipped shape — its queue, storage, batching, overflow and retry settings — with smaller sizes,
+// so that a few recorded captures fill its queue, and shorter retry intervals.
+func outageConfig(t *testing.T, dir string, auditPort, healthPort, sinkPort int) string {
+	t.Helper()
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(clusterConfig(t)), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	section := func(m map[string]any, keys ...string) map[string]any {
+		for _, k := range keys {
+			next, ok := m[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[k] = next
+			}
+			m = next
+		}
+		return m
+	}
+	section(cfg, "extensions", "health_check")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", healthPort)
+	for name, ext := range section(cfg, "extensions") {
+		if e, ok := ext.(map[string]any); ok && e["directory"] != nil {
+			sub := filepath.Join(dir, strings.ReplaceAll(name, "/", "_"))
+			e["directory"] = sub
+			if c, ok := e["compaction"].(map[string]any); ok {
+				c["directory"] = sub
+			}
+		}
+	}
+	receivers := section(cfg, "receivers")
+	delete(receivers, "k8s_event_spans")
+	section(receivers, "k8s_audit")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", auditPort)
+	link := section(cfg, "processors", "k8s_object_link")
+	delete(link, "id_map")
+	delete(link, "owner_lookup")
+
+	otlp := section(cfg, "exporters", "otlp_grpc")
+	otlp["endpoint"] = fmt.Sprintf("127.0.0.1:%d", sinkPort)
+	queue := section(otlp, "sending_queue")
+	switch queue["sizer"] {
+	case "bytes":
+		queue["queue_size"] = 1 << 20
+	case "items":
+		queue["queue_size"] = 500
+	default: // requests, the exporter's default
+		queue["queue_size"] = 4
+	}
+	if batch, ok := queue["batch"].(map[string]any); ok && batch["sizer"] == "bytes" {
+		batch["min_size"], batch["max_size"] = 16<<10, 64<<10
+	}
+	retry := section(otlp, "retry_on_failure")
+	retry["initial_interval"], retry["max_interval"] = "100ms", "1s"
+
+	section(cfg, "service", "pipelines", "traces")["receivers"] = []any{"k8s_audit"}
+	section(cfg, "service", "telemetry", "metrics")["level"] = "none"
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// startCollector runs the binary on config until the test ends.
+func startCollector(t *testing.T, config string, healthPort int, env ...string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "--config", path)
+	cmd.Env = append(os.Environ(), env...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("collector config:\n%s\ncollector log:\n%s", config, logs.String())
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", healthPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the collector exited: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector did not become healthy: %v\n%s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// posted is one webhook batch and the audit spans it should yield.
+type posted struct {
+	body  []byte
+	spans map[pcommon.SpanID]string // audit span ID -> auditID
+}
+
+// TestWebhook200IsAPromiseWhileTheBackendIsDown runs the shipped in-cluster pipeline shape with its
+// OTLP backend down: the webhook must either refuse a batch with a code the apiserver retries
+// (429/503 with Retry-After) or, having answered 200, deliver every span of it — and the object
+// spans those hang under — once the backend is up. The batches it refused are then redelivered,
+// as the apiserver does, and must arrive too.
+func TestWebhook200IsAPromiseWhileTheBackendIsDown(t *testing.T) {
+	requireBinary(t)
+	dirs, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no recorded captures: %v", err)
+	}
+	capture, err := auditcapture.Load(false, dirs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	auditPort, healthPort, sinkPort := freePort(t), freePort(t), freePort(t)
+	startCollector(t, outageConfig(t, t.TempDir(), auditPort, healthPort, sinkPort), healthPort,
+		"KUBETRAIL_CLUSTER=outage", "POD_IP=127.0.0.1", "OTLP_ENDPOINT=unused")
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	post := func(body []byte) (int, string) {
+		resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/outage", auditPort), "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+
+	// Backend down: every scenario again and again, each pass with new auditIDs (replay copies:
+	// the same objects, so after the first pass their spans go straight to the exporter rather
+	// than wait owner_wait in the processor), until the exporter's queue has refused a few batches.
+	var acked, refused []posted
+	now := time.Now()
+	for n := uint64(0); n < 40 && len(refused) < 5; n++ {
+		vals := capture.Values(auditcapture.CopyTag{Nonce: 0x0d, N: n}, now, auditcapture.Replay)
+		for i := range capture.Batches {
+			p := posted{body: capture.Batches[i].Render(nil, vals), spans: map[pcommon.SpanID]string{}}
+			var list auditcapture.EventList
+			if err := json.Unmarshal(p.body, &list); err != nil {
+				t.Fatal(err)
+			}
+			for j := range list.Items {
+				if ev := &list.Items[j]; auditcapture.Traced(ev) {
+					p.spans[model.AuditSpanID(ev.AuditID)] = ev.AuditID
+				}
+			}
+			switch code, retryAfter := post(p.body); code {
+			case http.StatusOK:
+				acked = append(acked, p)
+			case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+				if retryAfter == "" {
+					t.Errorf("a refusal (%d) without Retry-After", code)
+				}
+				refused = append(refused, p)
+			default:
+				t.Fatalf("a batch answered %d with the backend down: neither accepted nor retryable", code)
+			}
+		}
+	}
+	t.Logf("backend down: %d batches answered 200, %d refused with a retryable code", len(acked), len(refused))
+	if len(acked) == 0 {
+		t.Fatal("no batch was accepted with the backend down: the queue cannot hold anything")
+	}
+	if len(refused) == 0 {
+		t.Error("no batch was refused with the backend down: something accepts spans it cannot keep")
+	}
+
+	// Backend up.
+	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", sinkPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &countingSink{parents: map[pcommon.SpanID]pcommon.SpanID{}}
+	srv := grpc.NewServer()
+	ptraceotlp.RegisterGRPCServer(srv, sink)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	want := map[pcommon.SpanID]string{}
+	for _, p := range acked {
+		for id, auditID := range p.spans {
+			want[id] = auditID
+		}
+	}
+	// The apiserver redelivers what was refused, with backoff, until it is taken.
+	for _, p := range refused {
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			code, _ := post(p.body)
+			if code == http.StatusOK {
+				break
+			}
+			if code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests {
+				t.Fatalf("a redelivered batch answered %d", code)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a redelivered batch was still refused (%d) 90 s after the backend came back", code)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		for id, auditID := range p.spans {
+			want[id] = auditID
+		}
+	}
+
+	// Bounded wait: the exporter retries every second at most; held spans leave after owner_wait.
+	var spans, parents int
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		spans, parents = sink.missing(want)
+		if spans == 0 && parents == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if spans != 0 {
+		t.Errorf("%d of the %d audit spans of acknowledged batches never reached the backend", spans, len(want))
+	}
+	if parents != 0 {
+		t.Errorf("%d spans reached the backend without the object span they hang under", parents)
+	}
+	sink.mu.Lock()
+	t.Logf("backend received %d distinct spans (%d audit spans expected), %d duplicate copies", len(sink.parents), len(want), sink.copies)
+	sink.mu.Unlock()
+}

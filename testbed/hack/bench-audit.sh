@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# `make bench-audit`: what the collector spends per audit event on the webhook path, measured the
+# same way for one or two collector binaries in one run. For each workload (and each binary), start
+# the collector on a generated config (k8s_audit on a loopback port -> k8s_object_link (memory ID
+# map, defaults) -> batch -> otlp_grpc without compression), and let testbed/cmd/benchaudit replay
+# the capture into it N passes, open loop on one keep-alive connection, with its own OTLP gRPC sink
+# counting what arrives. One table row per run: µs of collector CPU per posted event (utime +
+# stime from /proc, first request to last span), events/s, bytes allocated per event (the
+# collector's otelcol_process_runtime_total_alloc_bytes; allocation counts are not exposed), peak
+# RSS (VmHWM), audit spans expected / arrived / lost, object spans emitted / arrived / lost.
+#
+#   testbed/hack/bench-audit.sh                          # bin/otelcol-kubetrail, both workloads
+#   BASELINE=main testbed/hack/bench-audit.sh            # and the collector built from main, same input
+#   BENCH_EVENTS=20000 WORKLOADS=replay testbed/hack/bench-audit.sh
+#
+# Environment:
+#   CAPTURE      comma-separated scenario directories or .jsonl[.gz] captures (one EventList a line);
+#                default testbed/fixtures/audit-webhook-demo.jsonl.gz if present, else every
+#                recorded scenario under testbed/fixtures
+#   BENCH_EVENTS events per run (default 250000, about a minute of one run on 2 cores); PASSES
+#                instead sets the passes directly
+#   WORKLOADS    "replay fresh" (default): replay = same objects each pass, only auditIDs rewritten
+#                (same byte length); fresh = new UIDs and names each pass (new object spans)
+#   REPEAT       runs per binary and workload (default 1; the issue's figures are medians of 3)
+#   BASELINE     a git revision: its collector is built with ocb from a temporary git worktree
+#                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one
+#   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
+#   BENCH_BATCH  processor (default: the batch processor, as the issue measured) or exporter (the
+#                exporter's sending_queue batching of the shipped Kubernetes config)
+# Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# As the Makefile builds: -trimpath also lets the baseline build reuse the build cache.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--trimpath}
+OUT=build/bench-audit
+CACHE=${KUBETRAIL_CACHE:-$HOME/.cache/kubetrail}
+OCB=${OCB:-$CACHE/bin/ocb-v0.162.0/builder}
+COLLECTOR=${COLLECTOR:-bin/otelcol-kubetrail}
+WORKLOADS=${WORKLOADS:-replay fresh}
+REPEAT=${REPEAT:-1}
+BENCH_EVENTS=${BENCH_EVENTS:-250000}
+BENCH_BATCH=${BENCH_BATCH:-processor}
+if [[ -z ${CAPTURE:-} ]]; then
+  if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
+    CAPTURE=testbed/fixtures/audit-webhook-demo.jsonl.gz
+  else
+    CAPTURE=$(find testbed/fixtures -mindepth 2 -maxdepth 2 -type d -name audit-webhook -printf '%h\n' | sort | paste -sd, -)
+  fi
+fi
+
+die() { echo "bench-audit: $*" >&2; exit 1; }
+[[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
+case $BENCH_BATCH in processor | exporter) ;; *) die "BENCH_BATCH must be processor or exporter" ;; esac
+mkdir -p "$OUT" "$CACHE/bench-audit"
+go build -o "$OUT/benchaudit" ./testbed/cmd/benchaudit
+
+COL_PID="" WORKTREE=""
+cleanup() {
+  if [[ -n $COL_PID ]]; then
+    kill "$COL_PID" 2>/dev/null || true
+    wait "$COL_PID" 2>/dev/null || true
+    COL_PID=""
+  fi
+  if [[ -n $WORKTREE ]]; then
+    git worktree remove --force "$WORKTREE" 2>/dev/null || true
+    rm -rf "$(dirname "$WORKTREE")"
+    WORKTREE=""
+  fi
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The baseline collector: ocb on the revision's own builder-config.yaml (its replace of the root
+# module points at the worktree), once per revision.
+BINARIES=()
+LABELS=()
+if [[ -n ${BASELINE:-} ]]; then
+  rev=$(git rev-parse --verify "${BASELINE}^{commit}") || die "BASELINE=$BASELINE is not a revision"
+  base_bin=$CACHE/bench-audit/otelcol-kubetrail-$rev
+  if [[ ! -x $base_bin ]]; then
+    [[ -x $OCB ]] || die "ocb is missing at $OCB (make build installs it)"
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/kubetrail-baseline.XXXXXX")
+    WORKTREE=$tmp/src
+    git worktree add --quiet --detach "$WORKTREE" "$rev"
+    echo "building the baseline collector of $BASELINE (${rev:0:12}) in $WORKTREE"
+    mkdir -p "$WORKTREE/build"
+    (cd "$WORKTREE" && "$OCB" --config builder-config.yaml >"$OLDPWD/$OUT/baseline-build.log" 2>&1) ||
+      { tail -20 "$OUT/baseline-build.log" >&2; die "the baseline build failed (log: $OUT/baseline-build.log)"; }
+    cp "$WORKTREE/build/otelcol-kubetrail/otelcol-kubetrail" "$base_bin.tmp" && mv -f "$base_bin.tmp" "$base_bin"
+    cleanup
+  fi
+  BINARIES+=("$base_bin")
+  LABELS+=("baseline ($BASELINE ${rev:0:8})")
+fi
+BINARIES+=("$COLLECTOR")
+LABELS+=("current ($(git describe --always --dirty 2>/dev/null || echo worktree))")
+
+# Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
+read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
+if ((EPH_LOW > 12000)); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then printf -v "$1" '%s' "$p"; return; fi
+  done
+  die "no free port on 127.0.0.1"
+}
+
+write_config() { # write_config FILE
+  local processors="[k8s_object_link, batch]" batch="  batch: {}" queue=""
+  if [[ $BENCH_BATCH == exporter ]]; then
+    processors="[k8s_object_link]" batch=""
+    queue="    sending_queue: {batch: {flush_timeout: 200ms}}"
+  fi
+  cat >"$1" <<EOF
+receivers:
+  k8s_audit:
+    endpoint: 127.0.0.1:$AUDIT_PORT
+    cluster: bench
+processors:
+  k8s_object_link: {}
+$batch
+exporters:
+  otlp_grpc:
+    endpoint: 127.0.0.1:$SINK_PORT
+    tls: {insecure: true}
+    compression: none
+$queue
+service:
+  telemetry:
+    metrics:
+      level: normal
+      readers:
+        - pull:
+            exporter:
+              prometheus: {host: 127.0.0.1, port: $METRICS_PORT}
+  pipelines:
+    traces:
+      receivers: [k8s_audit]
+      processors: $processors
+      exporters: [otlp_grpc]
+EOF
+}
+
+ROWS=$OUT/rows.tsv
+: >"$ROWS"
+FAILED=0
+run_one() { # run_one LABEL BINARY WORKLOAD N
+  local label=$1 bin=$2 workload=$3 name
+  name="$workload-$4-$(basename "$bin")"
+  free_port AUDIT_PORT
+  free_port METRICS_PORT
+  free_port SINK_PORT
+  write_config "$OUT/$name.yaml"
+  "$bin" --config "$OUT/$name.yaml" >"$OUT/$name.collector.log" 2>&1 &
+  COL_PID=$!
+  for _ in $(seq 150); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$AUDIT_PORT") 2>/dev/null && break
+    kill -0 "$COL_PID" 2>/dev/null || { cat "$OUT/$name.collector.log" >&2; die "$label: the collector exited"; }
+    sleep 0.1
+  done
+  echo "== $label, $workload (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  local size=(-events "$BENCH_EVENTS")
+  [[ -n ${PASSES:-} ]] && size=(-passes "$PASSES")
+  "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
+    -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
+    -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
+  kill "$COL_PID" 2>/dev/null || true
+  wait "$COL_PID" 2>/dev/null || true
+  COL_PID=""
+}
+
+echo "bench-audit: $(nproc) cores, capture $CAPTURE, ${PASSES:+$PASSES passes}${PASSES:-$BENCH_EVENTS events} per run, batching in the $BENCH_BATCH"
+for workload in $WORKLOADS; do
+  for n in $(seq "$REPEAT"); do
+    for i in "${!BINARIES[@]}"; do
+      run_one "${LABELS[$i]}" "${BINARIES[$i]}" "$workload" "$n"
+    done
+  done
+done
+
+{
+  echo
+  echo "bench-audit, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, batching in the $BENCH_BATCH"
+  echo "| collector | workload | passes | events posted | MiB posted | CPU µs per posted event | events/s | drained (s) | bytes allocated per event | peak RSS (MiB) | audit spans expected / arrived / lost | object spans emitted / arrived / lost | duplicates | HTTP answers |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
+} | tee "$OUT/table.md"
+((FAILED == 0)) || die "a run failed"
+awk -F'\t' '{ split($11, a, " / "); if (a[3] != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost audit spans"
