@@ -40,7 +40,7 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "every key can be set", id: component.MustNewIDWithName("k8s_audit", "full"), check: func(t *testing.T, cfg *Config) {
-			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 {
+			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 || cfg.MaxInFlightBytes != 32<<20 {
 				t.Errorf("server = %+v", cfg.ServerConfig)
 			}
 			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
@@ -75,6 +75,7 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "a cluster name that is not one path segment is refused", id: component.MustNewIDWithName("k8s_audit", "bad_cluster"), wantErr: "cluster:"},
+		{name: "max_in_flight_bytes below max_request_body_size is refused", id: component.MustNewIDWithName("k8s_audit", "max_in_flight_too_small"), wantErr: "max_in_flight_bytes:"},
 		{name: "files need a cluster", id: component.MustNewIDWithName("k8s_audit", "files_without_cluster"), wantErr: "cluster: required when files is set"},
 		{name: "no webhook and no files is refused", id: component.MustNewIDWithName("k8s_audit", "nothing_to_read"), wantErr: "endpoint:"},
 		{name: "storage without files is refused", id: component.MustNewIDWithName("k8s_audit", "storage_without_files"), wantErr: "storage:"},

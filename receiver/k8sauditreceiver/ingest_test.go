@@ -175,12 +175,3 @@ func TestInFlightBytesAreBounded(t *testing.T) {
 		t.Fatalf("after the held requests ended: status %d", resp.StatusCode)
 	}
 }
-
-func TestMaxInFlightBytesMustHoldTheLargestBody(t *testing.T) {
-	cfg := createDefaultConfig().(*Config)
-	cfg.Cluster = "c1"
-	cfg.MaxInFlightBytes = 1 << 20
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "max_in_flight_bytes") {
-		t.Fatalf("Validate = %v, want an error naming max_in_flight_bytes", err)
-	}
-}
