@@ -25,6 +25,9 @@
 #   BASELINE     a git revision: its collector is built with ocb from a temporary git worktree
 #                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one
 #   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
+#   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10) and a heap-allocation profile
+#                of each collector that has the pprof extension, while it ingests, and print where
+#                its CPU goes (build/bench-audit/<run>.cpu.pprof, .allocs.pprof; go tool pprof reads them)
 #   BENCH_BATCH  processor (default: the batch processor, as the issue measured) or exporter (the
 #                exporter's sending_queue batching of the shipped Kubernetes config)
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
@@ -41,6 +44,8 @@ WORKLOADS=${WORKLOADS:-replay fresh}
 REPEAT=${REPEAT:-1}
 BENCH_EVENTS=${BENCH_EVENTS:-250000}
 BENCH_BATCH=${BENCH_BATCH:-processor}
+PROFILE=${PROFILE:-0}
+PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 if [[ -z ${CAPTURE:-} ]]; then
   if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
     CAPTURE=testbed/fixtures/audit-webhook-demo.jsonl.gz
@@ -109,13 +114,19 @@ free_port() {
   die "no free port on 127.0.0.1"
 }
 
-write_config() { # write_config FILE
-  local processors="[k8s_object_link, batch]" batch="  batch: {}" queue=""
+write_config() { # write_config FILE PPROF_PORT (empty: no profiling)
+  local processors="[k8s_object_link, batch]" batch="  batch: {}" queue="" ext="" service_ext=""
+  if [[ -n ${2:-} ]]; then
+    ext="extensions:
+  pprof: {endpoint: 127.0.0.1:$2}"
+    service_ext="  extensions: [pprof]"
+  fi
   if [[ $BENCH_BATCH == exporter ]]; then
     processors="[k8s_object_link]" batch=""
     queue="    sending_queue: {batch: {flush_timeout: 200ms}}"
   fi
   cat >"$1" <<EOF
+$ext
 receivers:
   k8s_audit:
     endpoint: 127.0.0.1:$AUDIT_PORT
@@ -130,6 +141,7 @@ exporters:
     compression: none
 $queue
 service:
+$service_ext
   telemetry:
     metrics:
       level: normal
@@ -154,7 +166,9 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   free_port AUDIT_PORT
   free_port METRICS_PORT
   free_port SINK_PORT
-  write_config "$OUT/$name.yaml"
+  PPROF_PORT=""
+  if [[ $PROFILE == 1 ]] && "$bin" components 2>/dev/null | grep -q 'name: pprof$'; then free_port PPROF_PORT; fi
+  write_config "$OUT/$name.yaml" "$PPROF_PORT"
   "$bin" --config "$OUT/$name.yaml" >"$OUT/$name.collector.log" 2>&1 &
   COL_PID=$!
   for _ in $(seq 150); do
@@ -165,9 +179,23 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   echo "== $label, $workload (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   local size=(-events "$BENCH_EVENTS")
   [[ -n ${PASSES:-} ]] && size=(-passes "$PASSES")
+  local prof_pid=""
+  if [[ -n $PPROF_PORT ]]; then
+    # One second in, the webhook is at full speed; the allocation profile is taken at the end.
+    (sleep 1 && curl -fsS -o "$OUT/$name.cpu.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+    prof_pid=$!
+  fi
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
     -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
     -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
+  if [[ -n $prof_pid ]]; then
+    wait "$prof_pid" || echo "   the CPU profile failed (a run shorter than PROFILE_SECONDS + 1 s?)"
+    curl -fsS -o "$OUT/$name.allocs.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/allocs" || true
+    if [[ -s $OUT/$name.cpu.pprof ]]; then
+      echo "   where the collector's CPU went ($OUT/$name.cpu.pprof, cumulative, top functions):"
+      go tool pprof -top -cum -nodecount=40 "$OUT/$name.cpu.pprof" 2>/dev/null | sed -n '6,46p' | sed 's/^/     /'
+    fi
+  fi
   kill "$COL_PID" 2>/dev/null || true
   wait "$COL_PID" 2>/dev/null || true
   COL_PID=""
