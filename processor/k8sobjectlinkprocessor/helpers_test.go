@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -306,4 +308,28 @@ func uniquePrefix(t *testing.T) string {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(time.Now().UnixNano()))
 	return "kubetrail-test:" + strings.ReplaceAll(t.Name(), "/", "_") + ":" + fmt.Sprintf("%x", b) + ":"
+}
+
+// sumOf adds up the data points of the int64 sum metric name whose attributes include attrs.
+func sumOf(rm metricdata.ResourceMetrics, name string, attrs ...attribute.KeyValue) int64 {
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				match := true
+				for _, a := range attrs {
+					if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
+						match = false
+					}
+				}
+				if match {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
 }

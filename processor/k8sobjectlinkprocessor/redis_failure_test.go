@@ -52,26 +52,7 @@ func (o *observed) counter(t *testing.T, name string, attrs ...attribute.KeyValu
 	if err := o.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var total int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				match := true
-				for _, a := range attrs {
-					if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
-						match = false
-					}
-				}
-				if match {
-					total += dp.Value
-				}
-			}
-		}
-	}
-	return total
+	return sumOf(rm, name, attrs...)
 }
 
 func reason(r string) attribute.KeyValue { return attribute.String(metadata.AttrReason, r) }

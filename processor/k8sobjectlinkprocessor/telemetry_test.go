@@ -36,28 +36,7 @@ func TestOwnTelemetryCountsWhatHappened(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	sum := func(name string, attrs ...attribute.KeyValue) int64 {
-		var total int64
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name != name {
-					continue
-				}
-				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-					match := true
-					for _, a := range attrs {
-						if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
-							match = false
-						}
-					}
-					if match {
-						total += dp.Value
-					}
-				}
-			}
-		}
-		return total
-	}
+	sum := func(name string, attrs ...attribute.KeyValue) int64 { return sumOf(rm, name, attrs...) }
 	tests := []struct {
 		name   string
 		metric string
