@@ -8,7 +8,6 @@ package distribution_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -58,6 +57,53 @@ func validate(t *testing.T, config string, env ...string) {
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("validate %s: %v\n%s", config, err, out)
+	}
+}
+
+// launched is a running bin/otelcol-kubetrail.
+type launched struct {
+	cmd    *exec.Cmd
+	logs   *bytes.Buffer
+	exited chan error
+}
+
+// launch starts the collector on a config file.
+func launch(t *testing.T, configPath string, env ...string) *launched {
+	t.Helper()
+	cmd := exec.Command(binary, "--config", configPath)
+	cmd.Env = append(os.Environ(), env...)
+	l := &launched{cmd: cmd, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = l.logs, l.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { l.exited <- cmd.Wait() }()
+	return l
+}
+
+// stop sends SIGTERM and waits up to 30 s for the collector to exit (everything it accepted is
+// exported by then), then kills it; it reports whether the collector stopped by itself.
+func (l *launched) stop() bool {
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-l.exited:
+		l.exited <- err
+		return true
+	case <-time.After(30 * time.Second):
+		_ = l.cmd.Process.Kill()
+		l.exited <- <-l.exited
+		return false
+	}
+}
+
+// exitedEarly reports whether the collector has exited, and how.
+func (l *launched) exitedEarly() (error, bool) {
+	select {
+	case err := <-l.exited:
+		l.exited <- err
+		return err, true
+	default:
+		return nil, false
 	}
 }
 
@@ -210,34 +256,22 @@ service:
 		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(binary, "--config", config)
-		var logs bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
+		c := launch(t, config)
 		stop := func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-				t.Fatalf("%s: the collector did not stop on SIGTERM\n%s", name, logs.String())
+			if !c.stop() {
+				t.Fatalf("%s: the collector did not stop on SIGTERM\n%s", name, c.logs.String())
 			}
 		}
 		for deadline := time.Now().Add(90 * time.Second); len(exportedAuditIDs(t, out)) < want; {
 			if time.Now().After(deadline) {
 				stop()
-				t.Fatalf("%s: exported %d audit spans, want %d\n%s", name, len(exportedAuditIDs(t, out)), want, logs.String())
+				t.Fatalf("%s: exported %d audit spans, want %d\n%s", name, len(exportedAuditIDs(t, out)), want, c.logs.String())
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		stop()
 		if t.Failed() {
-			t.Logf("%s log:\n%s", name, logs.String())
+			t.Logf("%s log:\n%s", name, c.logs.String())
 		}
 		return exportedAuditIDs(t, out)
 	}
@@ -323,50 +357,13 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "traces.jsonl")
 	auditPort, healthPort := freePort(t), freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "--config", filepath.Join(root, "distribution", "config.yaml"))
-	cmd.Env = append(os.Environ(),
+	startCollectorFile(t, filepath.Join(root, "distribution", "config.yaml"), healthPort,
 		fmt.Sprintf("KUBETRAIL_AUDIT_ENDPOINT=127.0.0.1:%d", auditPort),
 		fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
 		fmt.Sprintf("KUBETRAIL_METRICS_PORT=%d", freePort(t)),
 		"KUBETRAIL_CLUSTER=ignored-when-the-path-names-one",
 		"KUBETRAIL_OUT="+out)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("collector log:\n%s", logs.String())
-		}
-	}()
-
 	client := &http.Client{Timeout: 10 * time.Second}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", healthPort))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the collector did not become healthy: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
 	post := func(body []byte) int {
 		resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/disttest", auditPort), "application/json", bytes.NewReader(body))

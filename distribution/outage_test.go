@@ -10,11 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,32 +138,26 @@ func outageConfig(t *testing.T, dir string, auditPort, healthPort, sinkPort int)
 	return string(out)
 }
 
-// startCollector runs the binary on config until the test ends.
+// startCollector runs the binary on config (YAML text) until the test ends.
 func startCollector(t *testing.T, config string, healthPort int, env ...string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "--config", path)
-	cmd.Env = append(os.Environ(), env...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	startCollectorFile(t, path, healthPort, env...)
+}
+
+// startCollectorFile runs the binary on a config file until the test ends and waits until its
+// health_check extension on healthPort answers.
+func startCollectorFile(t *testing.T, path string, healthPort int, env ...string) {
+	t.Helper()
+	c := launch(t, path, env...)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		c.stop()
 		if t.Failed() {
-			t.Logf("collector config:\n%s\ncollector log:\n%s", config, logs.String())
+			config, _ := os.ReadFile(path)
+			t.Logf("collector config:\n%s\ncollector log:\n%s", config, c.logs.String())
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -176,14 +168,11 @@ func startCollector(t *testing.T, config string, healthPort int, env ...string) 
 				return
 			}
 		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("the collector exited: %v\n%s", err, logs.String())
-		default:
+		if err, gone := c.exitedEarly(); gone {
+			t.Fatalf("the collector exited: %v\n%s", err, c.logs.String())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the collector did not become healthy: %v\n%s", err, logs.String())
+			t.Fatalf("the collector did not become healthy: %v\n%s", err, c.logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
