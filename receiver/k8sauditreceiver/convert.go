@@ -310,6 +310,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username)
 	}
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
+	putAnnotations(attrs, ev.Annotations)
 	if len(ev.SourceIPs) > 0 {
 		attrs.PutStr(model.AttrClientAddress, ev.SourceIPs[0])
 	}

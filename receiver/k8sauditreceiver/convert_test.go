@@ -3,6 +3,7 @@ package k8sauditreceiver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -695,4 +696,68 @@ func TestExportedStringsAreValidUTF8(t *testing.T) {
 	if got, want := attrStr(e.Attributes(), model.AttrAuditPatch), "{\"data\":{\"k\":\"x\uFFFD(y\",\"\uFFFD\":\"z\"}}"; got != want {
 		t.Fatalf("patch = %q, want %q (each invalid byte replaced with U+FFFD)", got, want)
 	}
+}
+
+func TestAnnotationsBecomeAttributes(t *testing.T) {
+	c := testConverter()
+	ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+	ev := event("ann", "create", "alice", ref, 201)
+	ev.Annotations = []annotation{
+		{Key: "authorization.k8s.io/decision", Value: "allow"},
+		{Key: "authorization.k8s.io/reason", Value: `RBAC: allowed by ClusterRoleBinding "admin"`},
+		{Key: "mutation.webhook.admission.k8s.io/round_0_index_0", Value: `{"configuration":"inject","webhook":"sidecar.example.com","mutated":true}`},
+		{Key: "mutation.webhook.admission.k8s.io/round_0_index_1", Value: `{"configuration":"defaults","webhook":"defaults.example.com","mutated":false}`},
+		{Key: "mutation.webhook.admission.k8s.io/round_1_index_0", Value: `not json`},
+		{Key: "validation.policy.admission.k8s.io/validation_failure", Value: `[{"message":"no latest tag","policy":"tags","binding":"tags","expressionIndex":0,"validationActions":["Audit"]}]`},
+		{Key: "pod-security.kubernetes.io/enforce-policy", Value: "restricted:latest"},
+		{Key: "pod-security.kubernetes.io/audit-violations", Value: `would violate PodSecurity "restricted:latest": privileged`},
+		{Key: "apiserver.latency.k8s.io/etcd", Value: "1.5s"},
+		{Key: "apiserver.latency.k8s.io/mutating-webhook", Value: "250ms"},
+		{Key: "apiserver.latency.k8s.io/total", Value: "not a duration"},
+		{Key: "example.com/anything", Value: "left out"},
+	}
+	attrs := onlySpan(t, must(convertOne(t, c, ev))).Attributes()
+	for key, want := range map[string]string{
+		"k8s.audit.authorization.decision":        "allow",
+		"k8s.audit.authorization.reason":          `RBAC: allowed by ClusterRoleBinding "admin"`,
+		"k8s.audit.admission.policy_failures":     `[{"message":"no latest tag","policy":"tags","binding":"tags","expressionIndex":0,"validationActions":["Audit"]}]`,
+		"k8s.audit.pod_security.enforce_policy":   "restricted:latest",
+		"k8s.audit.pod_security.audit_violations": `would violate PodSecurity "restricted:latest": privileged`,
+	} {
+		if got := attrStr(attrs, key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	slice := func(key string) []string {
+		v, ok := attrs.Get(key)
+		if !ok {
+			return nil
+		}
+		var out []string
+		for _, e := range v.Slice().All() {
+			out = append(out, e.Str())
+		}
+		return out
+	}
+	if got := slice("k8s.audit.admission.webhooks"); !slices.Equal(got, []string{"sidecar.example.com", "defaults.example.com"}) {
+		t.Errorf("webhooks = %v", got)
+	}
+	if got := slice("k8s.audit.admission.mutated_by"); !slices.Equal(got, []string{"sidecar.example.com"}) {
+		t.Errorf("mutated_by = %v", got)
+	}
+	if v, ok := attrs.Get("k8s.audit.latency.etcd"); !ok || v.Double() != 1.5 {
+		t.Errorf("latency.etcd = %v", v.AsRaw())
+	}
+	if v, ok := attrs.Get("k8s.audit.latency.mutating_webhook"); !ok || v.Double() != 0.25 {
+		t.Errorf("latency.mutating_webhook = %v", v.AsRaw())
+	}
+	if _, ok := attrs.Get("k8s.audit.latency.total"); ok {
+		t.Error("a latency that is not a duration is left out")
+	}
+	attrs.Range(func(k string, _ pcommon.Value) bool {
+		if strings.Contains(k, "example.com") || strings.Contains(k, "anything") {
+			t.Errorf("unknown annotation exported as %s", k)
+		}
+		return true
+	})
 }

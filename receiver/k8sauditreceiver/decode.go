@@ -35,10 +35,16 @@ type auditEvent struct {
 	RequestReceivedTimestamp time.Time        `json:"requestReceivedTimestamp"`
 	StageTimestamp           time.Time        `json:"stageTimestamp"`
 
+	// Annotations are the event's annotations (authorization decision, admission webhooks,
+	// Pod Security, latency breakdown), in the order the apiserver wrote them.
+	Annotations []annotation `json:"-"`
+
 	// Invalid says why a well-formed item is not a valid event (a field of the wrong type, a
 	// malformed timestamp); the converter refuses such an event alone.
 	Invalid string `json:"-"`
 }
+
+type annotation struct{ Key, Value string }
 
 type userInfo struct {
 	Username string   `json:"username"`
@@ -316,6 +322,14 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int) (int, erro
 		return ev.time(d, i, &ev.RequestReceivedTimestamp, "requestReceivedTimestamp", depth)
 	case "stageTimestamp":
 		return ev.time(d, i, &ev.StageTimestamp, "stageTimestamp", depth)
+	case "annotations":
+		ev.Annotations = ev.Annotations[:0]
+		return ev.object(d, i, "annotations", depth, func(key []byte, i int) (int, error) {
+			var v string
+			end, err := ev.str(d, i, &v, "annotations")
+			ev.Annotations = append(ev.Annotations, annotation{Key: string(key), Value: v})
+			return end, err
+		})
 	default:
 		return skipValue(d, i, depth)
 	}
