@@ -1,6 +1,7 @@
 package model
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -193,5 +194,25 @@ func BenchmarkObjectSpanID(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = ObjectSpanID(k, w)
+	}
+}
+
+func TestSemconvAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		obj  Object
+		want map[string]any
+	}{
+		{Object{Kind: "Pod", Name: "web-1", UID: "u1", Namespace: "shop"}, map[string]any{"k8s.pod.name": "web-1", "k8s.pod.uid": "u1"}},
+		{Object{Group: "apps", Kind: "Deployment", Name: "web", UID: "u2"}, map[string]any{"k8s.deployment.name": "web", "k8s.deployment.uid": "u2"}},
+		{Object{Group: "batch", Kind: "CronJob", Name: "nightly"}, map[string]any{"k8s.cronjob.name": "nightly"}},
+		{Object{Kind: "Namespace", Name: "shop", UID: "u3"}, map[string]any{"k8s.namespace.name": "shop"}},
+		{Object{Kind: "ConfigMap", Name: "cm"}, map[string]any{}},
+		{Object{Group: "example.com", Kind: "Pod", Name: "not-core"}, map[string]any{}},
+	} {
+		attrs := pcommon.NewMap()
+		tc.obj.PutSemconvAttributes(attrs)
+		if got := attrs.AsRaw(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s %s: %v, want %v", tc.obj.Group, tc.obj.Kind, got, tc.want)
+		}
 	}
 }

@@ -195,3 +195,32 @@ func putNonEmpty(m pcommon.Map, key, value string) {
 		m.PutStr(key, value)
 	}
 }
+
+// semconvKinds are the kinds the OpenTelemetry semantic conventions name: an object of one of
+// them also carries k8s.<kind>.name and k8s.<kind>.uid, which backends already index.
+var semconvKinds = map[[2]string]string{
+	{"", "Pod"}:             "pod",
+	{"", "Node"}:            "node",
+	{"apps", "Deployment"}:  "deployment",
+	{"apps", "ReplicaSet"}:  "replicaset",
+	{"apps", "StatefulSet"}: "statefulset",
+	{"apps", "DaemonSet"}:   "daemonset",
+	{"batch", "Job"}:        "job",
+	{"batch", "CronJob"}:    "cronjob",
+}
+
+// PutSemconvAttributes writes the semantic-convention names of the object next to the generic
+// k8s.object.* ones: k8s.pod.name and k8s.pod.uid for a Pod, k8s.deployment.* for a
+// Deployment, …; a Namespace gets k8s.namespace.name (its own name). Other kinds get nothing.
+func (o Object) PutSemconvAttributes(attrs pcommon.Map) {
+	if o.Group == "" && o.Kind == "Namespace" {
+		putNonEmpty(attrs, AttrNamespaceName, o.Name)
+		return
+	}
+	k, ok := semconvKinds[[2]string{o.Group, o.Kind}]
+	if !ok {
+		return
+	}
+	putNonEmpty(attrs, "k8s."+k+".name", o.Name)
+	putNonEmpty(attrs, "k8s."+k+".uid", o.UID)
+}

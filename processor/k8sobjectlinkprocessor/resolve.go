@@ -579,6 +579,7 @@ func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
 	attrs := s.Attributes()
 	n.obj.PutAttributes(attrs)
+	n.obj.PutSemconvAttributes(attrs)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
 	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
 	if n.hasPrev {
