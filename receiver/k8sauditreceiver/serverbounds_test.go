@@ -251,16 +251,7 @@ func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 	next := newHoldingConsumer()
 	r, url, _, logs := startObservedReceiver(t, next, nil)
-	resp := make(chan int, 1)
-	go func() {
-		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
-		if err != nil {
-			resp <- 0
-			return
-		}
-		_ = res.Body.Close()
-		resp <- res.StatusCode
-	}()
+	resp := postAsync(url, eventList("a1"))
 	<-next.arrived
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
@@ -281,16 +272,7 @@ func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
 	next := newHoldingConsumer() // never released
 	r, url, _ := startReceiver(t, next, nil)
-	resp := make(chan int, 1)
-	go func() {
-		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(eventList("a1")))
-		if err != nil {
-			resp <- 0
-			return
-		}
-		_ = res.Body.Close()
-		resp <- res.StatusCode
-	}()
+	resp := postAsync(url, eventList("a1"))
 	<-next.arrived
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -299,4 +281,20 @@ func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
 		t.Fatalf("a request still in the pipeline at the deadline answered %d, want 503", code)
 	}
 	awaitShutdown(t, done)
+}
+
+// postAsync posts body to the webhook in the background; the channel gets the status code, or 0
+// when the request failed.
+func postAsync(url, body string) <-chan int {
+	resp := make(chan int, 1)
+	go func() {
+		res, err := (&http.Client{Timeout: guard}).Post(url+"/audit", "application/json", strings.NewReader(body))
+		if err != nil {
+			resp <- 0
+			return
+		}
+		_ = res.Body.Close()
+		resp <- res.StatusCode
+	}()
+	return resp
 }

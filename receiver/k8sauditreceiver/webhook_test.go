@@ -20,8 +20,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -129,21 +127,7 @@ func startWebhookWith(t *testing.T, next consumer.Traces, mutate func(*Config)) 
 // counted returns the value of one of the receiver's counters for a reason.
 func (e *webhookEnv) counted(t *testing.T, name, reason string) int64 {
 	t.Helper()
-	m, err := e.tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s is %T", name, m.Data)
-	}
-	var n int64
-	for _, dp := range sum.DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key("reason")); ok && v.AsString() == reason {
-			n += dp.Value
-		}
-	}
-	return n
+	return metricSum(t, e.tel, name, reason)
 }
 
 func TestWebhookStatusCodes(t *testing.T) {
