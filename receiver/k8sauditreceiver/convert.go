@@ -207,23 +207,25 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	// Scale or a Binding), completes the identity: generated names, UIDs of creates, kind
 	// and controlling owner. Bodies are parsed into trees only when one is diffed, cached
 	// or shown (lazyBody); the identity comes from a scan.
-	prep := func(t tree) {
-		if redact {
-			redactTree(t, c.tags.mask)
-		}
+	var masks *tagger // redaction of parsed bodies, for redacted resources only
+	if redact {
+		masks = &c.tags
 	}
+	var bodies [3]lazyBody // resp, req, scale: on the stack, no allocation per event
 	var resp, req, scale *lazyBody
 	var respMeta objectMeta
 	if hasBody(ev.ResponseObject) {
 		if m, ok := scanMeta(ev.ResponseObject); ok {
 			switch {
 			case c.describes(ref, m):
-				resp, respMeta = &lazyBody{raw: ev.ResponseObject, prep: prep}, m
+				bodies[0] = lazyBody{raw: ev.ResponseObject, masks: masks}
+				resp, respMeta = &bodies[0], m
 			case ref.Subresource == "scale" && m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name):
 				// A Scale mirrors its parent's name, UID and resourceVersion, and its
 				// spec.replicas is the parent's: enough to complete the identity and to diff
 				// the one field.
-				scale, respMeta = &lazyBody{raw: ev.ResponseObject}, m
+				bodies[2] = lazyBody{raw: ev.ResponseObject}
+				scale, respMeta = &bodies[2], m
 				if obj.UID == "" {
 					obj.UID = m.UID
 				}
@@ -236,7 +238,8 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
 		if m, ok := scanMeta(ev.RequestObject); ok && c.describes(ref, m) {
-			req = &lazyBody{raw: ev.RequestObject, prep: prep}
+			bodies[1] = lazyBody{raw: ev.RequestObject, masks: masks}
+			req = &bodies[1]
 			m.ResourceVersion = ""
 			fillObject(&obj, m)
 		}
@@ -358,10 +361,11 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 }
 
 // lazyBody is an audited body that is parsed into a tree on first use, managedFields left
-// out and prep (redaction) applied: most bodies are only scanned (scanMeta), never parsed.
+// out and redacted values tagged (masks, for redacted resources): most bodies are only
+// scanned (scanMeta), never parsed.
 type lazyBody struct {
 	raw    []byte
-	prep   func(tree)
+	masks  *tagger
 	t      tree
 	parsed bool
 }
@@ -371,8 +375,8 @@ func (b *lazyBody) tree() tree {
 	if !b.parsed {
 		b.parsed = true
 		if t, ok := parseBody(b.raw); ok {
-			if b.prep != nil {
-				b.prep(t)
+			if b.masks != nil {
+				redactTree(t, b.masks.mask)
 			}
 			b.t = t
 		}
