@@ -160,6 +160,12 @@ func startCollectorFile(t *testing.T, path string, healthPort int, env ...string
 			t.Logf("collector config:\n%s\ncollector log:\n%s", config, c.logs.String())
 		}
 	})
+	waitHealthy(t, c, healthPort)
+}
+
+// waitHealthy waits up to 30 s until the health_check extension of c on healthPort answers 200.
+func waitHealthy(t *testing.T, c *launched, healthPort int) {
+	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", healthPort))
 		if err == nil {
@@ -222,18 +228,7 @@ func TestWebhook200IsAPromiseWhileTheBackendIsDown(t *testing.T) {
 	var acked, refused []posted
 	now := time.Now()
 	for n := uint64(0); n < 40 && len(refused) < 5; n++ {
-		vals := capture.Values(auditcapture.CopyTag{Nonce: 0x0d, N: n}, now, auditcapture.Replay)
-		for i := range capture.Batches {
-			p := posted{body: capture.Batches[i].Render(nil, vals), spans: map[pcommon.SpanID]string{}}
-			var list auditcapture.EventList
-			if err := json.Unmarshal(p.body, &list); err != nil {
-				t.Fatal(err)
-			}
-			for j := range list.Items {
-				if ev := &list.Items[j]; auditcapture.Traced(ev) {
-					p.spans[model.AuditSpanID(ev.AuditID)] = ev.AuditID
-				}
-			}
+		for _, p := range pass(t, capture, 0x0d, n, now) {
 			switch code, retryAfter := post(p.body); code {
 			case http.StatusOK:
 				acked = append(acked, p)
@@ -256,16 +251,7 @@ func TestWebhook200IsAPromiseWhileTheBackendIsDown(t *testing.T) {
 	}
 
 	// Backend up.
-	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", sinkPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &countingSink{parents: map[pcommon.SpanID]pcommon.SpanID{}}
-	srv := grpc.NewServer()
-	ptraceotlp.RegisterGRPCServer(srv, sink)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-
+	sink := startSink(t, sinkPort)
 	want := map[pcommon.SpanID]string{}
 	for _, p := range acked {
 		for id, auditID := range p.spans {
@@ -292,14 +278,54 @@ func TestWebhook200IsAPromiseWhileTheBackendIsDown(t *testing.T) {
 		}
 	}
 
-	// Bounded wait: the exporter retries every second at most; held spans leave after owner_wait.
+	sink.requireDelivered(t, want)
+}
+
+// pass renders every batch of one pass over capture (copy n of the replay workload, auditIDs
+// tagged with nonce) and the audit spans each batch should yield.
+func pass(t *testing.T, capture *auditcapture.Capture, nonce byte, n uint64, now time.Time) []posted {
+	t.Helper()
+	vals := capture.Values(auditcapture.CopyTag{Nonce: nonce, N: n}, now, auditcapture.Replay)
+	out := make([]posted, 0, len(capture.Batches))
+	for i := range capture.Batches {
+		p := posted{body: capture.Batches[i].Render(nil, vals), spans: map[pcommon.SpanID]string{}}
+		var list auditcapture.EventList
+		if err := json.Unmarshal(p.body, &list); err != nil {
+			t.Fatal(err)
+		}
+		for j := range list.Items {
+			if ev := &list.Items[j]; auditcapture.Traced(ev) {
+				p.spans[model.AuditSpanID(ev.AuditID)] = ev.AuditID
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// startSink serves a countingSink on port until the test ends.
+func startSink(t *testing.T, port int) *countingSink {
+	t.Helper()
+	lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &countingSink{parents: map[pcommon.SpanID]pcommon.SpanID{}}
+	srv := grpc.NewServer()
+	ptraceotlp.RegisterGRPCServer(srv, sink)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return sink
+}
+
+// requireDelivered waits (bounded: the exporter retries every second at most, held spans leave
+// after owner_wait) until every span of want and every parent of an arrived span has arrived.
+func (s *countingSink) requireDelivered(t *testing.T, want map[pcommon.SpanID]string) {
+	t.Helper()
 	var spans, parents int
 	for deadline := time.Now().Add(90 * time.Second); ; {
-		spans, parents = sink.missing(want)
-		if spans == 0 && parents == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
+		spans, parents = s.missing(want)
+		if spans == 0 && parents == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -310,7 +336,69 @@ func TestWebhook200IsAPromiseWhileTheBackendIsDown(t *testing.T) {
 	if parents != 0 {
 		t.Errorf("%d spans reached the backend without the object span they hang under", parents)
 	}
-	sink.mu.Lock()
-	t.Logf("backend received %d distinct spans (%d audit spans expected), %d duplicate copies", len(sink.parents), len(want), sink.copies)
-	sink.mu.Unlock()
+	s.mu.Lock()
+	t.Logf("backend received %d distinct spans (%d audit spans expected), %d duplicate copies", len(s.parents), len(want), s.copies)
+	s.mu.Unlock()
+}
+
+// TestPersistentQueueSurvivesARestartWhileTheBackendIsDown acknowledges batches with the backend
+// down, stops the collector (SIGTERM, as a rolling update or a rescheduled pod does) before a single
+// span could leave, and starts it again on the same state directory with the backend up: every
+// acknowledged span must arrive, from the exporter's persistent queue, with its object spans.
+func TestPersistentQueueSurvivesARestartWhileTheBackendIsDown(t *testing.T) {
+	requireBinary(t)
+	dirs, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no recorded captures: %v", err)
+	}
+	capture, err := auditcapture.Load(false, dirs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditPort, healthPort, sinkPort := freePort(t), freePort(t), freePort(t)
+	state := t.TempDir()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(outageConfig(t, state, auditPort, healthPort, sinkPort)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"KUBETRAIL_CLUSTER=outage", "POD_IP=127.0.0.1", "OTLP_ENDPOINT=unused"}
+	run := func() *launched {
+		c := launch(t, path, env...)
+		t.Cleanup(func() {
+			c.stop()
+			if t.Failed() {
+				t.Logf("collector log:\n%s", c.logs.String())
+			}
+		})
+		waitHealthy(t, c, healthPort)
+		return c
+	}
+
+	first := run()
+	client := &http.Client{Timeout: 30 * time.Second}
+	want := map[pcommon.SpanID]string{}
+	for _, p := range pass(t, capture, 0x0e, 0, time.Now()) {
+		resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/restart", auditPort), "application/json", bytes.NewReader(p.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue // refused with a retryable code: the apiserver keeps it, this test does not count it
+		}
+		for id, auditID := range p.spans {
+			want[id] = auditID
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no batch was accepted with the backend down")
+	}
+	if !first.stop() {
+		t.Fatalf("the collector did not stop within 30 s of SIGTERM with the backend down:\n%s", first.logs.String())
+	}
+	t.Logf("stopped with %d acknowledged audit spans and the backend down", len(want))
+
+	sink := startSink(t, sinkPort)
+	run()
+	sink.requireDelivered(t, want)
 }
