@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 )
 
@@ -84,3 +85,26 @@ func (m *MemClient) Closed() int {
 	defer m.mu.Unlock()
 	return m.closed
 }
+
+// Extension is a storage extension handing out one client, for hosts in unit tests.
+type Extension struct {
+	component.StartFunc
+	component.ShutdownFunc
+	Client storage.Client
+}
+
+var _ storage.Extension = (*Extension)(nil)
+
+// GetClient implements storage.Extension.
+func (e *Extension) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
+	return e.Client, nil
+}
+
+// Host is a component.Host offering the given extensions.
+type Host struct {
+	component.Host
+	Extensions map[component.ID]component.Component
+}
+
+// GetExtensions implements component.Host.
+func (h *Host) GetExtensions() map[component.ID]component.Component { return h.Extensions }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
@@ -49,6 +50,11 @@ type Config struct {
 	OwnerWait time.Duration `mapstructure:"owner_wait"`
 	// MaxHeldSpans bounds the spans held for owner_wait; beyond it spans are released at once.
 	MaxHeldSpans int `mapstructure:"max_held_spans"`
+	// Storage names a storage extension (e.g. file_storage) where the spans the next consumer
+	// still refuses at shutdown (held spans, owed object spans) are kept for the next start.
+	// Without it they are lost and counted; with a persistent exporter queue that is full at
+	// shutdown (backend down), this is what keeps every acknowledged span.
+	Storage *component.ID `mapstructure:"storage"`
 }
 
 // IDMapConfig selects and configures the ID map backend.

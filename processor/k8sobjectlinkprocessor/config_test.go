@@ -34,7 +34,8 @@ func TestLoadConfig(t *testing.T) {
 			if c.Window != time.Hour || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
 				r.KeyPrefix != "prod:" || r.Username != "kubetrail" || string(r.Password) != "s3cret" ||
 				r.Timeout != 250*time.Millisecond || r.TLS.Insecure || r.TLS.CAFile != "/etc/redis/ca.pem" ||
-				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 {
+				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 ||
+				c.Storage == nil || c.Storage.String() != "file_storage/held" {
 				t.Fatalf("redis config: %+v", c)
 			}
 		}},

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -91,6 +90,10 @@ func (p *objectLinkProcessor) releaseLoop(tick <-chan time.Time, stop func()) {
 // those whose wait is over (as roots), go on to the next consumer; the rest stay held. With all
 // set (Shutdown) every span goes, so none is lost.
 func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
+	// Spans kept unsent after an earlier refusal go first, in the order they came.
+	if err := p.sendUnsent(ctx); err != nil && !all {
+		return err
+	}
 	p.heldMu.Lock()
 	held := p.held
 	p.held = nil
@@ -131,55 +134,17 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		p.tel.SpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(metadata.AttrReason, "owner_found")))
 	}
 	// Released spans are in our custody until the next consumer takes them: keep a copy of the
-	// activity spans, and if it refuses, hold them again (their wait is over: they go on the
-	// next tick, or at Shutdown). Object spans are re-sent through the owed list by send.
+	// activity spans, and if it refuses, keep them unsent (processed: they go as they are on the
+	// next tick, or Shutdown stores them). Object spans are re-sent through the owed list by send.
 	var retry ptrace.Traces
-	if !all && td.SpanCount() > 0 {
-		retry = ptrace.NewTraces()
-		td.CopyTo(retry)
-		retry.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
-			rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
-				ss.Spans().RemoveIf(func(s ptrace.Span) bool {
-					v, _ := s.Attributes().Get(model.AttrSpanType)
-					return v.Str() == model.SpanTypeObject
-				})
-				return ss.Spans().Len() == 0
-			})
-			return rs.ScopeSpans().Len() == 0
-		})
+	if td.SpanCount() > 0 {
+		retry = copyActivitySpans(td)
 	}
-	// Object spans a refused send keeps owing are counted by Shutdown, if it cannot send them.
-	outgoing := 0
-	if all {
-		outgoing = countActivitySpans(td)
-	}
+	// Object spans a refused send keeps owing are stored or counted by Shutdown.
 	err := p.send(ctx, td, res)
-	if err != nil && all {
-		// Shutdown: there is no later tick to retry on. Say what is lost rather than lose it
-		// quietly (the next consumer's own queue usually retries, so this is rare).
-		p.tel.SpansDropped.Add(ctx, int64(outgoing), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
-		p.logger.Error("Next consumer refused the held spans released at shutdown; they are lost",
-			zap.Int("spans", outgoing), zap.Error(err))
-	}
 	if err != nil && retry != (ptrace.Traces{}) && retry.SpanCount() > 0 {
-		p.heldMu.Lock()
-		p.held = append(p.held, heldSpan{td: retry, deadline: now})
-		p.heldMu.Unlock()
 		p.tel.HeldSpans.Add(ctx, int64(retry.SpanCount()))
+		p.keepUnsent(retry)
 	}
 	return err
-}
-
-func countActivitySpans(td ptrace.Traces) int {
-	n := 0
-	for _, rs := range td.ResourceSpans().All() {
-		for _, ss := range rs.ScopeSpans().All() {
-			for _, s := range ss.Spans().All() {
-				if v, _ := s.Attributes().Get(model.AttrSpanType); v.Str() != model.SpanTypeObject {
-					n++
-				}
-			}
-		}
-	}
-	return n
 }

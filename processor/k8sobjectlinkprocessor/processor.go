@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
@@ -72,6 +73,12 @@ type objectLinkProcessor struct {
 	heldMu sync.Mutex
 	held   []heldSpan
 	owed   ptrace.Traces
+	// unsent are processed spans the next consumer refused when their hold ended, or that the
+	// previous run kept in storage; they are sent as they are.
+	unsent ptrace.Traces
+
+	id      component.ID
+	storage storage.Client // nil without the storage setting
 
 	host          component.Host
 	forbiddenOnce sync.Once
@@ -101,6 +108,8 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		clock:  clk,
 		mapper: model.BuiltinMapper(),
 		owed:   ptrace.NewTraces(),
+		unsent: ptrace.NewTraces(),
+		id:     set.ID,
 
 		windowLogs: newLogLimiter(windowMismatchLogEvery),
 	}
@@ -155,14 +164,25 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 			p.mapper = model.Chain(model.BuiltinMapper(), p.discovery)
 		}
 	}
+	if p.cfg.Storage != nil && p.storage == nil {
+		if err := p.openStorage(context.Background(), host); err != nil {
+			return err
+		}
+		if err := p.sendUnsent(context.Background()); err != nil {
+			p.logger.Info("Next consumer refused the spans left unsent by the previous run; retrying", zap.Error(err))
+		}
+	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	p.stopOnce = sync.Once{}
 	p.started = true
 	var tick <-chan time.Time
 	stopTick := func() {}
-	if p.cfg.OwnerWait > 0 {
+	switch {
+	case p.cfg.OwnerWait > 0:
 		// A quarter of the wait: a held span leaves at most 25% late, and the check is cheap.
 		tick, stopTick = p.clock.Ticker(max(p.cfg.OwnerWait/4, 10*time.Millisecond))
+	case p.cfg.Storage != nil:
+		tick, stopTick = p.clock.Ticker(time.Second) // only to retry spans left unsent
 	}
 	go p.releaseLoop(tick, stopTick)
 	p.logger.Info("k8s_object_link started", zap.String("backend", p.cfg.IDMap.Backend),
@@ -181,16 +201,16 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	if p.discovery != nil {
 		p.discovery.Close() // kept: a restart reuses the lookup clients and this mapper
 	}
+	// Held spans, spans left unsent and object spans still owed from a refused batch get their
+	// last chance; what the next consumer still refuses is kept in storage, or counted as lost.
 	err := p.release(ctx, true)
-	// Object spans still owed from a refused batch get their last chance.
-	p.heldMu.Lock()
-	owed := p.owed.SpanCount()
-	p.heldMu.Unlock()
 	if sendErr := p.send(ctx, ptrace.NewTraces(), processResult{}); sendErr != nil {
-		p.tel.SpansDropped.Add(ctx, int64(owed), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
-		p.logger.Error("Next consumer refused the object spans owed at shutdown; they are lost",
-			zap.Int("spans", owed), zap.Error(sendErr))
 		err = errors.Join(err, sendErr)
+	}
+	if saveErr := p.saveUnsent(ctx); saveErr != nil {
+		err = errors.Join(err, saveErr)
+	} else if p.cfg.Storage != nil {
+		err = nil // nothing refused is lost: it waits in storage for the next start
 	}
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
@@ -269,6 +289,23 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 		p.heldMu.Unlock()
 	}
 	return err
+}
+
+// copyActivitySpans copies td without its object spans.
+func copyActivitySpans(td ptrace.Traces) ptrace.Traces {
+	out := ptrace.NewTraces()
+	td.CopyTo(out)
+	out.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool {
+			ss.Spans().RemoveIf(func(s ptrace.Span) bool {
+				v, _ := s.Attributes().Get(model.AttrSpanType)
+				return v.Str() == model.SpanTypeObject
+			})
+			return ss.Spans().Len() == 0
+		})
+		return rs.ScopeSpans().Len() == 0
+	})
+	return out
 }
 
 // copyObjectSpans copies the object spans of td.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/storagetest"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -280,6 +282,55 @@ func TestOwnerWait(t *testing.T) {
 		}
 		if o.logs.FilterMessageSnippet("they are lost").Len() == 0 {
 			t.Fatal("the loss must be logged")
+		}
+	})
+	t.Run("with storage, spans refused at shutdown wait there for the next start", func(t *testing.T) {
+		o := newObserved(t)
+		cfg := memoryConfig()
+		cfg.OwnerWait = time.Hour
+		storageID := component.MustNewID("file_storage")
+		cfg.Storage = &storageID
+		disk := storagetest.NewMemClient()
+		host := &storagetest.Host{Host: componenttest.NewNopHost(), Extensions: map[component.ID]component.Component{
+			storageID: &storagetest.Extension{Client: disk},
+		}}
+		refuse := true
+		sink := new(consumertest.TracesSink)
+		run := func() *objectLinkProcessor {
+			p, err := newProcessor(o.set, cfg, refusingConsumer(sink, &refuse), newFakeClock(t0.Add(time.Minute)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background(), host); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		p := run()
+		h := &harness{t: t, p: p, sink: sink}
+		h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatalf("nothing is lost, so Shutdown succeeds: %v", err)
+		}
+		if disk.Keys() != 1 || sink.SpanCount() != 0 {
+			t.Fatalf("want the refused spans in storage (keys %d) and none delivered (%d)", disk.Keys(), sink.SpanCount())
+		}
+		// Restarted while the next consumer still refuses: kept again, through a second restart.
+		p = run()
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		refuse = false
+		p = run()
+		h.p = p
+		defer func() { _ = p.Shutdown(context.Background()) }()
+		assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
+		assertChild(t, h.one("Pod default/demo-b-1"), h.activitySpan("event e2"))
+		if disk.Keys() != 0 {
+			t.Fatal("the stored spans must be cleared once delivered")
+		}
+		if n := o.counter(t, "otelcol_k8s_object_link_spans_dropped", reason("shutdown_refused")); n != 0 {
+			t.Fatalf("spans_dropped{reason=shutdown_refused} = %d, want 0", n)
 		}
 	})
 	t.Run("beyond max_held_spans spans are released at once", func(t *testing.T) {

@@ -61,7 +61,7 @@ type testHost struct {
 func newTestHost(st storage.Client) *testHost {
 	h := &testHost{Host: componenttest.NewNopHost(), exts: map[component.ID]component.Component{}}
 	if st != nil {
-		h.exts[storageID] = &storageExt{client: st}
+		h.exts[storageID] = &storagetest.Extension{Client: st}
 	}
 	return h
 }
@@ -83,16 +83,6 @@ func (h *testHost) permanentError() error {
 		}
 	}
 	return nil
-}
-
-type storageExt struct {
-	component.StartFunc
-	component.ShutdownFunc
-	client storage.Client
-}
-
-func (s *storageExt) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
-	return s.client, nil
 }
 
 type harness struct {
