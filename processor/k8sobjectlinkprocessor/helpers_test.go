@@ -297,7 +297,7 @@ func assertRoot(t *testing.T, s ptrace.Span) {
 func linkTypes(s ptrace.Span) []string {
 	var out []string
 	for _, l := range s.Links().All() {
-		v, _ := l.Attributes().Get(AttrLinkType)
+		v, _ := l.Attributes().Get(model.AttrLinkType)
 		out = append(out, v.Str())
 	}
 	return out

@@ -22,17 +22,6 @@ import (
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
-// Span link attributes the processor writes.
-const (
-	// AttrLinkType says why a span links to another.
-	AttrLinkType = "kubetrail.link.type"
-	// LinkTypePreviousWindow links an object span to the same object's span of the window before.
-	LinkTypePreviousWindow = "previous_window"
-	// LinkTypeOwner links an activity span to its owner's object span when the object's
-	// assignment in this window was fixed before the owner was known (first writer wins).
-	LinkTypeOwner = "owner"
-)
-
 // maxOwedSpans bounds the object spans kept for re-sending after the next consumer refused a
 // batch; they are small, and a refusal that lasts longer than this many object spans is a
 // broken pipeline that the exporter's own queue metrics already show.
@@ -437,7 +426,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				l := s.Links().AppendEmpty()
 				l.SetTraceID(o.asg.TraceID)
 				l.SetSpanID(o.asg.SpanID)
-				l.Attributes().PutStr(AttrLinkType, LinkTypeOwner)
+				l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeOwner)
 			}
 		}
 	}

@@ -586,6 +586,6 @@ func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 		l := s.Links().AppendEmpty()
 		l.SetTraceID(n.prev.TraceID)
 		l.SetSpanID(n.prev.SpanID)
-		l.Attributes().PutStr(AttrLinkType, LinkTypePreviousWindow)
+		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypePreviousWindow)
 	}
 }

@@ -31,13 +31,11 @@ const (
 	attrErrorReason        = "k8s.audit.error.reason"
 	attrErrorMessage       = "k8s.audit.error.message"
 	attrErrorCauses        = "k8s.audit.error.causes"
-	attrLinkType           = "kubetrail.link.type"
 	attrClamped            = "k8s.audit.stage_timestamp.clamped"
 	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
 	// request (a new auditID) with the resourceVersion the object already had.
-	attrAuditNoop    = "k8s.audit.noop"
-	linkTypeConflict = "conflict"
-	eventAuditPatch  = "k8s.audit.patch"
+	attrAuditNoop   = "k8s.audit.noop"
+	eventAuditPatch = "k8s.audit.patch"
 )
 
 const (
@@ -403,7 +401,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 					link.SetTraceID(w.traceID)
 					link.SetSpanID(w.spanID)
 					la := link.Attributes()
-					la.PutStr(attrLinkType, linkTypeConflict)
+					la.PutStr(model.AttrLinkType, model.LinkTypeConflict)
 					la.PutStr(model.AttrAuditID, w.auditID)
 					putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
 				}
