@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // stdBody is the reference the scanner is held to: the same events decoded by encoding/json
@@ -239,8 +241,8 @@ func FuzzJSONScan(f *testing.F) {
 		if m := marshalJSON(got); m != strings.TrimSuffix(buf.String(), "\n") {
 			t.Fatalf("encoding differs:\n%s\n%s", m, buf.String())
 		}
-		if sm, ok := scanMeta(data); !ok || sm != metaOf(want) {
-			t.Fatalf("scanMeta = %+v (%v), metaOf = %+v", sm, ok, metaOf(want))
+		if sm, ok := scanMeta(data, model.DefaultTraceContextAnnotation); !ok || sm != metaOf(want, model.DefaultTraceContextAnnotation) {
+			t.Fatalf("scanMeta = %+v (%v), metaOf = %+v", sm, ok, metaOf(want, model.DefaultTraceContextAnnotation))
 		}
 		body, _ := parseBody(data)
 		stripNoise(want)
