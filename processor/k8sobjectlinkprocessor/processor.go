@@ -415,6 +415,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			continue
 		}
 		s := it.span
+		n.observe(s)
 		s.SetTraceID(n.asg.TraceID)
 		s.SetParentSpanID(n.asg.SpanID)
 		if it.uidFromName && n.obj.UID != "" {
