@@ -58,6 +58,12 @@ type objectLinkProcessor struct {
 	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
 	lastSenderWindow atomic.Int64
 
+	// join pairs apiserver request spans with audit spans (nil when apiserver_join is off);
+	// joinPending are audit records for Redis that wait for the next batch's round trip.
+	join        *joinMap
+	joinMu      sync.Mutex
+	joinPending []Op
+
 	heldMu sync.Mutex
 	held   []heldSpan
 	owed   ptrace.Traces
@@ -97,6 +103,11 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
 	}
 	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	if cfg.APIServerJoin.Enabled {
+		p.join = newJoinMap(cfg.APIServerJoin, clk.Now, func(reason string) {
+			tel.JoinEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+		})
+	}
 	switch cfg.IDMap.Backend {
 	case BackendRedis:
 		rs, err := newRedisStore(cfg.IDMap.Redis, mem, clk.Now, tel, set.Logger)
@@ -298,6 +309,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 ) (res processResult) {
 	r := newResolver(ctx, p, now)
 	var items []item
+	var jb joinBatch
 	pos := 0
 	windowChecked := false
 	for _, rs := range td.ResourceSpans().All() {
@@ -310,6 +322,12 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				if typ.Str() == model.SpanTypeObject {
 					continue
 				}
+				if p.join != nil {
+					if id, ok := apiserverRequestSpan(s, typ.Str()); ok {
+						jb.requests = append(jb.requests, joinRequest{auditID: id, span: s})
+						continue
+					}
+				}
 				obj, ok := model.ObjectFromAttributes(res, attrs)
 				if !ok {
 					continue
@@ -320,6 +338,11 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 					r.names[obj.NameKey()] = obj.UID
 				}
 				it := item{span: s, pos: pos - 1}
+				if p.join != nil && typ.Str() == model.SpanTypeAudit {
+					if v, ok := attrs.Get(model.AttrAuditID); ok {
+						it.auditID = v.Str()
+					}
+				}
 				it.dedup = dedup && (typ.Str() == model.SpanTypeAudit || typ.Str() == model.SpanTypeEvent) && !s.SpanID().IsEmpty()
 				if it.dedup && !windowChecked {
 					// Fresh spans only (dedup is set on the ConsumeTraces path), as received.
@@ -340,7 +363,14 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			}
 		}
 	}
+	if p.join != nil {
+		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
+		p.joinRequests(r, &jb)
+	}
 	if len(items) == 0 {
+		if len(r.ops) > 0 || len(r.writes) > 0 {
+			r.flush()
+		}
 		return res
 	}
 
@@ -385,6 +415,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				items[idx].mark = op.Key
 			}
 		})
+	}
+	if p.join != nil {
+		p.joinAudits(r, items, &jb)
 	}
 	r.run()
 	r.report()
@@ -432,6 +465,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		}
 	}
 
+	if p.join != nil {
+		p.joinAfter(ctx, items, remove, &jb, now)
+	}
 	if duplicates > 0 {
 		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
 	}

@@ -91,6 +91,7 @@ type item struct {
 	deadline    time.Time
 	uidFromName bool
 	mark        string // the duplicate mark this span set, if it was the first
+	auditID     string // audit spans, with the apiserver join on
 }
 
 // resolverCounts are added to the telemetry once per batch, not once per object: instruments

@@ -609,7 +609,9 @@ func parseMetadata(d []byte, i int) (any, int, error) {
 
 // scanMeta reads what metaOf reads from a body without parsing it into a tree: most bodies
 // are only looked at to complete an identity or to find a write already seen. It returns what
-// metaOf(parseTree(raw), annotation) returns, duplicate keys included (the last one counts).
+// metaOf(parseTree(raw), annotation) returns, duplicate keys included (the last one counts),
+// except that a Pod's node and a Binding's target are read only when no other kind precedes
+// them (the apiserver writes kind first).
 // annotation is the trace-context annotation key; the other annotations are skipped.
 func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 	i := skipSpace(raw, 0)
@@ -627,6 +629,9 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 			if m.Kind != "Pod" {
 				m.NodeName = ""
 			}
+			if m.Kind != "Binding" {
+				m.Target = ""
+			}
 			return m, skipSpace(raw, next) == len(raw)
 		}
 		switch string(key) {
@@ -638,14 +643,22 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target}
 			i, err = scanMetadata(raw, next, &m, annotation)
 		case "spec":
-			// A Pod's node (spec.nodeName): the members of spec are stepped over one by one,
-			// which costs what skipping spec whole costs.
+			// A Pod's node (spec.nodeName). The apiserver writes kind first, so the spec of
+			// any other kind is skipped whole, as before.
 			m.NodeName = ""
-			i, err = scanMember(raw, next, 1, "nodeName", &m.NodeName)
+			if m.Kind == "Pod" || m.Kind == "" {
+				i, err = scanMember(raw, next, 1, "nodeName", &m.NodeName)
+			} else {
+				i, err = skipValue(raw, next, 1)
+			}
 		case "target":
 			// A Binding's target node (pods/binding).
 			m.Target = ""
-			i, err = scanMember(raw, next, 1, "name", &m.Target)
+			if m.Kind == "Binding" || m.Kind == "" {
+				i, err = scanMember(raw, next, 1, "name", &m.Target)
+			} else {
+				i, err = skipValue(raw, next, 1)
+			}
 		default:
 			i, err = skipValue(raw, next, 1)
 		}

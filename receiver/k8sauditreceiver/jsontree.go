@@ -48,7 +48,9 @@ func metaOf(t tree, annotation string) objectMeta {
 		UID:             str(md, "uid"),
 		ResourceVersion: str(md, "resourceVersion"),
 		TraceContext:    str(child(md, "annotations"), annotation),
-		Target:          str(child(t, "target"), "name"),
+	}
+	if m.Kind == "Binding" {
+		m.Target = str(child(t, "target"), "name")
 	}
 	if m.Kind == "Pod" {
 		m.NodeName = str(child(t, "spec"), "nodeName")
