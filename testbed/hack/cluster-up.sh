@@ -201,9 +201,11 @@ start etcd "$ETCD" --name testbed --data-dir "$STATE/etcd" \
 wait_for "etcd /health" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 T_ETCD=$(now_ms)
 
-# OTEL_BSP_SCHEDULE_DELAY: the OpenTelemetry SDK's batch span processor exports every 500 ms
-# instead of 5 s, so a test sees the apiserver's spans about as soon as the audit webhook's.
-start kube-apiserver env OTEL_BSP_SCHEDULE_DELAY=500 "$K8S_BIN/kube-apiserver" "${TRACING_ARGS[@]}" \
+# OTEL_BSP_*: the OpenTelemetry SDK's batch span processor exports every 500 ms instead of 5 s,
+# so a test sees the apiserver's spans about as soon as the audit webhook's, and queues up to 64k
+# spans instead of 2048 while the receiver is not listening yet (e2e starts the collector after
+# the control plane; the apiserver makes ~1,000 spans a second while it starts).
+start kube-apiserver env OTEL_BSP_SCHEDULE_DELAY=500 OTEL_BSP_MAX_QUEUE_SIZE=65536 "$K8S_BIN/kube-apiserver" "${TRACING_ARGS[@]}" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
   --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
