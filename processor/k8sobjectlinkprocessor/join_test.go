@@ -228,6 +228,16 @@ func TestAPIServerJoinThroughRedis(t *testing.T) {
 		b.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
 		assertJoined(t, b.activitySpan(request), a.activitySpan("audit "+id), id)
 	})
+	t.Run("records still waiting for a round trip go out at shutdown", func(t *testing.T) {
+		a, b := pair(t)
+		a.consume(auditOf(deploy, id, t0.Add(time.Second)))
+		audited := a.activitySpan("audit " + id)
+		if err := a.p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
+		assertJoined(t, b.activitySpan(request), audited, id)
+	})
 	t.Run("replica A's audit span of a known object links at once to the request span B saw first", func(t *testing.T) {
 		a, b := pair(t)
 		a.consume(audit(deploy, "first", t0))

@@ -192,6 +192,13 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 			zap.Int("spans", owed), zap.Error(sendErr))
 		err = errors.Join(err, sendErr)
 	}
+	if p.store != nil && p.redis != nil {
+		// Audit records still waiting for a batch's round trip go out now (one round trip at
+		// shutdown), so that another replica can still join their request spans.
+		if ops := p.takeJoinPending(); len(ops) > 0 {
+			_ = p.store.Do(ctx, ops)
+		}
+	}
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
 		p.store = nil
