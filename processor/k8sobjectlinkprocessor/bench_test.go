@@ -24,6 +24,7 @@ import (
 type benchFleet struct {
 	deploys, rss []model.Object
 	pods         []model.Object
+	apiserver    bool // batches carry audit IDs and the apiserver's request spans
 }
 
 func newBenchFleet(deployments, podsPerRS int) *benchFleet {
@@ -47,6 +48,7 @@ func newBenchFleet(deployments, podsPerRS int) *benchFleet {
 // status updates, Events naming only the Pod), a fifth about objects new to the processor.
 func (f *benchFleet) batchAt(i, size int, at time.Time) ptrace.Traces {
 	acts := make([]activity, 0, size)
+	var requests []ptrace.Traces
 	for j := range size {
 		n := i*size + j
 		id := fmt.Sprintf("audit-%d", n)
@@ -63,13 +65,29 @@ func (f *benchFleet) batchAt(i, size int, at time.Time) ptrace.Traces {
 		default:
 			acts = append(acts, audit(f.pods[j%len(f.pods)], id, at))
 		}
+		if f.apiserver && j%5 != 1 {
+			// Audit spans carry their audit ID, and the apiserver's request spans arrive for
+			// half of them one batch later and for the other half one batch earlier.
+			a := &acts[len(acts)-1]
+			a.with = func(s ptrace.Span) { s.Attributes().PutStr(model.AttrAuditID, id) }
+			other := n - size
+			if j%2 == 1 {
+				other = n + size
+			}
+			requests = append(requests, apiserverRequest(fmt.Sprintf("audit-%d", other), uint64(other+1), at))
+		}
 	}
-	return batch(acts...)
+	td := batch(acts...)
+	for _, r := range requests {
+		r.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	return td
 }
 
-func benchProcess(b *testing.B, cfg *Config, parallel int) {
+func benchProcess(b *testing.B, cfg *Config, parallel int, apiserver bool) {
 	const batchSize = 200
 	fleet := newBenchFleet(100, 50)
+	fleet.apiserver = apiserver
 	clk := newFakeClock(time.Now())
 	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), clk)
 	if err != nil {
@@ -153,9 +171,12 @@ func BenchmarkProcess(b *testing.B) {
 		cleanupPrefix(b, redisAddr, cfg.IDMap.Redis.KeyPrefix)
 		return cfg
 	}
-	b.Run("memory", func(b *testing.B) { benchProcess(b, memoryConfig(), 1) })
-	b.Run("redis", func(b *testing.B) { benchProcess(b, redisCfg(b), 1) })
-	b.Run("redis-4-concurrent-batches", func(b *testing.B) { benchProcess(b, redisCfg(b), 4) })
+	b.Run("memory", func(b *testing.B) { benchProcess(b, memoryConfig(), 1, false) })
+	b.Run("redis", func(b *testing.B) { benchProcess(b, redisCfg(b), 1, false) })
+	b.Run("redis-4-concurrent-batches", func(b *testing.B) { benchProcess(b, redisCfg(b), 4, false) })
+	// With the apiserver's request spans (KEP-647) joined to the audit spans: the same round
+	// trips per batch as without them (the join's Redis records ride on the batch's own).
+	b.Run("redis-with-apiserver-spans", func(b *testing.B) { benchProcess(b, redisCfg(b), 1, true) })
 }
 
 // processCPU is the user+system CPU time this process has used.

@@ -55,6 +55,20 @@ type Config struct {
 	// Without it they are lost and counted; with a persistent exporter queue that is full at
 	// shutdown (backend down), this is what keeps every acknowledged span.
 	Storage *component.ID `mapstructure:"storage"`
+
+	// APIServerJoin links the apiserver's own request spans with the audit spans of the same
+	// audit ID (join.go).
+	APIServerJoin APIServerJoinConfig `mapstructure:"apiserver_join"`
+}
+
+// APIServerJoinConfig bounds the map in which the first span of an apiserver request / audit
+// pair waits for the second.
+type APIServerJoinConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// TTL is how long the first side waits.
+	TTL        time.Duration `mapstructure:"ttl"`
+	MaxEntries int           `mapstructure:"max_entries"`
+	MaxBytes   int64         `mapstructure:"max_bytes"`
 }
 
 // IDMapConfig selects and configures the ID map backend.
@@ -105,11 +119,12 @@ type OwnerLookupConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Window:       30 * time.Minute,
-		Grace:        5 * time.Minute,
-		RelationTTL:  24 * time.Hour,
-		OwnerWait:    2 * time.Second,
-		MaxHeldSpans: 10000,
+		Window:        30 * time.Minute,
+		Grace:         5 * time.Minute,
+		RelationTTL:   24 * time.Hour,
+		OwnerWait:     2 * time.Second,
+		MaxHeldSpans:  10000,
+		APIServerJoin: APIServerJoinConfig{Enabled: true, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
 		IDMap: IDMapConfig{
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
@@ -145,6 +160,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeldSpans < 0 {
 		return fmt.Errorf("max_held_spans must not be negative, got %d", c.MaxHeldSpans)
+	}
+	if j := c.APIServerJoin; j.Enabled && (j.TTL <= 0 || j.MaxEntries <= 0 || j.MaxBytes <= 0) {
+		return fmt.Errorf("apiserver_join.ttl, apiserver_join.max_entries and apiserver_join.max_bytes must be positive, got %s, %d, %d", j.TTL, j.MaxEntries, j.MaxBytes)
 	}
 	if c.IDMap.Memory.MaxEntries <= 0 {
 		return fmt.Errorf("id_map.memory.max_entries must be positive, got %d", c.IDMap.Memory.MaxEntries)

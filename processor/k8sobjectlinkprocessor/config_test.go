@@ -25,7 +25,8 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string // a substring naming the bad key
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
-			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second {
+			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second ||
+				c.APIServerJoin != (APIServerJoinConfig{Enabled: true, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
@@ -35,7 +36,8 @@ func TestLoadConfig(t *testing.T) {
 				r.KeyPrefix != "prod:" || r.Username != "kubetrail" || string(r.Password) != "s3cret" ||
 				r.Timeout != 250*time.Millisecond || r.TLS.Insecure || r.TLS.CAFile != "/etc/redis/ca.pem" ||
 				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 ||
-				c.Storage == nil || c.Storage.String() != "file_storage/held" {
+				c.Storage == nil || c.Storage.String() != "file_storage/held" ||
+				c.APIServerJoin != (APIServerJoinConfig{Enabled: true, TTL: 30 * time.Second, MaxEntries: 1000, MaxBytes: 262144}) {
 				t.Fatalf("redis config: %+v", c)
 			}
 		}},
@@ -67,6 +69,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "owner_lookup_bad_cluster", wantErr: `owner_lookup.cluster: "prod/eu" is not a valid cluster name`},
 		{name: "redis_address_without_port", wantErr: "id_map.redis.addresses[0]"},
 		{name: "redis_negative_db", wantErr: "id_map.redis.db must not be negative"},
+		{name: "zero_join_ttl", wantErr: "apiserver_join.ttl"},
 	}
 	for _, tt := range tests {
 		t.Run("instance "+tt.name, func(t *testing.T) {

@@ -120,6 +120,8 @@ type activity struct {
 	id   string // audit ID or event UID+occurrence; the span ID derives from it
 	at   time.Time
 	name string
+	// with adds what a receiver adds beyond identity (links, attributes).
+	with func(ptrace.Span)
 }
 
 func audit(obj model.Object, id string, at time.Time) activity {
@@ -150,6 +152,9 @@ func batch(acts ...activity) ptrace.Traces {
 		s.SetEndTimestamp(pcommon.NewTimestampFromTime(a.at.Add(time.Millisecond)))
 		a.obj.PutAttributes(s.Attributes())
 		s.Attributes().PutStr(model.AttrSpanType, a.typ)
+		if a.with != nil {
+			a.with(s)
+		}
 	}
 	return b.Traces()
 }
@@ -297,7 +302,7 @@ func assertRoot(t *testing.T, s ptrace.Span) {
 func linkTypes(s ptrace.Span) []string {
 	var out []string
 	for _, l := range s.Links().All() {
-		v, _ := l.Attributes().Get(AttrLinkType)
+		v, _ := l.Attributes().Get(model.AttrLinkType)
 		out = append(out, v.Str())
 	}
 	return out

@@ -23,17 +23,6 @@ import (
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
-// Span link attributes the processor writes.
-const (
-	// AttrLinkType says why a span links to another.
-	AttrLinkType = "kubetrail.link.type"
-	// LinkTypePreviousWindow links an object span to the same object's span of the window before.
-	LinkTypePreviousWindow = "previous_window"
-	// LinkTypeOwner links an activity span to its owner's object span when the object's
-	// assignment in this window was fixed before the owner was known (first writer wins).
-	LinkTypeOwner = "owner"
-)
-
 // maxOwedSpans bounds the object spans kept for re-sending after the next consumer refused a
 // batch; they are small, and a refusal that lasts longer than this many object spans is a
 // broken pipeline that the exporter's own queue metrics already show.
@@ -69,6 +58,12 @@ type objectLinkProcessor struct {
 	windowLogs *logLimiter // the window-mismatch warning, at most once per windowMismatchLogEvery
 	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
 	lastSenderWindow atomic.Int64
+
+	// join pairs apiserver request spans with audit spans (nil when apiserver_join is off);
+	// joinPending are audit records for Redis that wait for the next batch's round trip.
+	join        *joinMap
+	joinMu      sync.Mutex
+	joinPending []Op
 
 	heldMu sync.Mutex
 	held   []heldSpan
@@ -117,6 +112,11 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
 	}
 	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	if cfg.APIServerJoin.Enabled {
+		p.join = newJoinMap(cfg.APIServerJoin, clk.Now, func(reason string) {
+			tel.JoinEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+		})
+	}
 	switch cfg.IDMap.Backend {
 	case BackendRedis:
 		rs, err := newRedisStore(cfg.IDMap.Redis, mem, clk.Now, tel, set.Logger)
@@ -206,6 +206,13 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	err := p.release(ctx, true)
 	if sendErr := p.send(ctx, ptrace.NewTraces(), processResult{}); sendErr != nil {
 		err = errors.Join(err, sendErr)
+	}
+	if p.store != nil && p.redis != nil {
+		// Audit records still waiting for a batch's round trip go out now (one round trip at
+		// shutdown), so that another replica can still join their request spans.
+		if ops := p.takeJoinPending(); len(ops) > 0 {
+			_ = p.store.Do(ctx, ops)
+		}
 	}
 	if saveErr := p.saveUnsent(ctx); saveErr != nil {
 		err = errors.Join(err, saveErr)
@@ -346,6 +353,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 ) (res processResult) {
 	r := newResolver(ctx, p, now)
 	var items []item
+	var jb joinBatch
 	pos := 0
 	windowChecked := false
 	for _, rs := range td.ResourceSpans().All() {
@@ -358,6 +366,12 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				if typ.Str() == model.SpanTypeObject {
 					continue
 				}
+				if p.join != nil {
+					if id, ok := apiserverRequestSpan(s, typ.Str()); ok {
+						jb.requests = append(jb.requests, joinRequest{auditID: id, span: s})
+						continue
+					}
+				}
 				obj, ok := model.ObjectFromAttributes(res, attrs)
 				if !ok {
 					continue
@@ -368,6 +382,11 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 					r.names[obj.NameKey()] = obj.UID
 				}
 				it := item{span: s, pos: pos - 1}
+				if p.join != nil && typ.Str() == model.SpanTypeAudit {
+					if v, ok := attrs.Get(model.AttrAuditID); ok {
+						it.auditID = v.Str()
+					}
+				}
 				it.dedup = dedup && (typ.Str() == model.SpanTypeAudit || typ.Str() == model.SpanTypeEvent) && !s.SpanID().IsEmpty()
 				if it.dedup && !windowChecked {
 					// Fresh spans only (dedup is set on the ConsumeTraces path), as received.
@@ -388,7 +407,14 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			}
 		}
 	}
+	if p.join != nil {
+		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
+		p.joinRequests(r, &jb)
+	}
 	if len(items) == 0 {
+		if len(r.ops) > 0 || len(r.writes) > 0 {
+			r.flush()
+		}
 		return res
 	}
 
@@ -434,6 +460,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			}
 		})
 	}
+	if p.join != nil {
+		p.joinAudits(r, items, &jb)
+	}
 	r.run()
 	r.report()
 
@@ -463,6 +492,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			continue
 		}
 		s := it.span
+		n.observe(s)
 		s.SetTraceID(n.asg.TraceID)
 		s.SetParentSpanID(n.asg.SpanID)
 		if it.uidFromName && n.obj.UID != "" {
@@ -474,11 +504,14 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 				l := s.Links().AppendEmpty()
 				l.SetTraceID(o.asg.TraceID)
 				l.SetSpanID(o.asg.SpanID)
-				l.Attributes().PutStr(AttrLinkType, LinkTypeOwner)
+				l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeOwner)
 			}
 		}
 	}
 
+	if p.join != nil {
+		p.joinAfter(ctx, items, remove, &jb, now)
+	}
 	if duplicates > 0 {
 		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
 	}

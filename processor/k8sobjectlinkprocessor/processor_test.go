@@ -151,7 +151,7 @@ func TestAnObjectActiveAcrossAWindowBoundaryGetsTwoLinkedSpans(t *testing.T) {
 		t.Fatalf("only the second window links back: %d, %d links", first.Links().Len(), second.Links().Len())
 	}
 	l := second.Links().At(0)
-	if l.TraceID() != first.TraceID() || l.SpanID() != first.SpanID() || linkTypes(second)[0] != LinkTypePreviousWindow {
+	if l.TraceID() != first.TraceID() || l.SpanID() != first.SpanID() || linkTypes(second)[0] != model.LinkTypePreviousWindow {
 		t.Fatal("the link must point at the previous window's span of the same object")
 	}
 	assertChild(t, first, h.activitySpan("audit before"))
@@ -435,7 +435,7 @@ func TestFirstWriterWinsAndALaterOwnerAppliesFromTheNextWindow(t *testing.T) {
 	assertRoot(t, rsSpans[0])
 	late := h.activitySpan("audit late")
 	assertChild(t, rsSpans[0], late)
-	if got := linkTypes(late); len(got) != 1 || got[0] != LinkTypeOwner {
+	if got := linkTypes(late); len(got) != 1 || got[0] != model.LinkTypeOwner {
 		t.Fatalf("the span that revealed the owner must link to the owner's span now, links %v", got)
 	}
 	if late.Links().At(0).SpanID() != h.one("Deployment default/demo").SpanID() {

@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,11 @@ type node struct {
 	lookupDone bool
 	localDone  bool
 
+	// contexts are the trace contexts the batch's activity spans of this object link to
+	// (trace_context links, each once); nodeName is a Pod's node as they name it.
+	contexts []model.TraceContext
+	nodeName string
+
 	direct     bool // activity spans of this batch belong to it
 	force      bool // a span of it has waited owner_wait already: no more holding
 	dependents int
@@ -85,6 +91,7 @@ type item struct {
 	deadline    time.Time
 	uidFromName bool
 	mark        string // the duplicate mark this span set, if it was the first
+	auditID     string // audit spans, with the apiserver join on
 }
 
 // resolverCounts are added to the telemetry once per batch, not once per object: instruments
@@ -582,10 +589,38 @@ func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 	n.obj.PutSemconvAttributes(attrs)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
 	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
+	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {
+		attrs.PutStr(model.AttrNodeName, n.nodeName)
+	}
 	if n.hasPrev {
 		l := s.Links().AppendEmpty()
 		l.SetTraceID(n.prev.TraceID)
 		l.SetSpanID(n.prev.SpanID)
-		l.Attributes().PutStr(AttrLinkType, LinkTypePreviousWindow)
+		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypePreviousWindow)
+	}
+	for _, tc := range n.contexts {
+		l := s.Links().AppendEmpty()
+		l.SetTraceID(tc.TraceID)
+		l.SetSpanID(tc.SpanID)
+		l.SetFlags(uint32(tc.Flags))
+		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
+	}
+}
+
+// observe takes from an activity span of n what n's object span repeats: the trace contexts
+// its trace_context links point at (each distinct one once: every write to an annotated object
+// carries the same context until it changes) and the node a Pod span names.
+func (n *node) observe(s ptrace.Span) {
+	if v, ok := s.Attributes().Get(model.AttrNodeName); ok && v.Str() != "" {
+		n.nodeName = v.Str()
+	}
+	for _, l := range s.Links().All() {
+		if v, ok := l.Attributes().Get(model.AttrLinkType); !ok || v.Str() != model.LinkTypeTraceContext {
+			continue
+		}
+		tc := model.TraceContext{TraceID: l.TraceID(), SpanID: l.SpanID(), Flags: uint8(l.Flags())}
+		if !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
+			n.contexts = append(n.contexts, tc)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
@@ -179,3 +180,40 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 var auditIDPattern = regexp.MustCompile(`"auditID":"[0-9a-f]{8}`)
+
+// BenchmarkScanMeta scans every recorded request and response body of every scenario for
+// identity, owner, the trace-context annotation and a Pod's node: the per-body work of the
+// hot path, without the rest of the conversion's noise.
+func BenchmarkScanMeta(b *testing.B) {
+	paths, err := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook", "*.json"))
+	if err != nil || len(paths) == 0 {
+		b.Fatal("no webhook captures")
+	}
+	var bodies [][]byte
+	size := 0
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range evs {
+			for _, raw := range [][]byte{ev.RequestObject, ev.ResponseObject} {
+				if hasBody(raw) {
+					bodies = append(bodies, raw)
+					size += len(raw)
+				}
+			}
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, raw := range bodies {
+			scanMeta(raw, model.DefaultTraceContextAnnotation)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// RedactResources are resources whose data and stringData values, and whose
 	// last-applied-configuration annotation, are never exported.
 	RedactResources []GroupResource `mapstructure:"redact_resources"`
+
+	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
+	// write's audit span to the trace that asked for it.
+	TraceContextAnnotation string `mapstructure:"trace_context_annotation"`
 
 	// Window is the object-span window; it must equal the k8s_object_link processor's window so
 	// that both derive the same IDs.
@@ -167,6 +172,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Window <= 0 {
 		errs = append(errs, fmt.Errorf("window: must be positive, got %s", cfg.Window))
+	}
+	if msgs := validation.IsQualifiedName(cfg.TraceContextAnnotation); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", cfg.TraceContextAnnotation, strings.Join(msgs, "; ")))
 	}
 	return errors.Join(errs...)
 }

@@ -35,7 +35,8 @@ func TestLoadConfig(t *testing.T) {
 			if len(cfg.RedactResources) != 1 || cfg.RedactResources[0].Resource != "secrets" {
 				t.Errorf("redact_resources = %v", cfg.RedactResources)
 			}
-			if cfg.DiffCacheSize != 100_000 || cfg.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.IncludeReadVerbs {
+			if cfg.DiffCacheSize != 100_000 || cfg.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.IncludeReadVerbs ||
+				cfg.TraceContextAnnotation != "trace.kubernetes.io/context" {
 				t.Errorf("defaults = %+v", cfg)
 			}
 		}},
@@ -52,7 +53,7 @@ func TestLoadConfig(t *testing.T) {
 			if len(cfg.ExcludeResources) != 2 || cfg.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
 				t.Errorf("exclude_resources = %v", cfg.ExcludeResources)
 			}
-			if len(cfg.ExcludeUserAgents) != 1 || cfg.DiffCacheSize != 5000 || len(cfg.RedactResources) != 2 {
+			if len(cfg.ExcludeUserAgents) != 1 || cfg.DiffCacheSize != 5000 || len(cfg.RedactResources) != 2 || cfg.TraceContextAnnotation != "example.com/traceparent" {
 				t.Errorf("user agents/cache/redact = %+v", cfg)
 			}
 		}},
@@ -85,6 +86,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "start_at accepts only end and beginning", id: component.MustNewIDWithName("k8s_audit", "bad_start_at"), wantErr: "start_at:"},
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
+		{name: "a trace-context annotation that is not an annotation key is refused", id: component.MustNewIDWithName("k8s_audit", "bad_trace_context_annotation"), wantErr: "trace_context_annotation:"},
 		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window:"},
 		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},
 	}
@@ -158,7 +160,8 @@ func TestUnknownKeysAreRefusedByName(t *testing.T) {
 			"endpoint": "localhost:0", "cluster": "c", "files": []any{"/a.log"}, "storage": "file_storage",
 			"poll_interval": "1s", "start_at": "end", "include_read_verbs": true, "exclude_resources": []any{},
 			"exclude_user_agents": []any{"x/"}, "diff_cache_size": 1, "redact_resources": []any{}, "window": "30m",
-			"max_request_body_size": 1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
+			"trace_context_annotation": "a/b",
+			"max_request_body_size":    1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
 			"read_header_timeout": "1s", "write_timeout": "1s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
 			"response_headers": map[string]any{"X-A": "b"}, "cors": map[string]any{"allowed_origins": []any{"https://a"}},
 			"tls": map[string]any{"cert_file": "/c", "key_file": "/k", "client_ca_file": "/ca"},

@@ -29,6 +29,9 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 		for reason, c := range st.dropped {
 			metadata.Add(ctx, r.telemetry.DroppedEvents, c, reason)
 		}
+		for reason, c := range st.badContexts {
+			metadata.Add(ctx, r.telemetry.TraceContextInvalid, c, reason)
+		}
 		obs.EndTracesOp(ctx, "audit", n, err)
 	}()
 	td := r.conv.convert(cluster, events, &st)

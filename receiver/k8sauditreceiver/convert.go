@@ -31,13 +31,11 @@ const (
 	attrErrorReason        = "k8s.audit.error.reason"
 	attrErrorMessage       = "k8s.audit.error.message"
 	attrErrorCauses        = "k8s.audit.error.causes"
-	attrLinkType           = "kubetrail.link.type"
 	attrClamped            = "k8s.audit.stage_timestamp.clamped"
 	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
 	// request (a new auditID) with the resourceVersion the object already had.
-	attrAuditNoop    = "k8s.audit.noop"
-	linkTypeConflict = "conflict"
-	eventAuditPatch  = "k8s.audit.patch"
+	attrAuditNoop   = "k8s.audit.noop"
+	eventAuditPatch = "k8s.audit.patch"
 )
 
 const (
@@ -72,6 +70,8 @@ type converter struct {
 	cache        *objectCache // nil when diffs are off
 	tags         tagger
 	scopeVersion string
+	// traceAnnotation is the trace-context annotation key (trace_context_annotation).
+	traceAnnotation string
 	// now is the clock the event timestamps are checked against; logger reports refused
 	// events (sampled: a stream of bad events logs a few lines a minute, the metric counts all).
 	now    func() time.Time
@@ -80,16 +80,17 @@ type converter struct {
 
 func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *converter {
 	c := &converter{
-		mapper:       model.BuiltinMapper(),
-		window:       cfg.Window,
-		includeReads: cfg.IncludeReadVerbs,
-		exclude:      newGRSet(cfg.ExcludeResources),
-		excludeUA:    cfg.ExcludeUserAgents,
-		redact:       newGRSet(cfg.RedactResources),
-		tags:         newTagger(),
-		scopeVersion: scopeVersion,
-		now:          time.Now,
-		logger:       zap.NewNop(),
+		mapper:          model.BuiltinMapper(),
+		window:          cfg.Window,
+		includeReads:    cfg.IncludeReadVerbs,
+		exclude:         newGRSet(cfg.ExcludeResources),
+		excludeUA:       cfg.ExcludeUserAgents,
+		redact:          newGRSet(cfg.RedactResources),
+		tags:            newTagger(),
+		traceAnnotation: cfg.TraceContextAnnotation,
+		scopeVersion:    scopeVersion,
+		now:             time.Now,
+		logger:          zap.NewNop(),
 	}
 	if cfg.DiffCacheSize > 0 {
 		c.cache = newObjectCache(cfg.DiffCacheSize, onCacheSize)
@@ -101,6 +102,15 @@ func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *co
 type batchStats struct {
 	filtered map[string]int
 	dropped  map[string]int
+	// badContexts counts malformed trace-context annotations, by model.Traceparent* reason.
+	badContexts map[string]int
+}
+
+func (s *batchStats) badContext(reason string) {
+	if s.badContexts == nil {
+		s.badContexts = map[string]int{}
+	}
+	s.badContexts[reason]++
 }
 
 func (s *batchStats) filter(reason string) {
@@ -213,9 +223,9 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	}
 	var bodies [3]lazyBody // resp, req, scale: on the stack, no allocation per event
 	var resp, req, scale *lazyBody
-	var respMeta objectMeta
+	var respMeta, reqMeta objectMeta
 	if hasBody(ev.ResponseObject) {
-		if m, ok := scanMeta(ev.ResponseObject); ok {
+		if m, ok := scanMeta(ev.ResponseObject, c.traceAnnotation); ok {
 			switch {
 			case c.describes(ref, m):
 				bodies[0] = lazyBody{raw: ev.ResponseObject, masks: masks}
@@ -237,11 +247,24 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
-		if m, ok := scanMeta(ev.RequestObject); ok && c.describes(ref, m) {
+		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && c.describes(ref, m) {
 			bodies[1] = lazyBody{raw: ev.RequestObject, masks: masks}
 			req = &bodies[1]
 			m.ResourceVersion = ""
 			fillObject(&obj, m)
+			reqMeta = m
+		}
+	}
+	// The trace context and the node come from the body that describes the object: the
+	// response (the object as stored) when audited, else the request.
+	traceContext, nodeName := respMeta.TraceContext, respMeta.NodeName
+	if resp == nil {
+		traceContext, nodeName = reqMeta.TraceContext, reqMeta.NodeName
+	}
+	if ref.Resource == "pods" && ref.APIGroup == "" && ref.Subresource == "binding" && ev.Verb == "create" && !failed && hasBody(ev.RequestObject) {
+		// The scheduler's binding names the node in its target.
+		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && m.Kind == "Binding" {
+			nodeName = m.Target
 		}
 	}
 	// A body of the object itself without a controlling owner reference is a definitive
@@ -314,6 +337,10 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	}
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
 	putAnnotations(attrs, ev.Annotations)
+	putNonEmpty(attrs, model.AttrNodeName, nodeName)
+	if traceContext != "" {
+		c.linkTraceContext(span, traceContext, ev.AuditID, st)
+	}
 	if len(ev.SourceIPs) > 0 {
 		attrs.PutStr(model.AttrClientAddress, ev.SourceIPs[0])
 	}
@@ -403,7 +430,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 					link.SetTraceID(w.traceID)
 					link.SetSpanID(w.spanID)
 					la := link.Attributes()
-					la.PutStr(attrLinkType, linkTypeConflict)
+					la.PutStr(model.AttrLinkType, model.LinkTypeConflict)
 					la.PutStr(model.AttrAuditID, w.auditID)
 					putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
 				}
@@ -577,4 +604,21 @@ func (e *cacheEntry) wrote(auditID string) bool {
 		}
 	}
 	return false
+}
+
+// linkTraceContext links the audit span to the trace context an object's trace-context
+// annotation carries (a W3C traceparent); a malformed value is counted and ignored.
+func (c *converter) linkTraceContext(span ptrace.Span, value, auditID string, st *batchStats) {
+	tc, reason := model.ParseTraceparent(value)
+	if reason != "" {
+		st.badContext(reason)
+		c.logger.Debug("Ignoring a malformed trace-context annotation",
+			zap.String("reason", reason), zap.String("value", value), zap.String("audit_id", auditID))
+		return
+	}
+	l := span.Links().AppendEmpty()
+	l.SetTraceID(tc.TraceID)
+	l.SetSpanID(tc.SpanID)
+	l.SetFlags(uint32(tc.Flags)) // the W3C trace flags occupy OTLP's low byte
+	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
 }

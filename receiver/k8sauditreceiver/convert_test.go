@@ -457,7 +457,7 @@ func TestConflictLinksToTheWinningWrite(t *testing.T) {
 		t.Fatalf("loser %q has %d links", l.Name(), l.Links().Len())
 	}
 	link := l.Links().At(0)
-	if link.SpanID() != w.SpanID() || link.TraceID() != w.TraceID() || attrStr(link.Attributes(), attrLinkType) != linkTypeConflict || attrStr(link.Attributes(), model.AttrAuditID) != "winner" {
+	if link.SpanID() != w.SpanID() || link.TraceID() != w.TraceID() || attrStr(link.Attributes(), model.AttrLinkType) != model.LinkTypeConflict || attrStr(link.Attributes(), model.AttrAuditID) != "winner" {
 		t.Fatalf("link = %v %v %v", link.SpanID(), link.TraceID(), link.Attributes().AsRaw())
 	}
 	if w.Links().Len() != 0 {

@@ -80,10 +80,11 @@ func createDefaultConfig() component.Config {
 			{Group: "", Resource: "events"},
 			{Group: "events.k8s.io", Resource: "events"},
 		},
-		DiffCacheSize:     defaultDiffCacheSize,
-		DiffCacheMaxBytes: defaultDiffCacheMaxBytes,
-		RedactResources:   []GroupResource{{Group: "", Resource: "secrets"}},
-		Window:            model.DefaultWindow,
+		DiffCacheSize:          defaultDiffCacheSize,
+		DiffCacheMaxBytes:      defaultDiffCacheMaxBytes,
+		RedactResources:        []GroupResource{{Group: "", Resource: "secrets"}},
+		Window:                 model.DefaultWindow,
+		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
 	}
 }
 

@@ -609,8 +609,11 @@ func parseMetadata(d []byte, i int) (any, int, error) {
 
 // scanMeta reads what metaOf reads from a body without parsing it into a tree: most bodies
 // are only looked at to complete an identity or to find a write already seen. It returns what
-// metaOf(parseTree(raw)) returns, duplicate keys included (the last one counts).
-func scanMeta(raw []byte) (objectMeta, bool) {
+// metaOf(parseTree(raw), annotation) returns, duplicate keys included (the last one counts),
+// except that a Pod's node and a Binding's target are read only when no other kind precedes
+// them (the apiserver writes kind first).
+// annotation is the trace-context annotation key; the other annotations are skipped.
+func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return objectMeta{}, false
@@ -623,6 +626,12 @@ func scanMeta(raw []byte) (objectMeta, bool) {
 			return objectMeta{}, false
 		}
 		if done {
+			if m.Kind != "Pod" {
+				m.NodeName = ""
+			}
+			if m.Kind != "Binding" {
+				m.Target = ""
+			}
 			return m, skipSpace(raw, next) == len(raw)
 		}
 		switch string(key) {
@@ -631,13 +640,54 @@ func scanMeta(raw []byte) (objectMeta, bool) {
 		case "apiVersion":
 			m.APIVersion, i, err = anyString(raw, next)
 		case "metadata":
-			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion}
-			i, err = scanMetadata(raw, next, &m)
+			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target}
+			i, err = scanMetadata(raw, next, &m, annotation)
+		case "spec":
+			// A Pod's node (spec.nodeName). The apiserver writes kind first, so the spec of
+			// any other kind is skipped whole, as before.
+			m.NodeName = ""
+			if m.Kind == "Pod" || m.Kind == "" {
+				i, err = scanMember(raw, next, 1, "nodeName", &m.NodeName)
+			} else {
+				i, err = skipValue(raw, next, 1)
+			}
+		case "target":
+			// A Binding's target node (pods/binding).
+			m.Target = ""
+			if m.Kind == "Binding" || m.Kind == "" {
+				i, err = scanMember(raw, next, 1, "name", &m.Target)
+			} else {
+				i, err = skipValue(raw, next, 1)
+			}
 		default:
 			i, err = skipValue(raw, next, 1)
 		}
 		if err != nil {
 			return objectMeta{}, false
+		}
+	}
+}
+
+// scanMember reads the string member name of the object at d[i] (at nesting depth) into dst
+// (the last one counts; a value of another type counts as ""); anything else, or a value that
+// is not an object, is skipped.
+func scanMember(d []byte, i, depth int, name string, dst *string) (int, error) {
+	if d[i] != '{' {
+		return skipValue(d, i, depth)
+	}
+	i++
+	for first := true; ; first = false {
+		key, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		if string(key) == name {
+			*dst, i, err = anyString(d, next)
+		} else {
+			i, err = skipValue(d, next, depth+1)
+		}
+		if err != nil {
+			return 0, err
 		}
 	}
 }
@@ -651,7 +701,7 @@ func anyString(d []byte, i int) (string, int, error) {
 	return "", end, err
 }
 
-func scanMetadata(d []byte, i int, m *objectMeta) (int, error) {
+func scanMetadata(d []byte, i int, m *objectMeta, annotation string) (int, error) {
 	if d[i] != '{' {
 		return skipValue(d, i, 1)
 	}
@@ -673,6 +723,9 @@ func scanMetadata(d []byte, i int, m *objectMeta) (int, error) {
 		case "ownerReferences":
 			m.Owner = ownerRef{}
 			i, err = scanOwners(d, next, &m.Owner)
+		case "annotations":
+			m.TraceContext = ""
+			i, err = scanMember(d, next, 2, annotation, &m.TraceContext)
 		default:
 			i, err = skipValue(d, next, 2)
 		}

@@ -28,13 +28,17 @@ type objectMeta struct {
 	UID             string
 	ResourceVersion string
 	Owner           ownerRef
+	// TraceContext is the value of the trace-context annotation (unparsed).
+	TraceContext string
+	// NodeName is a Pod's spec.nodeName; Target is a Binding's target.name.
+	NodeName, Target string
 }
 
 type ownerRef struct {
 	APIVersion, Kind, Name, UID string
 }
 
-func metaOf(t tree) objectMeta {
+func metaOf(t tree, annotation string) objectMeta {
 	md := child(t, "metadata")
 	m := objectMeta{
 		Kind:            str(t, "kind"),
@@ -43,6 +47,13 @@ func metaOf(t tree) objectMeta {
 		Namespace:       str(md, "namespace"),
 		UID:             str(md, "uid"),
 		ResourceVersion: str(md, "resourceVersion"),
+		TraceContext:    str(child(md, "annotations"), annotation),
+	}
+	if m.Kind == "Binding" {
+		m.Target = str(child(t, "target"), "name")
+	}
+	if m.Kind == "Pod" {
+		m.NodeName = str(child(t, "spec"), "nodeName")
 	}
 	refs, _ := md["ownerReferences"].([]any)
 	for _, r := range refs {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type Env struct {
 	Jaeger    *Jaeger
 	Router    *AuditRouter // the apiserver's webhook target
 	Collector *Collector   // the main collector, fed by Router
+	// TracingAddr is the main collector's OTLP gRPC receiver, where the apiserver exports its
+	// request spans (KEP-647); "" when the collector has no otlp receiver.
+	TracingAddr string
 
 	// Runs holds the first run of each scenario, made by TestMain.
 	Runs map[string]*ScenarioRun
@@ -164,6 +168,13 @@ func setup() (*Env, error) {
 	if e.Router, err = startAuditRouter(); err != nil {
 		return e, err
 	}
+	if e.Components.Has("receivers", "otlp") {
+		port, err := FreePort()
+		if err != nil {
+			return e, err
+		}
+		e.TracingAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	if err := e.step("cluster up", e.clusterUp); err != nil {
 		return e, err
 	}
@@ -174,7 +185,17 @@ func setup() (*Env, error) {
 		return e, err
 	}
 	if err := e.step("start the collector", func() (err error) {
-		e.Collector, err = e.StartCollector("main", e.CollectorConfig())
+		cfg := e.CollectorConfig()
+		if e.TracingAddr != "" {
+			// The apiserver's request spans go through k8s_object_link, which joins them with the
+			// audit spans; only the main collector listens there (extra collectors start from
+			// CollectorConfig without it).
+			cfg.Set("receivers.otlp.protocols.grpc.endpoint", e.TracingAddr)
+			if recv := cfg.Pipeline("receivers"); !slices.Contains(recv, "otlp") {
+				cfg.SetPipeline("receivers", append(recv, "otlp")...)
+			}
+		}
+		e.Collector, err = e.StartCollector("main", cfg)
 		return err
 	}); err != nil {
 		return e, err
@@ -213,6 +234,7 @@ func (e *Env) clusterUp() error {
 	cmd.Env = append(os.Environ(),
 		"KUBETRAIL_STATE="+e.StateDir,
 		"AUDIT_WEBHOOK_URL="+e.Router.URL,
+		"APISERVER_TRACING_ENDPOINT="+e.TracingAddr,
 		// Secrets at RequestResponse, so the run proves no secret value reaches Jaeger.
 		"AUDIT_POLICY="+filepath.Join(e.Root, "testbed", "policy", "audit-policy-secrets.yaml"))
 	logPath := filepath.Join(e.OutDir, "cluster-up.log")

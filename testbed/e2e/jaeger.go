@@ -223,8 +223,12 @@ type Window struct {
 	Start, End time.Time
 }
 
-// Fetch returns every span of every trace that has at least one span (of any service) starting
-// within w, each trace fetched whole through the v3 API. raw receives every response body, for
+// apiserverService is the service.name of kube-apiserver's request spans.
+const apiserverService = "apiserver"
+
+// Fetch returns every span of every trace that has at least one span (of any service but the
+// apiserver's own request traces, which a test fetches by audit ID) starting within w, each
+// trace fetched whole through the v3 API. raw receives every response body, for
 // byte-level checks (nil to skip).
 func (j *Jaeger) Fetch(ctx context.Context, w Window, raw func([]byte)) (Spans, error) {
 	services, err := j.Services(ctx)
@@ -234,7 +238,7 @@ func (j *Jaeger) Fetch(ctx context.Context, w Window, raw func([]byte)) (Spans, 
 	seen := map[string]bool{}
 	var all Spans
 	for _, svc := range services {
-		if svc == "jaeger" {
+		if svc == "jaeger" || svc == apiserverService {
 			continue
 		}
 		ids, err := j.TraceIDs(ctx, svc, w.Start, w.End, nil)

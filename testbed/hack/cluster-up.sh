@@ -13,6 +13,9 @@
 #                      apiserver retries, the control plane works regardless
 #   AUDIT_POLICY       audit policy file (default testbed/policy/audit-policy.yaml)
 #   KWOK_NODES         number of fake nodes (default 1)
+#   APISERVER_TRACING_ENDPOINT  host:port of an OTLP gRPC receiver (plain text): the apiserver then
+#                      traces every request (KEP-647 TracingConfiguration, samplingRatePerMillion
+#                      1000000) and exports there, every 500 ms; unset: no tracing
 #   KUBETRAIL_CACHE    binary cache (default ~/.cache/kubetrail), as in build-binaries.sh
 #
 # Writes $STATE/env, which scripts and tests source: KUBECONFIG, KUBETRAIL_APISERVER, KUBECTL, ...
@@ -157,6 +160,17 @@ current-context: default
 EOF
 T_PKI=$(now_ms)
 
+TRACING_ARGS=()
+if [[ -n ${APISERVER_TRACING_ENDPOINT:-} ]]; then
+  cat > "$STATE/tracing-config.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: TracingConfiguration
+endpoint: $APISERVER_TRACING_ENDPOINT
+samplingRatePerMillion: 1000000
+EOF
+  TRACING_ARGS=(--tracing-config-file "$STATE/tracing-config.yaml")
+fi
+
 # ---- processes --------------------------------------------------------------------------------
 # start NAME BINARY ARGS...: runs in a new session (so a terminal's Ctrl-C or the caller's exit
 # does not reach it), output to $STATE/logs/NAME.log, PID to $STATE/pids/NAME.pid.
@@ -187,7 +201,11 @@ start etcd "$ETCD" --name testbed --data-dir "$STATE/etcd" \
 wait_for "etcd /health" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 T_ETCD=$(now_ms)
 
-start kube-apiserver "$K8S_BIN/kube-apiserver" \
+# OTEL_BSP_*: the OpenTelemetry SDK's batch span processor exports every 500 ms instead of 5 s,
+# so a test sees the apiserver's spans about as soon as the audit webhook's, and queues up to 64k
+# spans instead of 2048 while the receiver is not listening yet (e2e starts the collector after
+# the control plane; the apiserver makes ~1,000 spans a second while it starts).
+start kube-apiserver env OTEL_BSP_SCHEDULE_DELAY=500 OTEL_BSP_MAX_QUEUE_SIZE=65536 "$K8S_BIN/kube-apiserver" "${TRACING_ARGS[@]}" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
   --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
@@ -270,6 +288,7 @@ export KUBETRAIL_K8S_VERSION=$K8S_VERSION
 export KUBETRAIL_K8S_BIN=$K8S_BIN
 export KUBECTL=$KUBECTL
 export KWOK_NODES=$KWOK_NODES
+export APISERVER_TRACING_ENDPOINT=${APISERVER_TRACING_ENDPOINT:-}
 export KUBETRAIL_ALICE_KUBECONFIG=$STATE/alice.kubeconfig
 export KUBETRAIL_BOB_KUBECONFIG=$STATE/bob.kubeconfig
 EOF
@@ -285,6 +304,7 @@ log "  node Ready            $(ms $((T_NODE - T0)))"
 log "  default SA            $(ms $((T_SA - T0)))"
 log "  all healthy           $(ms $((T_END - T0)))"
 log "  audit webhook -> $AUDIT_WEBHOOK_URL, audit log $STATE/audit.log"
+[[ -z ${APISERVER_TRACING_ENDPOINT:-} ]] || log "  apiserver traces -> OTLP gRPC $APISERVER_TRACING_ENDPOINT"
 log "  export KUBECONFIG=$STATE/kubeconfig   (or: source $STATE/env)"
 printf 'timings_ms pki=%d etcd=%d readyz=%d node_ready=%d default_sa=%d all=%d\n' \
   $((T_PKI - T_START)) $((T_ETCD - T0)) $((T_READYZ - T0)) $((T_NODE - T0)) $((T_SA - T0)) $((T_END - T0)) > "$STATE/timings"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# notes: Deployment demo: create with 2 replicas, scale to 4, change the image (a second ReplicaSet), scale to 2, delete one pod (the ReplicaSet replaces it), delete the Deployment (the garbage collector removes ReplicaSets and Pods).
+# notes: Deployment demo: create with 2 replicas (annotated with a trace context), scale to 4, change the image (a second ReplicaSet), scale to 2, delete one pod (the ReplicaSet replaces it), delete the Deployment (the garbage collector removes ReplicaSets and Pods).
 source "$(dirname "$0")/lib.bash"
 absent deployment demo
 until_true 60 no_pods app=demo
 
-say "create demo with 2 replicas"
-k create deployment demo --image=registry.k8s.io/nginx:1.27 --replicas=2 >/dev/null
+say "create demo with 2 replicas, carrying a trace context (trace.kubernetes.io/context)"
+# The object-lifecycle KEP's annotation: a CI system would put its own traceparent here; e2e checks
+# that the Deployment's window span links to this one.
+k create deployment demo --image=registry.k8s.io/nginx:1.27 --replicas=2 --dry-run=client -o yaml \
+  | k annotate --local -f - "trace.kubernetes.io/context=${DEMO_TRACEPARENT:-00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01}" -o yaml \
+  | k create -f - >/dev/null
 k rollout status deployment/demo --timeout 60s >/dev/null
 until_true 30 pods_running app=demo 2
 

@@ -43,6 +43,8 @@ type Telemetry struct {
 	RedisReconciled   metric.Int64Counter
 	SpansIn, SpansOut metric.Int64Counter
 	WindowMismatches  metric.Int64Counter
+	APIServerJoins    metric.Int64Counter
+	JoinEvictions     metric.Int64Counter
 }
 
 // NewTelemetry builds the instruments on the component's MeterProvider.
@@ -77,6 +79,10 @@ func NewTelemetry(set component.TelemetrySettings) (*Telemetry, error) {
 		"Records written from memory to Redis after an outage, by result: written, conflict.", "{record}")
 	t.WindowMismatches = counter("otelcol_k8s_object_link_window_mismatches",
 		"Batches whose first activity span a receiver derived with another window than this processor's.", "{batch}")
+	t.APIServerJoins = counter("otelcol_k8s_object_link_apiserver_joins",
+		"Apiserver request spans and audit spans joined by a link, by source: memory or redis.", "{join}")
+	t.JoinEvictions = counter("otelcol_k8s_object_link_apiserver_join_evictions",
+		"Entries of the apiserver join map that left unjoined, by reason: expired, max_entries, max_bytes.", "{entry}")
 	t.SpansIn = counter("otelcol_k8s_object_link_spans_in", "Spans received.", "{span}")
 	t.SpansOut = counter("otelcol_k8s_object_link_spans_out", "Spans passed on (activity, object and pass-through).", "{span}")
 	var err error

@@ -81,6 +81,8 @@ type TelemetryBuilder struct {
 	DiffCacheBytes metric.Int64UpDownCounter
 	// DiffCacheEvictions counts objects (or bodies) the diff cache let go to stay bounded, by reason.
 	DiffCacheEvictions metric.Int64Counter
+	// TraceContextInvalid counts malformed trace-context annotations ignored, by reason.
+	TraceContextInvalid metric.Int64Counter
 }
 
 // NewTelemetryBuilder creates the instruments on settings.MeterProvider.
@@ -119,6 +121,10 @@ func NewTelemetryBuilder(settings component.TelemetrySettings) (*TelemetryBuilde
 	tb.DiffCacheEvictions, err = meter.Int64Counter("otelcol_k8s_audit_diff_cache_evictions",
 		metric.WithDescription("Objects evicted from the last-body cache to stay within diff_cache_size (count) or diff_cache_max_bytes (bytes), and bodies not kept because one alone exceeds diff_cache_max_bytes (too_large), by reason."),
 		metric.WithUnit("{evictions}"))
+	errs = errors.Join(errs, err)
+	tb.TraceContextInvalid, err = meter.Int64Counter("otelcol_k8s_audit_trace_context_invalid",
+		metric.WithDescription("Trace-context annotations ignored because their value is not a W3C traceparent, by reason (length, format, version, zero_id, trailing_data)."),
+		metric.WithUnit("{annotations}"))
 	errs = errors.Join(errs, err)
 	return &tb, errs
 }

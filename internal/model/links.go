@@ -1,0 +1,93 @@
+package model
+
+import (
+	"encoding/hex"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// AttrLinkType says why a span links to another; its values are the LinkType* constants. Every
+// component writes the same names (the component READMEs list which links each one adds).
+const (
+	AttrLinkType = "kubetrail.link.type"
+	// LinkTypeConflict links a write refused with 409 Conflict to the write that won the race.
+	LinkTypeConflict = "conflict"
+	// LinkTypePreviousWindow links an object span to the same object's span of the window before.
+	LinkTypePreviousWindow = "previous_window"
+	// LinkTypeOwner links an activity span to its owner's object span when the object's
+	// assignment in this window was fixed before the owner was known (first writer wins).
+	LinkTypeOwner = "owner"
+	// LinkTypeTraceContext links an audit span, and its object's span, to the trace context the
+	// object carried in its trace-context annotation.
+	LinkTypeTraceContext = "trace_context"
+	// LinkTypeAPIServerRequest links an audit span and the apiserver's own request span of the
+	// same audit ID (the later one to the earlier one).
+	LinkTypeAPIServerRequest = "apiserver_request"
+)
+
+// DefaultTraceContextAnnotation is the object annotation that carries a W3C traceparent, as the
+// object-lifecycle tracing KEP (sig-instrumentation) names it.
+const DefaultTraceContextAnnotation = "trace.kubernetes.io/context"
+
+// AttrNodeName is the node a Pod is bound to (semantic conventions' k8s.node.name).
+const AttrNodeName = "k8s.node.name"
+
+// Reasons ParseTraceparent gives for a value it refuses.
+const (
+	TraceparentBadLength  = "length"        // shorter than a version-00 traceparent
+	TraceparentBadFormat  = "format"        // dashes misplaced, or upper-case or non-hex digits
+	TraceparentBadVersion = "version"       // version ff, which W3C forbids
+	TraceparentZeroID     = "zero_id"       // an all-zero trace ID or parent ID
+	TraceparentTrailing   = "trailing_data" // version 00 with data after the flags
+)
+
+// TraceContext is a parsed W3C traceparent.
+type TraceContext struct {
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
+	Flags   uint8
+}
+
+// ParseTraceparent parses a W3C traceparent value ("00-<32 hex>-<16 hex>-<2 hex>"). It returns
+// the reason (a Traceparent* constant) when the value is malformed. Versions above 00 are read
+// by their 00 prefix, as the W3C specification asks of a parser that knows only 00.
+func ParseTraceparent(v string) (TraceContext, string) {
+	const size = 55
+	var tc TraceContext
+	if len(v) < size {
+		return tc, TraceparentBadLength
+	}
+	if v[2] != '-' || v[35] != '-' || v[52] != '-' ||
+		!lowerHex(v[0:2]) || !lowerHex(v[3:35]) || !lowerHex(v[36:52]) || !lowerHex(v[53:55]) {
+		return tc, TraceparentBadFormat
+	}
+	var version [1]byte
+	_, _ = hex.Decode(version[:], []byte(v[0:2]))
+	switch {
+	case version[0] == 0xff:
+		return tc, TraceparentBadVersion
+	case len(v) > size && version[0] == 0:
+		return tc, TraceparentTrailing
+	case len(v) > size && v[size] != '-':
+		return tc, TraceparentBadFormat
+	}
+	var flags [1]byte
+	_, _ = hex.Decode(tc.TraceID[:], []byte(v[3:35]))
+	_, _ = hex.Decode(tc.SpanID[:], []byte(v[36:52]))
+	_, _ = hex.Decode(flags[:], []byte(v[53:55]))
+	tc.Flags = flags[0]
+	if tc.TraceID.IsEmpty() || tc.SpanID.IsEmpty() {
+		return TraceContext{}, TraceparentZeroID
+	}
+	return tc, ""
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
