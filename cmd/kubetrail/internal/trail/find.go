@@ -311,7 +311,7 @@ func (f *finder) unknown() error {
 		}
 		return fmt.Errorf("%w: %s has no spans in %s (%s, %s): %s", ErrUnknownObject, t, f.src, rng, clusterNote(t), hint)
 	}
-	return fmt.Errorf("%w: %s: traces were found but none holds its object span in %s (%s): check --cluster and --uid, or widen --since", ErrUnknownObject, t, f.src, rng)
+	return fmt.Errorf("%w: %s: traces were found but none holds its object span in %s (%s, %s): check --cluster (the collector's `cluster`) and --uid, or widen --since", ErrUnknownObject, t, f.src, rng, clusterNote(t))
 }
 
 func clusterNote(t Target) string {
