@@ -195,7 +195,8 @@ func writeHeader(w io.Writer, n *Node, h Header) {
 	for _, s := range n.Windows {
 		ws = append(ws, s.Start.UTC().Format("2006-01-02 15:04")+"–"+s.End.UTC().Format("15:04"))
 	}
-	fmt.Fprintf(w, "%s in cluster %s: %d spans, %d traces, windows %s UTC\n", n.Object.DisplayName(), n.Cluster, spans, len(h.Traces), strings.Join(ws, ", "))
+	fmt.Fprintf(w, "%s in cluster %s: %s, %s, %s %s UTC\n", n.Object.DisplayName(), n.Cluster, plural(spans, "span"), plural(len(h.Traces), "trace"),
+		map[bool]string{true: "window", false: "windows"}[len(ws) == 1], strings.Join(ws, ", "))
 	if len(h.Others) > 0 {
 		fmt.Fprintf(w, "(this name also had uid %s in range: show it with --uid)\n", strings.Join(h.Others, ", "))
 	}
@@ -282,4 +283,11 @@ func padRunes(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s + strings.Repeat(" ", n-len(r))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
