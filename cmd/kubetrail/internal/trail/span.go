@@ -174,7 +174,7 @@ func (s *Span) Actor() string {
 		if c := s.Str(model.AttrEventReportingCtrl); c != "" {
 			return c
 		}
-		return "event"
+		return "?" // an Event without a reporting controller (deprecated core/v1 writers)
 	}
 	return ShortUser(s.Str(model.AttrUserName))
 }
