@@ -15,9 +15,9 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// cliWindow is the window of the collector this test starts: short enough that the deployment
-// scenario (several seconds) crosses several window boundaries.
-const cliWindow = 2 * time.Second
+// cliWindow is the window of the collector this test starts: the processor's minimum, so that
+// the deployment scenario (about 1.4 s on the testbed) always crosses a window boundary.
+const cliWindow = time.Second
 
 // cliNode is the part of `kubetrail trace -o json` (docs/cli.md) this test reads.
 type cliNode struct {
@@ -27,7 +27,10 @@ type cliNode struct {
 		SpanID          string `json:"span_id"`
 		PreviousTraceID string `json:"previous_trace_id"`
 	}
-	Spans    []struct{ TraceID, SpanID string } `json:"spans"`
+	Spans []struct {
+		TraceID string `json:"trace_id"`
+		SpanID  string `json:"span_id"`
+	} `json:"spans"`
 	Children []*cliNode
 }
 
@@ -44,7 +47,7 @@ func (n *cliNode) ids(into map[string]bool) {
 }
 
 // TestTraceCommandMergesARolloutAcrossWindows runs the deployment scenario through a collector
-// whose window is 2 s, then reads it back from Jaeger with `bin/kubetrail trace deployment/demo`:
+// whose window is 1 s, then reads it back from Jaeger with `bin/kubetrail trace deployment/demo`:
 // one tree, holding every span of the Deployment's windows' traces. It lives in a zz_ file
 // because its collector's spans are extra object trees in Jaeger for other tests' windows.
 func TestTraceCommandMergesARolloutAcrossWindows(t *testing.T) {

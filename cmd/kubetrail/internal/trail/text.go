@@ -193,7 +193,11 @@ func writeHeader(w io.Writer, n *Node, h Header) {
 	n.Walk(func(x *Node) { spans += len(x.Spans) + len(x.Windows) })
 	var ws []string
 	for _, s := range n.Windows {
-		ws = append(ws, s.Start.UTC().Format("2006-01-02 15:04")+"–"+s.End.UTC().Format("15:04"))
+		layout := "15:04"
+		if s.Start.Second() != 0 || s.End.Second() != 0 { // windows shorter than a minute
+			layout = "15:04:05"
+		}
+		ws = append(ws, s.Start.UTC().Format("2006-01-02 "+layout)+"–"+s.End.UTC().Format(layout))
 	}
 	fmt.Fprintf(w, "%s in cluster %s: %s, %s, %s %s UTC\n", n.Object.DisplayName(), n.Cluster, plural(spans, "span"), plural(len(h.Traces), "trace"),
 		map[bool]string{true: "window", false: "windows"}[len(ws) == 1], strings.Join(ws, ", "))
