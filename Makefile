@@ -88,3 +88,22 @@ cluster-down: ## stop the control plane started by cluster-up
 
 record: binaries ## record fixtures of one scenario: make record SCENARIO=deployment (SCENARIO=all records every one)
 	testbed/hack/record.sh $(SCENARIO)
+
+## ---- the kubetrail command (cmd/kubetrail, docs/cli.md) ------------------------------------
+
+.PHONY: chromium
+KUBETRAIL_CLI := bin/kubetrail
+
+$(KUBETRAIL_CLI): $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 go build -ldflags='-s -w' -o $@ ./cmd/kubetrail
+
+bin/kubectl-trail: $(KUBETRAIL_CLI) ## the kubectl plugin: `kubectl trail deployment/web …`
+	ln -sf kubetrail $@
+
+build: $(KUBETRAIL_CLI) bin/kubectl-trail
+
+chromium: ## make sure a headless chromium is installed (the kubetrail -o html test renders the page)
+	testbed/hack/ensure-chromium.sh
+
+unit: chromium

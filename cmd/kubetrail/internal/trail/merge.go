@@ -1,0 +1,257 @@
+package trail
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Node is one object in the merged tree: its object spans of every window, the activity (audit
+// and event spans) of all of them in time order, and the objects it owns.
+type Node struct {
+	Object   model.Object
+	Cluster  string
+	Windows  []*Span // object spans, one per window, in window order
+	Spans    []*Span // activity, in time order
+	Children []*Node
+	Depth    int
+}
+
+// Filter narrows what the tree shows.
+type Filter struct {
+	Since, Until time.Time
+	// Depth is how many levels of owned objects to keep; negative keeps all.
+	Depth int
+	// Only is "", "errors", "writes" or "events".
+	Only string
+}
+
+// ValidOnly lists the values of --only.
+var ValidOnly = []string{"errors", "writes", "events"}
+
+func (f Filter) keep(s *Span) bool {
+	if !overlaps(s, f.Since, f.Until) {
+		return false
+	}
+	switch f.Only {
+	case "errors":
+		return s.Failed()
+	case "writes":
+		return s.IsWrite()
+	case "events":
+		return s.Type == model.SpanTypeEvent
+	}
+	return true
+}
+
+type identity string
+
+func identityOf(s *Span) identity {
+	if s.Object.UID != "" {
+		return identity(s.Cluster + "/uid/" + s.Object.UID)
+	}
+	return identity(s.Cluster + "/name/" + s.Object.Kind + "/" + s.Object.Namespace + "/" + s.Object.Name)
+}
+
+// Merge arranges the spans into one tree rooted at the object with the given UID (or, without
+// one, the first object span matching t): every window's object span of an object joins one
+// node, owned objects sit under their owner, activity sits under the object it concerns.
+func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
+	type ref struct {
+		tr pcommon.TraceID
+		sp pcommon.SpanID
+	}
+	byRef := make(map[ref]*Span, len(spans))
+	var uniq []*Span
+	for _, s := range spans {
+		r := ref{s.TraceID, s.SpanID}
+		if _, dup := byRef[r]; dup {
+			continue // a trace fetched twice, or a span exported twice
+		}
+		byRef[r] = s
+		uniq = append(uniq, s)
+	}
+	nodes := map[identity]*Node{}
+	childIDs := map[identity]map[identity]bool{}
+	node := func(s *Span) *Node {
+		id := identityOf(s)
+		n := nodes[id]
+		if n == nil {
+			n = &Node{Object: s.Object, Cluster: s.Cluster}
+			nodes[id] = n
+		}
+		return n
+	}
+	// objectOf is the nearest object span at or above s in its trace.
+	objectOf := func(s *Span) *Span {
+		for i := 0; i < 256 && s != nil; i++ {
+			if s.IsObject() {
+				return s
+			}
+			s = byRef[ref{s.TraceID, s.ParentID}]
+		}
+		return nil
+	}
+	var root identity
+	for _, s := range uniq {
+		if !s.IsObject() {
+			continue
+		}
+		n := node(s)
+		n.Windows = append(n.Windows, s)
+		if root == "" && matchesTarget(s, t) && (uid == "" || s.Object.UID == uid) {
+			root = identityOf(s)
+		}
+		if p := objectOf(byRef[ref{s.TraceID, s.ParentID}]); p != nil {
+			pid := identityOf(p)
+			if childIDs[pid] == nil {
+				childIDs[pid] = map[identity]bool{}
+			}
+			childIDs[pid][identityOf(s)] = true
+		}
+	}
+	if root == "" {
+		return nil, fmt.Errorf("%w: %s: no object span in the traces read", ErrUnknownObject, t)
+	}
+	for _, s := range uniq {
+		if s.IsObject() || !f.keep(s) {
+			continue
+		}
+		o := objectOf(byRef[ref{s.TraceID, s.ParentID}])
+		var n *Node
+		if o != nil {
+			n = nodes[identityOf(o)]
+		} else if s.Object.UID != "" {
+			// A span whose parent was not exported (or was cut by the backend): its own
+			// identity still says which object it concerns.
+			n = nodes[identityOf(s)]
+		}
+		if n != nil {
+			n.Spans = append(n.Spans, s)
+		}
+	}
+	var build func(id identity, depth int, seen map[identity]bool) *Node
+	build = func(id identity, depth int, seen map[identity]bool) *Node {
+		n := nodes[id]
+		seen[id] = true
+		n.Depth = depth
+		sortSpans(n.Windows)
+		sortSpans(n.Spans)
+		if f.Depth >= 0 && depth >= f.Depth {
+			return n
+		}
+		var kids []identity
+		for c := range childIDs[id] {
+			if !seen[c] {
+				kids = append(kids, c)
+			}
+		}
+		for _, c := range kids {
+			child := build(c, depth+1, seen)
+			if f.Only != "" && child.count() == 0 {
+				continue // --only: keep the paths that lead to something shown
+			}
+			n.Children = append(n.Children, child)
+		}
+		sort.SliceStable(n.Children, func(i, j int) bool {
+			a, b := n.Children[i].First(), n.Children[j].First()
+			if !a.Equal(b) {
+				return a.Before(b)
+			}
+			return n.Children[i].Object.DisplayName() < n.Children[j].Object.DisplayName()
+		})
+		return n
+	}
+	r := build(root, 0, map[identity]bool{})
+	if r.count() == 0 {
+		return r, ErrNoSpans
+	}
+	return r, nil
+}
+
+func sortSpans(s []*Span) {
+	sort.SliceStable(s, func(i, j int) bool {
+		if !s[i].Start.Equal(s[j].Start) {
+			return s[i].Start.Before(s[j].Start)
+		}
+		if s[i].Name != s[j].Name {
+			return s[i].Name < s[j].Name
+		}
+		return s[i].SpanID.String() < s[j].SpanID.String()
+	})
+}
+
+// count is the number of activity spans in the subtree.
+func (n *Node) count() int {
+	c := len(n.Spans)
+	for _, k := range n.Children {
+		c += k.count()
+	}
+	return c
+}
+
+// Walk calls fn for n and every node below it, depth first, in display order.
+func (n *Node) Walk(fn func(*Node)) {
+	fn(n)
+	for _, c := range n.Children {
+		c.Walk(fn)
+	}
+}
+
+// First is the start of the node's first activity, or of its first window.
+func (n *Node) First() time.Time {
+	if len(n.Spans) > 0 {
+		return n.Spans[0].Start
+	}
+	if len(n.Windows) > 0 {
+		return n.Windows[0].Start
+	}
+	return time.Time{}
+}
+
+// Lifetime is what the activity says about the object's life: created and deleted are zero when
+// no successful create or delete is among the spans; first and last bound all activity.
+func (n *Node) Lifetime() (created, deleted, first, last time.Time) {
+	for _, s := range n.Spans {
+		if first.IsZero() || s.Start.Before(first) {
+			first = s.Start
+		}
+		if s.End.After(last) {
+			last = s.End
+		}
+		if s.Failed() || s.Type != model.SpanTypeAudit || s.Str(model.AttrAuditSubresource) != "" {
+			continue
+		}
+		switch s.Str(model.AttrAuditVerb) {
+		case "create":
+			if created.IsZero() {
+				created = s.Start
+			}
+		case "delete":
+			deleted = s.End
+		}
+	}
+	return created, deleted, first, last
+}
+
+// AllActivity is every activity span of the subtree with its node, in time order.
+func (n *Node) AllActivity() []Activity {
+	var out []Activity
+	n.Walk(func(x *Node) {
+		for _, s := range x.Spans {
+			out = append(out, Activity{Span: s, Node: x})
+		}
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Span.Start.Before(out[j].Span.Start) })
+	return out
+}
+
+// Activity is one activity span and the object it concerns.
+type Activity struct {
+	Span *Span
+	Node *Node
+}

@@ -1,0 +1,270 @@
+package trail
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// Source is a trace backend: it returns whole traces by ID and searches for traces by the
+// object attributes of their spans.
+type Source interface {
+	// Trace returns the spans of one trace, or nil when the backend does not know it.
+	Trace(ctx context.Context, id pcommon.TraceID) ([]*Span, error)
+	// Search returns the IDs of traces holding a span of service (an object kind) whose
+	// attributes equal tags and which overlaps [start, end].
+	Search(ctx context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error)
+	// String names the source in messages.
+	String() string
+}
+
+// ErrUnreachable wraps every failure to talk to a backend.
+var ErrUnreachable = errors.New("backend unreachable")
+
+// OpenSource parses --source: "jaeger=URL" or "file=PATH".
+func OpenSource(spec string) (Source, error) {
+	kind, arg, ok := strings.Cut(spec, "=")
+	if !ok || arg == "" {
+		return nil, fmt.Errorf("--source %q: want jaeger=URL (a Jaeger query endpoint, e.g. jaeger=http://localhost:16686) or file=PATH (OTLP JSON lines of the collector's file exporter)", spec)
+	}
+	switch kind {
+	case "file":
+		return OpenFile(arg)
+	case "jaeger":
+		u, err := url.Parse(arg)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--source jaeger=%s: want an http(s) URL of Jaeger's query service, e.g. jaeger=http://localhost:16686", arg)
+		}
+		return &Jaeger{Base: strings.TrimRight(arg, "/"), Client: &http.Client{Timeout: 30 * time.Second}}, nil
+	}
+	return nil, fmt.Errorf("--source %q: unknown source %q; want jaeger=URL or file=PATH", spec, kind)
+}
+
+// File is a file of OTLP JSON lines, one ExportTraceServiceRequest per line, as the collector's
+// file exporter writes them. It is read whole at open.
+type File struct {
+	Path    string
+	byTrace map[pcommon.TraceID][]*Span
+}
+
+// maxLine bounds one line of the file: the file exporter writes one export batch per line, and a
+// batch of the recommended exporter settings (3 MiB) is far below it.
+const maxLine = 256 << 20
+
+// OpenFile reads path.
+func OpenFile(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--source file=%s: %w (point it at the file exporter's output, e.g. file=build/run/traces.jsonl)", path, err)
+	}
+	defer f.Close()
+	return ReadFile(path, f)
+}
+
+// ReadFile reads OTLP JSON lines from r; path names it in errors.
+func ReadFile(path string, r io.Reader) (*File, error) {
+	fs := &File{Path: path, byTrace: map[pcommon.TraceID][]*Span{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	var u ptrace.JSONUnmarshaler
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		td, err := u.UnmarshalTraces(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: not an OTLP JSON traces line: %w", path, line, err)
+		}
+		for _, s := range SpansFromTraces(td) {
+			fs.byTrace[s.TraceID] = append(fs.byTrace[s.TraceID], s)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
+	}
+	return fs, nil
+}
+
+// AddSpans adds spans to the file's index (tests build sources from recorded traces).
+func (f *File) AddSpans(spans []*Span) {
+	if f.byTrace == nil {
+		f.byTrace = map[pcommon.TraceID][]*Span{}
+	}
+	for _, s := range spans {
+		f.byTrace[s.TraceID] = append(f.byTrace[s.TraceID], s)
+	}
+}
+
+func (f *File) String() string { return "file=" + f.Path }
+
+// Trace implements Source.
+func (f *File) Trace(_ context.Context, id pcommon.TraceID) ([]*Span, error) {
+	return f.byTrace[id], nil
+}
+
+// Search implements Source: services are kinds (the resource's service.name), as in a backend.
+func (f *File) Search(_ context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {
+	var ids []pcommon.TraceID
+	for id, spans := range f.byTrace {
+		for _, s := range spans {
+			if s.Object.Kind != service || !overlaps(s, start, end) || !tagsMatch(s, tags) {
+				continue
+			}
+			ids = append(ids, id)
+			break
+		}
+	}
+	sortIDs(ids)
+	return ids, nil
+}
+
+func overlaps(s *Span, start, end time.Time) bool {
+	return (start.IsZero() || !s.End.Before(start)) && (end.IsZero() || !s.Start.After(end))
+}
+
+func tagsMatch(s *Span, tags map[string]string) bool {
+	for k, v := range tags {
+		if s.Str(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Jaeger is a Jaeger query service. Traces come from its OTLP-shaped API
+// (/api/v3/traces/{id}), which keeps links and span events as the collector exported them;
+// searches use /api/traces?service=…&tags=….
+type Jaeger struct {
+	Base   string
+	Client *http.Client
+}
+
+func (j *Jaeger) String() string { return "jaeger=" + j.Base }
+
+func (j *Jaeger) get(ctx context.Context, path string, q url.Values) ([]byte, int, error) {
+	u := j.Base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := j.Client.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %v (is Jaeger's query service running there? check the URL and port, usually 16686)", ErrUnreachable, j.Base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxLine))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %v", ErrUnreachable, u, err)
+	}
+	return b, resp.StatusCode, nil
+}
+
+// Trace implements Source.
+func (j *Jaeger) Trace(ctx context.Context, id pcommon.TraceID) ([]*Span, error) {
+	path := "/api/v3/traces/" + id.String()
+	b, code, err := j.get(ctx, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if code == http.StatusNotFound {
+		return nil, nil
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%w: GET %s%s answered %d: %s", ErrUnreachable, j.Base, path, code, snippet(b))
+	}
+	var env struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil || len(env.Result) == 0 {
+		return nil, fmt.Errorf("GET %s%s: not a Jaeger v3 trace response (is this Jaeger v2's query API?): %s", j.Base, path, snippet(b))
+	}
+	td, err := (&ptrace.JSONUnmarshaler{}).UnmarshalTraces(env.Result)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s%s: decoding OTLP JSON: %w", j.Base, path, err)
+	}
+	return SpansFromTraces(td), nil
+}
+
+// Search implements Source.
+func (j *Jaeger) Search(ctx context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {
+	q := url.Values{"service": {service}, "limit": {"1000"}}
+	if !start.IsZero() {
+		q.Set("start", strconv.FormatInt(start.UnixMicro(), 10))
+	}
+	if !end.IsZero() {
+		q.Set("end", strconv.FormatInt(end.UnixMicro(), 10))
+	}
+	if len(tags) > 0 {
+		t, _ := json.Marshal(tags)
+		q.Set("tags", string(t))
+	}
+	b, code, err := j.get(ctx, "/api/traces", q)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		// Jaeger answers 500 "service not found" style errors for services it never saw.
+		if bytes.Contains(b, []byte("not found")) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: GET %s/api/traces?%s answered %d: %s", ErrUnreachable, j.Base, q.Encode(), code, snippet(b))
+	}
+	var r struct {
+		Data []struct {
+			TraceID string `json:"traceID"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("GET %s/api/traces: %w", j.Base, err)
+	}
+	var ids []pcommon.TraceID
+	for _, d := range r.Data {
+		if id, ok := parseTraceID(d.TraceID); ok {
+			ids = append(ids, id)
+		}
+	}
+	sortIDs(ids)
+	return ids, nil
+}
+
+func parseTraceID(s string) (pcommon.TraceID, bool) {
+	var id pcommon.TraceID
+	if len(s) > 32 {
+		return id, false
+	}
+	s = strings.Repeat("0", 32-len(s)) + s // Jaeger drops leading zeros
+	for i := 0; i < 16; i++ {
+		v, err := strconv.ParseUint(s[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return id, false
+		}
+		id[i] = byte(v)
+	}
+	return id, true
+}
+
+func snippet(b []byte) string {
+	if len(b) > 200 {
+		b = b[:200]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,295 @@
+// Package trail is the engine of `kubetrail trace`: it finds an object's traces in a backend
+// (computing the derived trace IDs of its windows, searching by tags when the identity is not
+// known), merges the windows into one tree per object and renders that tree as text, JSON or a
+// self-contained HTML page. The command in cmd/kubetrail only parses flags and calls it.
+package trail
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Link attribute values the k8s_object_link processor writes (processor/k8sobjectlinkprocessor:
+// AttrLinkType, LinkTypePreviousWindow, …). They are repeated here, not imported, so the command
+// does not link the processor and its Redis client; a test checks that they still agree.
+const (
+	AttrLinkType           = "kubetrail.link.type"
+	LinkTypePreviousWindow = "previous_window"
+	LinkTypeConflict       = "conflict"
+)
+
+// Attribute names of the diff span event of an audit span (receiver/k8sauditreceiver).
+const (
+	attrDiffPaths = "k8s.object.diff.paths"
+	attrDiffOld   = "k8s.object.diff.old"
+	attrDiffNew   = "k8s.object.diff.new"
+	attrDiffCount = "k8s.object.diff.count"
+	attrErrCode   = "k8s.audit.error.code"
+	attrErrReason = "k8s.audit.error.reason"
+	attrErrMsg    = "k8s.audit.error.message"
+)
+
+// Span is one span as the tool reads it: the OTLP span flattened, with its resource's cluster
+// and kind, and the kubetrail attributes it needs parsed once.
+type Span struct {
+	TraceID  pcommon.TraceID
+	SpanID   pcommon.SpanID
+	ParentID pcommon.SpanID
+	Name     string
+	Start    time.Time
+	End      time.Time
+	// Attrs holds the span's attributes as plain values (string, bool, int64, float64, []any,
+	// map[string]any), for the JSON output and the HTML page.
+	Attrs  map[string]any
+	Events []Event
+	Links  []Link
+	// Error is true for an error status; StatusMessage is the status message.
+	Error         bool
+	StatusMessage string
+
+	Type    string // model.SpanType*: object, audit, event ("" for foreign spans)
+	Cluster string // the resource's k8s.cluster.name
+	Object  model.Object
+}
+
+// Event is one span event.
+type Event struct {
+	Name  string
+	Time  time.Time
+	Attrs map[string]any
+}
+
+// Link is one span link.
+type Link struct {
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
+	Type    string // kubetrail.link.type
+	Attrs   map[string]any
+}
+
+// Change is one field change of an audit span's diff event.
+type Change struct {
+	Path string `json:"path"`
+	Old  string `json:"old"`
+	New  string `json:"new"`
+}
+
+// SpansFromTraces flattens td.
+func SpansFromTraces(td ptrace.Traces) []*Span {
+	var out []*Span
+	for _, rs := range td.ResourceSpans().All() {
+		res := rs.Resource().Attributes()
+		cluster := strAttr(res, model.AttrClusterName)
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				sp := &Span{
+					TraceID:       s.TraceID(),
+					SpanID:        s.SpanID(),
+					ParentID:      s.ParentSpanID(),
+					Name:          s.Name(),
+					Start:         s.StartTimestamp().AsTime().UTC(),
+					End:           s.EndTimestamp().AsTime().UTC(),
+					Attrs:         s.Attributes().AsRaw(),
+					Error:         s.Status().Code() == ptrace.StatusCodeError,
+					StatusMessage: s.Status().Message(),
+					Type:          strAttr(s.Attributes(), model.AttrSpanType),
+					Cluster:       cluster,
+				}
+				if o, ok := model.ObjectFromAttributes(res, s.Attributes()); ok {
+					sp.Object = o
+				}
+				for _, e := range s.Events().All() {
+					sp.Events = append(sp.Events, Event{Name: e.Name(), Time: e.Timestamp().AsTime().UTC(), Attrs: e.Attributes().AsRaw()})
+				}
+				for _, l := range s.Links().All() {
+					sp.Links = append(sp.Links, Link{TraceID: l.TraceID(), SpanID: l.SpanID(), Type: strAttr(l.Attributes(), AttrLinkType), Attrs: l.Attributes().AsRaw()})
+				}
+				out = append(out, sp)
+			}
+		}
+	}
+	return out
+}
+
+func strAttr(m pcommon.Map, key string) string {
+	if v, ok := m.Get(key); ok {
+		return v.AsString()
+	}
+	return ""
+}
+
+// Str returns a string attribute ("" when absent).
+func (s *Span) Str(key string) string {
+	switch v := s.Attrs[key].(type) {
+	case string:
+		return v
+	case nil:
+		return ""
+	case int64:
+		return strconv.FormatInt(v, 10)
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+// IsObject reports whether s is an object span.
+func (s *Span) IsObject() bool { return s.Type == model.SpanTypeObject }
+
+// Duration is the span's length.
+func (s *Span) Duration() time.Duration { return s.End.Sub(s.Start) }
+
+// Verb is the audit verb, or "event" for an event span.
+func (s *Span) Verb() string {
+	if s.Type == model.SpanTypeEvent {
+		return "event"
+	}
+	v := s.Str(model.AttrAuditVerb)
+	if sub := s.Str(model.AttrAuditSubresource); sub != "" {
+		v += " " + sub
+	}
+	return v
+}
+
+// IsWrite reports whether s is an audit span of a write verb.
+func (s *Span) IsWrite() bool {
+	switch s.Str(model.AttrAuditVerb) {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return s.Type == model.SpanTypeAudit
+	}
+	return false
+}
+
+// Actor is who acted: a controller or user name for audit spans, the reporting controller for
+// events. Service account and node user names are shortened to what an operator calls them.
+func (s *Span) Actor() string {
+	if s.Type == model.SpanTypeEvent {
+		if c := s.Str(model.AttrEventReportingCtrl); c != "" {
+			return c
+		}
+		return "?" // an Event without a reporting controller (deprecated core/v1 writers)
+	}
+	return ShortUser(s.Str(model.AttrUserName))
+}
+
+// ShortUser shortens Kubernetes user names: system:serviceaccount:kube-system:deployment-controller
+// is deployment-controller, system:kube-scheduler is kube-scheduler, system:node:n1 is kubelet/n1.
+func ShortUser(u string) string {
+	switch {
+	case strings.HasPrefix(u, "system:serviceaccount:"):
+		parts := strings.Split(u, ":")
+		return parts[len(parts)-1]
+	case strings.HasPrefix(u, "system:node:"):
+		return "kubelet/" + strings.TrimPrefix(u, "system:node:")
+	case strings.HasPrefix(u, "system:"):
+		return strings.TrimPrefix(u, "system:")
+	case u == "":
+		return "?"
+	}
+	return u
+}
+
+// IsUser reports whether the actor is a person or an outside client rather than a component of
+// the control plane (whose user names all start with "system:").
+func (s *Span) IsUser() bool {
+	u := s.Str(model.AttrUserName)
+	return s.Type == model.SpanTypeAudit && u != "" && !strings.HasPrefix(u, "system:")
+}
+
+// Result is the outcome: the HTTP status code (with the error reason) of an audit span, the
+// event type and reason of an event span.
+func (s *Span) Result() string {
+	if s.Type == model.SpanTypeEvent {
+		return s.Str(model.AttrEventType) + " " + s.Str(model.AttrEventReason)
+	}
+	r := s.Str(model.AttrHTTPStatusCode)
+	for _, e := range s.Events {
+		if e.Name == model.EventAuditError {
+			if reason, _ := e.Attrs[attrErrReason].(string); reason != "" {
+				r += " " + reason
+			}
+		}
+	}
+	return r
+}
+
+// IsConflict reports whether s is a write refused with 409 Conflict.
+func (s *Span) IsConflict() bool {
+	return s.Str(model.AttrHTTPStatusCode) == "409"
+}
+
+// Failed reports whether s is an error: an error status, an audit error, or a Warning event.
+func (s *Span) Failed() bool {
+	if s.Error {
+		return true
+	}
+	if s.Type == model.SpanTypeEvent {
+		return s.Str(model.AttrEventType) == "Warning"
+	}
+	for _, e := range s.Events {
+		if e.Name == model.EventAuditError {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrorMessage is the audit error's message or the status message.
+func (s *Span) ErrorMessage() string {
+	for _, e := range s.Events {
+		if e.Name == model.EventAuditError {
+			if m, _ := e.Attrs[attrErrMsg].(string); m != "" {
+				return m
+			}
+		}
+	}
+	if s.Type == model.SpanTypeEvent && s.Failed() {
+		return s.Str(model.AttrEventNote)
+	}
+	return s.StatusMessage
+}
+
+// Diff returns the field changes of the span's diff events and the total count of changed
+// paths (more than len(changes) when the receiver cut the list).
+func (s *Span) Diff() (changes []Change, total int) {
+	for _, e := range s.Events {
+		if e.Name != model.EventObjectDiff {
+			continue
+		}
+		paths, _ := e.Attrs[attrDiffPaths].([]any)
+		olds, _ := e.Attrs[attrDiffOld].([]any)
+		news, _ := e.Attrs[attrDiffNew].([]any)
+		for i, p := range paths {
+			c := Change{Path: asString(p)}
+			if i < len(olds) {
+				c.Old = asString(olds[i])
+			}
+			if i < len(news) {
+				c.New = asString(news[i])
+			}
+			changes = append(changes, c)
+		}
+		switch n := e.Attrs[attrDiffCount].(type) {
+		case int64:
+			total += int(n)
+		default:
+			total += len(paths)
+		}
+	}
+	return changes, total
+}
+
+func asString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,297 @@
+package trail
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// FormatDuration prints a duration at a precision a reader needs: µs below a millisecond, ms
+// with one decimal below a second, seconds with two decimals below a minute.
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + FormatDuration(-d)
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < time.Second:
+		return trimZero(fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))) + "ms"
+	case d < time.Minute:
+		return trimZero(fmt.Sprintf("%.2f", d.Seconds())) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+func trimZero(s string) string {
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// maxValue bounds one diff value in the tree and timeline (the page shows them whole).
+const maxValue = 40
+
+// maxChanges is how many changes of one diff the tree prints inline.
+const maxChanges = 3
+
+func shorten(s string, n int) string {
+	if s == "" {
+		return "∅"
+	}
+	s = strings.ReplaceAll(s, "\n", " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// InlineDiff is a diff as one line: "spec.replicas 3→6, spec.template… +2 more".
+func InlineDiff(s *Span) string {
+	changes, total := s.Diff()
+	if len(changes) == 0 {
+		return ""
+	}
+	var parts []string
+	for i, c := range changes {
+		if i == maxChanges {
+			break
+		}
+		parts = append(parts, c.Path+" "+shorten(c.Old, maxValue)+"→"+shorten(c.New, maxValue))
+	}
+	out := strings.Join(parts, ", ")
+	if more := total - min(len(changes), maxChanges); more > 0 {
+		out += fmt.Sprintf(" +%d more", more)
+	}
+	return out
+}
+
+// Marks are the flags of an activity line.
+func Marks(s *Span) string {
+	var m []string
+	if s.IsConflict() {
+		m = append(m, "CONFLICT")
+	} else if s.Failed() {
+		m = append(m, "ERROR")
+	}
+	return strings.Join(m, " ")
+}
+
+func objectLine(n *Node) string {
+	var b strings.Builder
+	b.WriteString(n.Object.DisplayName())
+	created, deleted, first, last := n.Lifetime()
+	var life []string
+	if !created.IsZero() {
+		life = append(life, "created "+clock(created))
+	} else if !first.IsZero() {
+		life = append(life, "first seen "+clock(first))
+	}
+	if !deleted.IsZero() {
+		life = append(life, "deleted "+clock(deleted))
+	} else if !last.IsZero() {
+		life = append(life, "last seen "+clock(last))
+	}
+	if !first.IsZero() {
+		end := last
+		if !deleted.IsZero() {
+			end = deleted
+		}
+		from := first
+		if !created.IsZero() {
+			from = created
+		}
+		life = append(life, FormatDuration(end.Sub(from)))
+	}
+	if len(life) > 0 {
+		b.WriteString("  [" + strings.Join(life, ", ") + "]")
+	}
+	fmt.Fprintf(&b, "  %d spans", len(n.Spans))
+	if len(n.Windows) > 1 {
+		fmt.Fprintf(&b, ", %d windows", len(n.Windows))
+	}
+	return b.String()
+}
+
+func activityLine(s *Span) string {
+	parts := []string{clock(s.Start), s.Actor(), s.Verb()}
+	if s.Type == "event" {
+		parts = append(parts, s.Str("k8s.event.reason"))
+		if note := s.Str("k8s.event.note"); note != "" {
+			parts = append(parts, "\""+shorten(note, 60)+"\"")
+		}
+	} else {
+		parts = append(parts, s.Result(), FormatDuration(s.Duration()))
+	}
+	if d := InlineDiff(s); d != "" {
+		parts = append(parts, d)
+	}
+	if m := Marks(s); m != "" {
+		parts = append(parts, "✗ "+m)
+		if msg := s.ErrorMessage(); msg != "" && !s.IsConflict() {
+			parts = append(parts, shorten(msg, 80))
+		}
+	}
+	return strings.Join(nonEmpty(parts), "  ")
+}
+
+func nonEmpty(s []string) []string {
+	out := s[:0]
+	for _, x := range s {
+		if strings.TrimSpace(x) != "" {
+			out = append(out, strings.TrimSpace(x))
+		}
+	}
+	return out
+}
+
+func activityLabel(a Activity) string {
+	return a.Span.Actor() + " " + a.Span.Verb() + " (" + a.Node.Object.DisplayName() + ")"
+}
+
+// WriteSummary prints the "why is it slow" block.
+func WriteSummary(w io.Writer, n *Node) {
+	sum, ok := Summarize(n)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "Why is it slow: %s from %s at %s to %s at %s\n", FormatDuration(sum.Total), activityLabel(sum.From),
+		clock(sum.From.Span.Start), activityLabel(sum.To), clock(sum.To.Span.End))
+	fmt.Fprintf(w, "  requests in flight %s, waiting between steps %s, waiting for the user's next command %s\n",
+		FormatDuration(sum.Busy), FormatDuration(sum.Total-sum.Busy-sum.UserPause), FormatDuration(sum.UserPause))
+	if len(sum.Waits) > 0 {
+		fmt.Fprintln(w, "  longest waits:")
+		for _, wt := range sum.Waits {
+			fmt.Fprintf(w, "    %8s  waiting on %s: after %s until %s  (%s → %s)\n", FormatDuration(wt.Gap), wt.Before.Span.Actor(),
+				activityLabel(wt.After), activityLabel(wt.Before), clock(wt.After.Span.End), clock(wt.Before.Span.Start))
+		}
+	}
+	if len(sum.WaitingOn) > 0 {
+		var parts []string
+		for _, aw := range sum.WaitingOn {
+			parts = append(parts, fmt.Sprintf("%s %s (%d)", aw.Actor, FormatDuration(aw.Total), aw.Count))
+		}
+		fmt.Fprintf(w, "  waiting on: %s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+}
+
+// Header describes what was read: windows, traces, spans.
+type Header struct {
+	Cluster string
+	Traces  []FetchedTrace
+	Others  []string // other UIDs the name had
+}
+
+func writeHeader(w io.Writer, n *Node, h Header) {
+	spans := 0
+	n.Walk(func(x *Node) { spans += len(x.Spans) + len(x.Windows) })
+	var ws []string
+	for _, s := range n.Windows {
+		layout := "15:04"
+		if s.Start.Second() != 0 || s.End.Second() != 0 { // windows shorter than a minute
+			layout = "15:04:05"
+		}
+		ws = append(ws, s.Start.UTC().Format("2006-01-02 "+layout)+"–"+s.End.UTC().Format(layout))
+	}
+	fmt.Fprintf(w, "%s in cluster %s: %s, %s, %s %s UTC\n", n.Object.DisplayName(), n.Cluster, plural(spans, "span"), plural(len(h.Traces), "trace"),
+		map[bool]string{true: "window", false: "windows"}[len(ws) == 1], strings.Join(ws, ", "))
+	if len(h.Others) > 0 {
+		fmt.Fprintf(w, "(this name also had uid %s in range: show it with --uid)\n", strings.Join(h.Others, ", "))
+	}
+}
+
+// WriteTree prints the indented tree.
+func WriteTree(w io.Writer, n *Node, h Header) {
+	writeHeader(w, n, h)
+	fmt.Fprintln(w)
+	WriteSummary(w, n)
+	n.Walk(func(x *Node) {
+		ind := strings.Repeat("  ", x.Depth)
+		fmt.Fprintf(w, "%s%s\n", ind, objectLine(x))
+		for _, s := range x.Spans {
+			fmt.Fprintf(w, "%s  · %s\n", ind, activityLine(s))
+		}
+	})
+}
+
+// Timeline geometry: the label column and the bar width in characters.
+const (
+	labelWidth = 48
+	barWidth   = 64
+)
+
+// WriteTimeline prints the activity of the whole tree on one time axis.
+func WriteTimeline(w io.Writer, n *Node, h Header) {
+	writeHeader(w, n, h)
+	fmt.Fprintln(w)
+	WriteSummary(w, n)
+	acts := n.AllActivity()
+	if len(acts) == 0 {
+		return
+	}
+	start, end := acts[0].Span.Start, acts[0].Span.End
+	for _, a := range acts {
+		if a.Span.End.After(end) {
+			end = a.Span.End
+		}
+	}
+	span := end.Sub(start)
+	if span <= 0 {
+		span = time.Millisecond
+	}
+	col := func(t time.Time) int {
+		c := int(float64(t.Sub(start)) / float64(span) * float64(barWidth))
+		return max(0, min(barWidth-1, c))
+	}
+	fmt.Fprintf(w, "%s → %s (%s), one column = %s\n", clock(start), clock(end), FormatDuration(span), FormatDuration(span/barWidth))
+	axis := []rune(strings.Repeat(" ", barWidth))
+	for i := 0; i <= 4; i++ {
+		axis[min(barWidth-1, i*barWidth/4)] = '|'
+	}
+	fmt.Fprintf(w, "%-*s %s\n", labelWidth, "", string(axis))
+	row := func(label string, from, to time.Time, ch rune) {
+		bar := []rune(strings.Repeat(" ", barWidth))
+		a, b := col(from), col(to)
+		for i := a; i <= b; i++ {
+			bar[i] = ch
+		}
+		fmt.Fprintf(w, "%s %s\n", padRunes(label, labelWidth), strings.TrimRight(string(bar), " "))
+	}
+	n.Walk(func(x *Node) {
+		ind := strings.Repeat("  ", x.Depth)
+		_, _, first, last := x.Lifetime()
+		if first.IsZero() {
+			fmt.Fprintf(w, "%s\n", padRunes(ind+x.Object.DisplayName(), labelWidth))
+			return
+		}
+		row(ind+x.Object.DisplayName(), first, last, '─')
+		for _, s := range x.Spans {
+			ch := '█'
+			if s.Failed() {
+				ch = '✗'
+			}
+			row(ind+"  "+s.Actor()+" "+s.Verb(), s.Start, s.End, ch)
+		}
+	})
+}
+
+func padRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s + strings.Repeat(" ", n-len(r))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

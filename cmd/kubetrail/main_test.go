@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/goleak"
+
+	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor"
+)
+
+var update = flag.Bool("update", false, "regenerate testdata/golden from the processor's recorded goldens")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorded is where the processor's golden traces are: its output for the testbed's fixtures,
+// recorded from the real control plane. They are this command's input, never hand-typed spans.
+const recorded = "../../processor/k8sobjectlinkprocessor/testdata/golden"
+
+// recordedFile writes a scenario's recorded traces as OTLP JSON lines, as the collector's file
+// exporter would, and returns the path: the file source reads them like any exporter output.
+func recordedFile(t *testing.T, scenario string) string {
+	t.Helper()
+	td, err := golden.ReadTraces(filepath.Join(recorded, scenario+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeJSONL(t, td)
+}
+
+func writeJSONL(t *testing.T, batches ...ptrace.Traces) string {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, td := range batches {
+		b, err := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	path := filepath.Join(t.TempDir(), "traces.jsonl")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubetrail runs the command and returns its exit code, stdout and stderr.
+func kubetrail(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func compareGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate with: go test ./cmd/kubetrail -run %s -update)", err, t.Name())
+	}
+	if string(want) != got {
+		t.Fatalf("%s differs from the output (regenerate with -update and review the diff):\n--- got ---\n%s", path, head(got, 60))
+	}
+}
+
+func head(s string, lines int) string {
+	l := strings.SplitN(s, "\n", lines+1)
+	if len(l) > lines {
+		l = l[:lines]
+	}
+	return strings.Join(l, "\n")
+}
+
+var goldenCases = []struct {
+	scenario, target string
+	formats          []string
+}{
+	{"deployment", "deployment/demo", []string{"tree", "timeline"}},
+	{"conflict", "deploy/contended", []string{"tree", "timeline", "json"}},
+	{"job", "cronjob/nightly", []string{"tree", "timeline"}},
+	{"unschedulable", "pod/pending", []string{"tree", "timeline", "json"}},
+	{"recreate", "pods/phoenix", []string{"tree"}},
+}
+
+func TestRecordedTracesRenderAsTheGoldenTreeTimelineAndJSON(t *testing.T) {
+	for _, c := range goldenCases {
+		src := "file=" + recordedFile(t, c.scenario)
+		for _, format := range c.formats {
+			t.Run(c.scenario+"/"+format, func(t *testing.T) {
+				code, out, errOut := kubetrail(t, "trace", c.target, "-n", "default", "--cluster", "testbed", "--source", src, "-o", format)
+				if code != 0 {
+					t.Fatalf("exit %d: %s", code, errOut)
+				}
+				ext := map[string]string{"tree": "tree.txt", "timeline": "timeline.txt", "json": "json"}[format]
+				compareGolden(t, c.scenario+"."+ext, out)
+			})
+		}
+	}
+}
+
+// The merged tree holds every span of the traces it was built from: nothing is lost by merging.
+func TestTheTreeHoldsEverySpanOfTheObjectsTrace(t *testing.T) {
+	td, err := golden.ReadTraces(filepath.Join(recorded, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", "file="+writeJSONL(t, td), "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	root := decodeTree(t, out)
+	got := countTree(root)
+	// Every span of the Deployment's trace(s): the recording has other roots (none here) in
+	// other traces, so count the spans that share a trace ID with the root's windows.
+	traces := map[string]bool{}
+	for _, w := range root.Windows {
+		traces[w.TraceID] = true
+	}
+	want := 0
+	for _, s := range trail.SpansFromTraces(td) {
+		if traces[s.TraceID.String()] {
+			want++
+		}
+	}
+	if got != want || want < 100 {
+		t.Fatalf("the tree holds %d spans, the Deployment's traces %d", got, want)
+	}
+}
+
+func decodeTree(t *testing.T, s string) *trail.JSONNode {
+	t.Helper()
+	var n trail.JSONNode
+	if err := json.Unmarshal([]byte(s), &n); err != nil {
+		t.Fatalf("-o json is not JSON: %v", err)
+	}
+	return &n
+}
+
+func countTree(n *trail.JSONNode) int {
+	c := len(n.Windows) + len(n.Spans)
+	for _, k := range n.Children {
+		c += countTree(k)
+	}
+	return c
+}
+
+func TestFiltersNarrowTheTree(t *testing.T) {
+	src := "file=" + recordedFile(t, "conflict")
+	tests := []struct {
+		name string
+		args []string
+		ok   func(*trail.JSONNode) bool
+	}{
+		{"--only errors keeps only failed requests", []string{"--only", "errors"}, func(n *trail.JSONNode) bool {
+			all := spansOf(n)
+			for _, s := range all {
+				if !s.Error {
+					return false
+				}
+			}
+			return len(all) > 0
+		}},
+		{"--only writes keeps only writes", []string{"--only", "writes"}, func(n *trail.JSONNode) bool {
+			for _, s := range spansOf(n) {
+				if !strings.Contains("create update patch delete deletecollection", strings.Fields(s.Verb)[0]) {
+					return false
+				}
+			}
+			return true
+		}},
+		{"--depth 0 shows the object alone", []string{"--depth", "0"}, func(n *trail.JSONNode) bool {
+			return len(n.Children) == 0 && len(n.Spans) > 0
+		}},
+		{"--depth 1 shows the owned objects but not theirs", []string{"--depth", "1"}, func(n *trail.JSONNode) bool {
+			for _, c := range n.Children {
+				if len(c.Children) > 0 {
+					return false
+				}
+			}
+			return len(n.Children) > 0
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := kubetrail(t, append([]string{"trace", "deployment/contended", "-n", "default", "--source", src, "-o", "json"}, tc.args...)...)
+			if code != 0 {
+				t.Fatal(errOut)
+			}
+			if !tc.ok(decodeTree(t, out)) {
+				t.Fatalf("unexpected tree:\n%s", head(out, 40))
+			}
+		})
+	}
+}
+
+func spansOf(n *trail.JSONNode) []trail.JSONSpan {
+	out := append([]trail.JSONSpan(nil), n.Spans...)
+	for _, c := range n.Children {
+		out = append(out, spansOf(c)...)
+	}
+	return out
+}
+
+func TestErrorsSayWhatToTryNext(t *testing.T) {
+	src := "file=" + recordedFile(t, "deployment")
+	closed := closedPort(t)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"an unknown object names the range and suggests --since", []string{"trace", "deployment/nope", "-n", "default", "--source", src},
+			1, []string{"unknown object", "Deployment default/nope", "--since"}},
+		{"an object in another cluster is unknown", []string{"trace", "deployment/demo", "-n", "default", "--cluster", "prod", "--source", src},
+			1, []string{"unknown object", "cluster prod", "--cluster"}},
+		{"a range after the object's last activity has no spans", []string{"trace", "deployment/demo", "-n", "default", "--source", src,
+			"--since", "2026-11-21T10:50:00Z", "--until", "2026-11-21T10:55:00Z"}, 1, []string{"no spans in range", "widen --since"}},
+		{"an unreachable backend says so and what to check", []string{"trace", "deployment/demo", "-n", "default", "--source", "jaeger=http://" + closed, "--since", "1h"},
+			1, []string{"backend unreachable", closed, "is Jaeger's query service running"}},
+		{"a missing file names the file exporter", []string{"trace", "deployment/demo", "--source", "file=/nonexistent/traces.jsonl"},
+			2, []string{"/nonexistent/traces.jsonl", "file exporter"}},
+		{"an unknown output is a usage error", []string{"trace", "deployment/demo", "--source", src, "-o", "xml"}, 2, []string{"tree, timeline, json or html"}},
+		{"no source is a usage error", []string{"trace", "deployment/demo"}, 2, []string{"--source is required"}},
+		{"a target without a name is a usage error", []string{"trace", "deployment", "--source", src}, 2, []string{"KIND/NAME"}},
+		{"a bad --since is a usage error", []string{"trace", "deployment/demo", "--source", src, "--since", "yesterday"}, 2, []string{"RFC 3339"}},
+		{"an unknown --only is a usage error", []string{"trace", "deployment/demo", "--source", src, "--only", "pods"}, 2, []string{"errors, writes or events"}},
+		{"an unknown command is a usage error", []string{"frobnicate"}, 2, []string{"unknown command"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBETRAIL_SOURCE", "")
+			code, _, errOut := kubetrail(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, errOut)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(errOut, s) {
+					t.Fatalf("stderr %q lacks %q", errOut, s)
+				}
+			}
+		})
+	}
+}
+
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// fakeJaeger serves recorded spans through the two Jaeger query endpoints the command uses, and
+// counts the calls of each.
+type fakeJaeger struct {
+	byTrace       map[string]ptrace.Traces
+	gets, searchs int
+	tags          []string
+}
+
+func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
+	f := &fakeJaeger{byTrace: map[string]ptrace.Traces{}}
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				id := s.TraceID().String()
+				out, ok := f.byTrace[id]
+				if !ok {
+					out = ptrace.NewTraces()
+					f.byTrace[id] = out
+				}
+				nrs := out.ResourceSpans().AppendEmpty()
+				rs.Resource().CopyTo(nrs.Resource())
+				s.CopyTo(nrs.ScopeSpans().AppendEmpty().Spans().AppendEmpty())
+			}
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v3/traces/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.gets++
+		td, ok := f.byTrace[r.PathValue("id")]
+		if !ok {
+			http.Error(w, `{"error":{"httpCode":404,"message":"trace not found"}}`, http.StatusNotFound)
+			return
+		}
+		b, _ := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+		_, _ = w.Write([]byte(`{"result":` + string(b) + `}`))
+	})
+	mux.HandleFunc("GET /api/traces", func(w http.ResponseWriter, r *http.Request) {
+		f.searchs++
+		f.tags = append(f.tags, r.URL.Query().Get("tags"))
+		var tags map[string]string
+		_ = json.Unmarshal([]byte(r.URL.Query().Get("tags")), &tags)
+		var data []map[string]string
+		for id, td := range f.byTrace {
+			for _, s := range trail.SpansFromTraces(td) {
+				match := s.Object.Kind == r.URL.Query().Get("service")
+				for k, v := range tags {
+					match = match && s.Str(k) == v
+				}
+				if match {
+					data = append(data, map[string]string{"traceID": strings.TrimLeft(id, "0")})
+					break
+				}
+			}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"data": data})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { jaegerCalls[srv.URL] = nil })
+	jaegerCalls[srv.URL] = f
+	return srv
+}
+
+var jaegerCalls = map[string]*fakeJaeger{}
+
+func TestJaegerSourceComputesTheWindowsTraceIDsFromTheUID(t *testing.T) {
+	td, err := golden.ReadTraces(filepath.Join(recorded, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uid string
+	for _, s := range trail.SpansFromTraces(td) {
+		if s.IsObject() && s.Name == "Deployment default/demo" {
+			uid = s.Object.UID
+		}
+	}
+	args := []string{"trace", "deployment/demo", "-n", "default", "--cluster", "testbed", "-o", "json",
+		"--since", "2026-11-21T10:00:00Z", "--until", "2026-11-21T11:30:00Z"}
+
+	t.Run("with --uid: no search, one GET per window, the recorded trace among them", func(t *testing.T) {
+		srv := newFakeJaeger(t, td)
+		code, out, errOut := kubetrail(t, append(args, "--uid", uid, "--source", "jaeger="+srv.URL)...)
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		f := jaegerCalls[srv.URL]
+		if f.searchs != 0 || f.gets != 4 { // windows 10:00, 10:30, 11:00, 11:30
+			t.Fatalf("searches %d, trace GETs %d: the trace IDs must be computed, one per window", f.searchs, f.gets)
+		}
+		if n := decodeTree(t, out); countTree(n) < 100 || len(n.Children) != 2 {
+			t.Fatalf("the tree read by computed IDs is incomplete: %d spans, %d children", countTree(n), len(n.Children))
+		}
+	})
+	t.Run("without --uid: a tag search finds the object, then its windows are computed", func(t *testing.T) {
+		srv := newFakeJaeger(t, td)
+		code, out, errOut := kubetrail(t, append(args, "--source", "jaeger="+srv.URL)...)
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		f := jaegerCalls[srv.URL]
+		if f.searchs != 1 || !strings.Contains(f.tags[0], `"k8s.object.name":"demo"`) {
+			t.Fatalf("searches %d with tags %v", f.searchs, f.tags)
+		}
+		if n := decodeTree(t, out); n.UID != uid {
+			t.Fatalf("uid %s, want %s", n.UID, uid)
+		}
+	})
+	t.Run("a ReplicaSet is found by search and read from its Deployment's trace", func(t *testing.T) {
+		srv := newFakeJaeger(t, td)
+		var rs string
+		for _, s := range trail.SpansFromTraces(td) {
+			if s.IsObject() && s.Object.Kind == "ReplicaSet" {
+				rs = s.Object.Name
+			}
+		}
+		code, out, errOut := kubetrail(t, "trace", "rs/"+rs, "-n", "default", "--source", "jaeger="+srv.URL, "-o", "json",
+			"--since", "2026-11-21T10:40:00Z", "--until", "2026-11-21T10:50:00Z")
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		if n := decodeTree(t, out); n.Kind != "ReplicaSet" || len(n.Children) == 0 {
+			t.Fatalf("got %s %s with %d children", n.Kind, n.Name, len(n.Children))
+		}
+	})
+}
+
+// The link constants are repeated in package trail so the command does not link the processor.
+func TestLinkConstantsAgreeWithTheProcessor(t *testing.T) {
+	if trail.AttrLinkType != k8sobjectlinkprocessor.AttrLinkType || trail.LinkTypePreviousWindow != k8sobjectlinkprocessor.LinkTypePreviousWindow {
+		t.Fatal("trail's link constants differ from the processor's")
+	}
+}
+
+// Derived IDs are what make the computation possible: the recorded root's trace is the
+// ObjectTraceID of its UID key and window.
+func TestRecordedRootTraceIsTheDerivedTraceID(t *testing.T) {
+	td, err := golden.ReadTraces(filepath.Join(recorded, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range trail.SpansFromTraces(td) {
+		if s.IsObject() && s.ParentID.IsEmpty() && s.Object.Kind == "Deployment" {
+			if want := model.ObjectTraceID(model.UIDKey(s.Cluster, s.Object.UID), s.Start); s.TraceID != want {
+				t.Fatalf("trace %s, derived %s", s.TraceID, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no Deployment root")
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// defaultSince is the range of a backend query without --since: the last hour.
+const defaultSince = time.Hour
+
+// now is the clock of relative times; tests fix it.
+var now = time.Now
+
+type traceFlags struct {
+	namespace, cluster, uid, source string
+	since, until                    string
+	window                          time.Duration
+	output, out, only               string
+	depth                           int
+}
+
+// parseInterleaved parses flags that may come before or after the positional arguments, as
+// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f traceFlags
+	fs := flag.NewFlagSet("kubetrail trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.namespace, "n", "", "namespace of the object (empty for cluster-scoped objects)")
+	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
+	fs.StringVar(&f.cluster, "cluster", "", "the collector's `cluster` (k8s.cluster.name); empty matches any")
+	fs.StringVar(&f.uid, "uid", "", "the object's UID: the windows' trace IDs are computed from it instead of searched")
+	fs.StringVar(&f.source, "source", os.Getenv("KUBETRAIL_SOURCE"), "jaeger=URL (Jaeger query service) or file=PATH (OTLP JSON lines); default $KUBETRAIL_SOURCE")
+	fs.StringVar(&f.since, "since", "", "start of the range: RFC 3339 time or a duration ago (30m, 2h); default 1h for jaeger, everything for file")
+	fs.StringVar(&f.until, "until", "", "end of the range: RFC 3339 time or a duration ago; default now")
+	fs.DurationVar(&f.window, "window", model.DefaultWindow, "the collector's window (k8s_object_link `window`)")
+	fs.StringVar(&f.output, "o", "tree", "output: tree, timeline, json or html")
+	fs.StringVar(&f.out, "out", "", "write the output to this file instead of stdout")
+	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all")
+	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: kubetrail trace KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err}
+	}
+	if len(pos) != 1 {
+		return usagef("trace takes one KIND/NAME, e.g. deployment/web (got %d arguments)", len(pos))
+	}
+	kindArg, name, ok := strings.Cut(pos[0], "/")
+	if !ok || kindArg == "" || name == "" {
+		return usagef("%q: want KIND/NAME, e.g. deployment/web", pos[0])
+	}
+	if !slices.Contains([]string{"tree", "timeline", "json", "html"}, f.output) {
+		return usagef("-o %q: want tree, timeline, json or html", f.output)
+	}
+	if f.only != "" && !slices.Contains(trail.ValidOnly, f.only) {
+		return usagef("--only %q: want errors, writes or events", f.only)
+	}
+	if f.window < time.Second {
+		return usagef("--window %s: want the collector's window, e.g. 30m", f.window)
+	}
+	if f.source == "" {
+		return usagef("--source is required: jaeger=URL (e.g. jaeger=http://localhost:16686) or file=PATH (the file exporter's OTLP JSON lines)")
+	}
+	src, err := trail.OpenSource(f.source)
+	if err != nil {
+		return usageError{err}
+	}
+	t0 := now()
+	var since, until time.Time
+	if f.since != "" {
+		if since, err = parseTime(f.since, t0); err != nil {
+			return usagef("--since: %v", err)
+		}
+	} else if _, isFile := src.(*trail.File); !isFile {
+		since = t0.Add(-defaultSince)
+	}
+	if f.until != "" {
+		if until, err = parseTime(f.until, t0); err != nil {
+			return usagef("--until: %v", err)
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		return usagef("--until %s is not after --since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	kind, group, resource := trail.ResolveKind(kindArg)
+	target := trail.Target{Kind: kind, Group: group, Resource: resource, Namespace: f.namespace, Name: name, Cluster: f.cluster, UID: f.uid}
+	found, err := trail.Find(ctx, src, trail.Query{Target: target, Since: since, Until: until, Window: f.window})
+	if err != nil {
+		return err
+	}
+	root, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only})
+	if errors.Is(err, trail.ErrNoSpans) {
+		what := "activity"
+		if f.only != "" {
+			what = "activity matching --only " + f.only
+		}
+		return fmt.Errorf("%w: %s has object spans in %s but no %s between %s and %s: widen --since/--until or drop --only",
+			trail.ErrNoSpans, target, src, what, rangeEnd(since, "the beginning"), rangeEnd(until, "now"))
+	}
+	if err != nil {
+		return err
+	}
+	w := stdout
+	if f.out != "" {
+		file, err := os.Create(f.out)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		defer file.Close()
+		w = file
+	}
+	h := trail.Header{Traces: found.Traces, Others: found.Others}
+	switch f.output {
+	case "tree":
+		trail.WriteTree(w, root, h)
+	case "timeline":
+		trail.WriteTimeline(w, root, h)
+	case "json":
+		err = trail.WriteJSON(w, root)
+	case "html":
+		err = trail.WriteHTML(w, root, h)
+	}
+	if err != nil {
+		return err
+	}
+	if f.out != "" {
+		fmt.Fprintf(stderr, "wrote %s\n", f.out)
+	}
+	return nil
+}
+
+func rangeEnd(t time.Time, zero string) string {
+	if t.IsZero() {
+		return zero
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// parseTime reads an RFC 3339 time or a duration before now.
+func parseTime(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration ago must be positive", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-21T14:00:00Z) or a duration ago (30m)", s)
+	}
+	return t, nil
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver"
+)
+
+// replayWithWindow posts a recorded scenario's audit webhook bodies through the real k8s_audit
+// receiver and k8s_object_link processor configured with the given window, and returns what the
+// processor exported: the recorded capture cut into several windows, as a collector with that
+// window would have written it.
+func replayWithWindow(t *testing.T, scenario string, window time.Duration) []ptrace.Traces {
+	t.Helper()
+	posts, _ := filepath.Glob(filepath.Join("../../testbed/fixtures", scenario, "audit-webhook", "*.json"))
+	if len(posts) == 0 {
+		t.Fatalf("no recorded webhook bodies for %s", scenario)
+	}
+	slices.Sort(posts)
+	sink := new(consumertest.TracesSink)
+	pf := k8sobjectlinkprocessor.NewFactory()
+	pcfg := pf.CreateDefaultConfig().(*k8sobjectlinkprocessor.Config)
+	pcfg.Window = window
+	proc, err := pf.CreateTraces(context.Background(), processortest.NewNopSettings(pf.Type()), pcfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	rf := k8sauditreceiver.NewFactory()
+	rcfg := rf.CreateDefaultConfig().(*k8sauditreceiver.Config)
+	rcfg.Window = window
+	endpoint := closedPort(t)
+	rcfg.ServerConfig.NetAddr.Endpoint = endpoint
+	rcv, err := rf.CreateTraces(context.Background(), receivertest.NewNopSettings(rf.Type()), rcfg, proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range posts {
+		body, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post("http://"+endpoint+"/audit/testbed", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s: %d", p, resp.StatusCode)
+		}
+	}
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Shutdown(context.Background()); err != nil { // releases spans held for owner_wait
+		t.Fatal(err)
+	}
+	return sink.AllTraces()
+}
+
+// A rollout that crosses window boundaries is several traces joined by previous_window links;
+// the command shows it as one tree holding every span of those windows, with the same activity
+// as the single-window recording.
+func TestRolloutAcrossWindowsIsOneMergedTree(t *testing.T) {
+	batches := replayWithWindow(t, "deployment", time.Second)
+	src := "file=" + writeJSONL(t, batches...)
+	code, out, errOut := kubetrail(t, "trace", "deployment/demo", "-n", "default", "--cluster", "testbed", "--window", "1s", "--source", src, "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	merged := decodeTree(t, out)
+	if len(merged.Windows) < 2 {
+		t.Fatalf("the 2 s recording in 1 s windows gave %d Deployment windows", len(merged.Windows))
+	}
+	for i, w := range merged.Windows[1:] {
+		if w.PreviousTraceID != merged.Windows[i].TraceID {
+			t.Fatalf("window %d links to trace %q, the window before is %s", i+1, w.PreviousTraceID, merged.Windows[i].TraceID)
+		}
+	}
+	// Every span of the Deployment's window traces is in the tree, once.
+	traces := map[string]bool{}
+	for _, w := range merged.Windows {
+		traces[w.TraceID] = true
+	}
+	want := map[string]bool{}
+	for _, td := range batches {
+		for _, rs := range td.ResourceSpans().All() {
+			for _, ss := range rs.ScopeSpans().All() {
+				for _, s := range ss.Spans().All() {
+					if traces[s.TraceID().String()] {
+						want[s.TraceID().String()+"/"+s.SpanID().String()] = true
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d Deployment windows, %d spans in %d traces", len(merged.Windows), len(want), len(traces))
+	if got := countTree(merged); got != len(want) || len(want) < 150 {
+		t.Fatalf("the merged tree holds %d spans, the %d window traces %d", got, len(traces), len(want))
+	}
+	// The same activity, object by object, as the one-window recording.
+	code, out, errOut = kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", "file="+recordedFile(t, "deployment"), "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	one := decodeTree(t, out)
+	if a, b := activityByObject(merged), activityByObject(one); !mapsEqual(a, b) {
+		t.Fatalf("merged windows differ from one window:\nmerged %v\none    %v", a, b)
+	}
+}
+
+// activityByObject maps each object of the tree to the span IDs of its activity.
+func activityByObject(n *trailNode) map[string][]string {
+	out := map[string][]string{}
+	var walk func(*trailNode, string)
+	walk = func(n *trailNode, path string) {
+		path += "/" + n.Kind + ":" + n.Name
+		for _, s := range n.Spans {
+			out[path] = append(out[path], s.SpanID)
+		}
+		slices.Sort(out[path])
+		for _, c := range n.Children {
+			walk(c, path)
+		}
+	}
+	walk(n, "")
+	return out
+}
+
+func mapsEqual(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+type trailNode = trail.JSONNode

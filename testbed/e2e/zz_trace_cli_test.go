@@ -1,0 +1,123 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// cliWindow is the window of the collector this test starts: the processor's minimum, so that
+// the deployment scenario (about 1.4 s on the testbed) always crosses a window boundary.
+const cliWindow = time.Second
+
+// cliNode is the part of `kubetrail trace -o json` (docs/cli.md) this test reads.
+type cliNode struct {
+	Kind, Name, UID string
+	Windows         []struct {
+		TraceID         string `json:"trace_id"`
+		SpanID          string `json:"span_id"`
+		PreviousTraceID string `json:"previous_trace_id"`
+	}
+	Spans []struct {
+		TraceID string `json:"trace_id"`
+		SpanID  string `json:"span_id"`
+	} `json:"spans"`
+	Children []*cliNode
+}
+
+func (n *cliNode) ids(into map[string]bool) {
+	for _, w := range n.Windows {
+		into[w.TraceID+"/"+w.SpanID] = true
+	}
+	for _, s := range n.Spans {
+		into[s.TraceID+"/"+s.SpanID] = true
+	}
+	for _, c := range n.Children {
+		c.ids(into)
+	}
+}
+
+// TestTraceCommandMergesARolloutAcrossWindows runs the deployment scenario through a collector
+// whose window is 1 s, then reads it back from Jaeger with `bin/kubetrail trace deployment/demo`:
+// one tree, holding every span of the Deployment's windows' traces. It lives in a zz_ file
+// because its collector's spans are extra object trees in Jaeger for other tests' windows.
+func TestTraceCommandMergesARolloutAcrossWindows(t *testing.T) {
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	bin := filepath.Join(env.Root, "bin", "kubetrail")
+	if _, err := os.Stat(bin); !Check(t, "bin/kubetrail is built", err == nil, "%v (make build)", err) {
+		return
+	}
+	cfg := env.CollectorConfig()
+	cfg.Delete("receivers.k8s_event_spans") // the main collector watches Events already
+	cfg.SetPipeline("receivers", "k8s_audit")
+	cfg.Set("receivers.k8s_audit.window", cliWindow.String())
+	cfg.Set("processors.k8s_object_link.window", cliWindow.String())
+	short := env.StartExtraCollector(t, "short-window", cfg)
+	env.Router.SetRoute(ToAll(short.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+
+	run, err := env.RunScenario("deployment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := env.Spans(t, run)
+	uids := createdUIDs(spans, run.Window(), "Deployment", "default", "demo")
+	if !Check(t, "the rerun created Deployment demo once", len(uids) == 1, "uids %v", uids) {
+		return
+	}
+	// The short collector's windows of the Deployment, and every span of their traces.
+	windows := spans.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, uids[0]).
+		Where(func(s *Span) bool { return s.End.Sub(s.Start) == cliWindow })
+	traces := map[string]bool{}
+	for _, w := range windows {
+		traces[w.TraceID] = true
+	}
+	want := spans.Where(func(s *Span) bool { return traces[s.TraceID] })
+	if !Check(t, "the rollout crossed window boundaries", len(traces) >= 2, "%d windows of %s", len(traces), cliWindow) {
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "trace", "deployment/demo", "-n", "default", "--cluster", ClusterName,
+		"--source", "jaeger="+env.Jaeger.QueryURL, "--window", cliWindow.String(), "-o", "json",
+		"--since", run.Start.Add(-time.Second).UTC().Format(time.RFC3339Nano), "--until", run.End.Add(2*time.Second).UTC().Format(time.RFC3339Nano))
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	if !Check(t, "kubetrail trace deployment/demo reads the run back from Jaeger", err == nil, "%v: %s", err, errOut.String()) {
+		return
+	}
+	var root cliNode
+	if err := json.Unmarshal(out.Bytes(), &root); err != nil {
+		t.Fatalf("-o json: %v", err)
+	}
+	got := map[string]bool{}
+	root.ids(got)
+	var missing []string
+	for _, s := range want {
+		if !got[s.TraceID+"/"+s.SpanID] {
+			missing = append(missing, s.Name)
+		}
+	}
+	Check(t, "one tree rooted at the run's Deployment", root.Kind == "Deployment" && root.Name == "demo" && root.UID == uids[0],
+		"root %s %s %s", root.Kind, root.Name, root.UID)
+	Check(t, "the tree holds every span of the Deployment's windows", len(missing) == 0 && len(want) > 50,
+		"%d of %d spans of %d windows missing: %v", len(missing), len(want), len(traces), missing[:min(10, len(missing))])
+	var tree bytes.Buffer
+	tcmd := exec.CommandContext(ctx, bin, "trace", "deployment/demo", "-n", "default", "--cluster", ClusterName, "--uid", uids[0],
+		"--source", "jaeger="+env.Jaeger.QueryURL, "--window", cliWindow.String(), "--since", run.Start.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	tcmd.Stdout, tcmd.Stderr = &tree, &errOut
+	Check(t, "the terminal tree by computed trace IDs (--uid) renders", tcmd.Run() == nil && bytes.Contains(tree.Bytes(), []byte("ReplicaSet default/demo-")), "%s", errOut.String())
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubetrail-trace-demo.txt"), tree.Bytes(), 0o644)
+}
