@@ -88,6 +88,7 @@ func benchProcess(b *testing.B, cfg *Config, parallel int, apiserver bool) {
 	const batchSize = 200
 	fleet := newBenchFleet(100, 50)
 	fleet.apiserver = apiserver
+	cfg.APIServerJoin.Enabled = apiserver
 	clk := newFakeClock(time.Now())
 	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), clk)
 	if err != nil {

@@ -124,7 +124,7 @@ func createDefaultConfig() *Config {
 		RelationTTL:   24 * time.Hour,
 		OwnerWait:     2 * time.Second,
 		MaxHeldSpans:  10000,
-		APIServerJoin: APIServerJoinConfig{Enabled: true, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
+		APIServerJoin: APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
 		IDMap: IDMapConfig{
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},

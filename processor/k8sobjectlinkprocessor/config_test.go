@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
 			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second ||
-				c.APIServerJoin != (APIServerJoinConfig{Enabled: true, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) {
+				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},

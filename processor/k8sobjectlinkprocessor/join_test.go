@@ -94,7 +94,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 	const id = "6f1c2b57-0d4e-4a59-9a53-1c1f0b6a8e21"
 	request := "POST /apis/apps/v1/namespaces/{:namespace}/deployments"
 	t.Run("an audit span after its request span links to it", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, joinConfig(memoryConfig()), newFakeClock(t0))
 		h.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
 		h.consume(auditOf(deploy, id, t0.Add(time.Second)))
 		req, aud := h.activitySpan(request), h.activitySpan("audit "+id)
@@ -104,7 +104,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 		}
 	})
 	t.Run("a request span after its audit span links to it where the processor put it", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, joinConfig(memoryConfig()), newFakeClock(t0))
 		h.consume(auditOf(rsA, id, t0.Add(time.Second)), audit(deploy, "d", t0))
 		h.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
 		aud, req := h.activitySpan("audit "+id), h.activitySpan(request)
@@ -117,7 +117,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 		}
 	})
 	t.Run("both in one batch: the audit span links to the request span", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, joinConfig(memoryConfig()), newFakeClock(t0))
 		td := apiserverRequest(id, 1, t0.Add(time.Second))
 		batch(auditOf(deploy, id, t0.Add(time.Second))).ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		h.consumeTraces(td)
@@ -128,7 +128,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 		}
 	})
 	t.Run("the apiserver's spans pass through unchanged but for the link", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, joinConfig(memoryConfig()), newFakeClock(t0))
 		h.consume(auditOf(deploy, id, t0.Add(time.Second)))
 		want := apiserverRequest(id, 1, t0.Add(time.Second))
 		h.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
@@ -149,7 +149,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 		}
 	})
 	t.Run("a request span without its audit span and an audit span without its request span get no link", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, joinConfig(memoryConfig()), newFakeClock(t0))
 		h.consumeTraces(apiserverRequest("other", 1, t0))
 		h.consume(auditOf(deploy, id, t0.Add(time.Second)))
 		if len(joinLinks(h.activitySpan(request))) != 0 || len(joinLinks(h.activitySpan("audit "+id))) != 0 {
@@ -158,7 +158,7 @@ func TestAPIServerRequestSpansJoinAuditSpans(t *testing.T) {
 	})
 	t.Run("a side waits at most apiserver_join.ttl", func(t *testing.T) {
 		clk := newFakeClock(t0)
-		h := newHarness(t, memoryConfig(), clk)
+		h := newHarness(t, joinConfig(memoryConfig()), clk)
 		h.consumeTraces(apiserverRequest(id, 1, t0))
 		clk.Advance(h.p.cfg.APIServerJoin.TTL + time.Second)
 		h.consume(auditOf(deploy, id, t0.Add(time.Second)))
@@ -214,7 +214,7 @@ func TestAPIServerJoinThroughRedis(t *testing.T) {
 	const id = "0b8e2f6a-8d5c-4c1e-b0c2-7a1e5d9f3c44"
 	request := "POST /apis/apps/v1/namespaces/{:namespace}/deployments"
 	pair := func(t *testing.T) (*harness, *harness) {
-		cfg := redisConfig(t, redisAddr)
+		cfg := joinConfig(redisConfig(t, redisAddr))
 		a := newHarness(t, cfg, newFakeClock(t0))
 		cfgB := *cfg
 		b := newHarness(t, &cfgB, newFakeClock(t0))
@@ -262,4 +262,10 @@ func TestAPIServerJoinThroughRedis(t *testing.T) {
 		b.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
 		assertJoined(t, b.activitySpan(request), a.activitySpan("audit "+id), id)
 	})
+}
+
+// joinConfig turns apiserver_join on (it is off by default).
+func joinConfig(cfg *Config) *Config {
+	cfg.APIServerJoin.Enabled = true
+	return cfg
 }

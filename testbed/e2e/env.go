@@ -194,6 +194,7 @@ func setup() (*Env, error) {
 			if recv := cfg.Pipeline("receivers"); !slices.Contains(recv, "otlp") {
 				cfg.SetPipeline("receivers", append(recv, "otlp")...)
 			}
+			cfg.Set("processors.k8s_object_link.apiserver_join.enabled", true)
 		}
 		e.Collector, err = e.StartCollector("main", cfg)
 		return err
