@@ -9,6 +9,8 @@ export KUBETRAIL_CACHE ?= $(HOME)/.cache/kubetrail
 
 OCB_VERSION   := v0.162.0
 OCB           := $(KUBETRAIL_CACHE)/bin/ocb-$(OCB_VERSION)/builder
+HELM_VERSION  := v3.19.0
+export KUBETRAIL_HELM := $(KUBETRAIL_CACHE)/bin/helm-$(HELM_VERSION)/helm
 DIST_DIR      := build/otelcol-kubetrail
 COLLECTOR     := bin/otelcol-kubetrail
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
@@ -17,7 +19,7 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path '
 # deadline under CPU contention (golang/go#75804, fixed in Go 1.27), which is a flake, not a finding.
 FUZZTIME      ?= 100000x
 
-.PHONY: build run test unit fuzz dist-test e2e lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
+.PHONY: build run test unit fuzz dist-test e2e helm lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -55,10 +57,15 @@ fuzz: ## run each fuzz target for FUZZTIME executions
 	  done; \
 	done
 
-dist-test: build ## the real bin/otelcol-kubetrail: shipped configs validate, a recorded capture becomes one tree
+$(KUBETRAIL_HELM):
+	HELM_VERSION=$(HELM_VERSION) testbed/hack/ensure-helm.sh
+
+helm: $(KUBETRAIL_HELM) ## build (or reuse) helm from the Go module proxy for the chart tests
+
+dist-test: build helm ## the real bin/otelcol-kubetrail: shipped configs and the Helm chart's renderings validate, a recorded capture becomes one tree
 	go test -tags dist -count=1 ./distribution/
 
-e2e: build binaries redis ## end-to-end: real control plane + collector + Jaeger
+e2e: build binaries redis helm ## end-to-end: real control plane + collector + Jaeger (and the Helm chart applied with a server-side dry run)
 	testbed/hack/e2e.sh
 
 lint: ## gofmt and go vet (including the dist and e2e build tags)
