@@ -346,3 +346,49 @@ func TestChartRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestsNameTheImage: the chart and the shipped manifest run the image `make image` builds,
+// tagged with the distribution's version (builder-config.yaml dist.version).
+func TestManifestsNameTheImage(t *testing.T) {
+	var builder struct {
+		Dist struct {
+			Version string `json:"version"`
+		} `json:"dist"`
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	for path, into := range map[string]any{
+		filepath.Join(root, "builder-config.yaml"): &builder,
+		filepath.Join(chartDir, "Chart.yaml"):      &chart,
+	} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, into); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	want := "otelcol-kubetrail:" + builder.Dist.Version
+	if chart.AppVersion != builder.Dist.Version {
+		t.Errorf("Chart.yaml appVersion %q, the distribution is %q", chart.AppVersion, builder.Dist.Version)
+	}
+	for _, mode := range []string{"gateway", "daemonset"} {
+		objs := renderChart(t, "clusterName=c", "mode="+mode)
+		for k, obj := range objs {
+			if img := dig(obj, "spec", "template", "spec", "containers", 0, "image"); strings.HasPrefix(k, "StatefulSet/") || strings.HasPrefix(k, "DaemonSet/") {
+				if img != want {
+					t.Errorf("%s (%s) runs %v, want %s", k, mode, img, want)
+				}
+			}
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "distribution", "kubernetes", "kubetrail.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "image: "+want+"\n") {
+		t.Errorf("distribution/kubernetes/kubetrail.yaml does not run %s", want)
+	}
+}
