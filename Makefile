@@ -9,15 +9,19 @@ export KUBETRAIL_CACHE ?= $(HOME)/.cache/kubetrail
 
 OCB_VERSION   := v0.162.0
 OCB           := $(KUBETRAIL_CACHE)/bin/ocb-$(OCB_VERSION)/builder
+HELM_VERSION  := v3.19.0
+export KUBETRAIL_HELM := $(KUBETRAIL_CACHE)/bin/helm-$(HELM_VERSION)/helm
 DIST_DIR      := build/otelcol-kubetrail
 COLLECTOR     := bin/otelcol-kubetrail
+VERSION       := $(shell sed -n 's/^  version: *//p' builder-config.yaml)
+IMAGE_TAR     := build/image/otelcol-kubetrail-$(VERSION).tar
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
 # Fuzz budgets are execution counts, not durations: with a wall-clock -fuzztime, Go 1.26's fuzz
 # coordinator can fail a run with a bare "context deadline exceeded" when a worker is busy at the
 # deadline under CPU contention (golang/go#75804, fixed in Go 1.27), which is a flake, not a finding.
 FUZZTIME      ?= 100000x
 
-.PHONY: build run test unit fuzz dist-test e2e lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
+.PHONY: build run image image-test test unit fuzz dist-test e2e helm lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -35,12 +39,17 @@ $(COLLECTOR): builder-config.yaml $(GO_SOURCES) | $(OCB)
 
 build: $(COLLECTOR) ## build bin/otelcol-kubetrail with ocb
 
+image: build ## build the OCI image tarball build/image/otelcol-kubetrail-<version>.tar, no container engine needed (distribution/image)
+	cd distribution/image && go build -o $(CURDIR)/build/image/builder .
+	build/image/builder -binary $(COLLECTOR) -config distribution/config.yaml -version $(VERSION) \
+	  -revision $$(git rev-parse HEAD) -created $$(git log -1 --format=%ct) -out $(IMAGE_TAR)
+
 run: build ## run the collector on distribution/config.yaml and replay a recorded audit capture into it
 	testbed/hack/run-demo.sh
 
 ## ---- tests -----------------------------------------------------------------------------------
 
-test: lint redis unit fuzz dist-test e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, the built binary, end-to-end
+test: lint redis unit fuzz dist-test image-test e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, the built binary and image, end-to-end
 
 redis: ## make sure a redis-server answers on 127.0.0.1:6379 (installs and starts one if not)
 	testbed/hack/ensure-redis.sh
@@ -55,16 +64,25 @@ fuzz: ## run each fuzz target for FUZZTIME executions
 	  done; \
 	done
 
-dist-test: build ## the real bin/otelcol-kubetrail: shipped configs validate, a recorded capture becomes one tree
+$(KUBETRAIL_HELM):
+	HELM_VERSION=$(HELM_VERSION) testbed/hack/ensure-helm.sh
+
+helm: $(KUBETRAIL_HELM) ## build (or reuse) helm from the Go module proxy for the chart tests
+
+dist-test: build helm ## the real bin/otelcol-kubetrail: shipped configs and the Helm chart's renderings validate, a recorded capture becomes one tree
 	go test -tags dist -count=1 ./distribution/
 
-e2e: build binaries redis ## end-to-end: real control plane + collector + Jaeger
+image-test: image ## open the image tarball: non-root user, entrypoint, labels, files, the binary inside runs, the Dockerfile agrees, reproducible
+	cd distribution/image && IMAGE_TAR=$(CURDIR)/$(IMAGE_TAR) go test -count=1 .
+
+e2e: build binaries redis helm ## end-to-end: real control plane + collector + Jaeger (and the Helm chart applied with a server-side dry run)
 	testbed/hack/e2e.sh
 
 lint: ## gofmt and go vet (including the dist and e2e build tags)
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go vet -tags dist,e2e ./distribution/ ./testbed/...
+	cd distribution/image && go vet .
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...

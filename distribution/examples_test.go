@@ -1,0 +1,178 @@
+//go:build dist
+
+package distribution_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// writeKey is one series of the controller-rates example, summed over object kinds and replicas.
+type writeKey struct{ controller, verb, result string }
+
+// controllerOf is the writer's short name as distribution/examples/controller-rates.yaml's
+// transform derives it, written out here as the spec the example is checked against.
+func controllerOf(user string) string {
+	user = regexp.MustCompile(`^system:serviceaccount:[^:]+:`).ReplaceAllString(user, "")
+	user = regexp.MustCompile(`^system:node:.*$`).ReplaceAllString(user, "kubelet")
+	return regexp.MustCompile(`^system:`).ReplaceAllString(user, "")
+}
+
+func resultOf(code int) string {
+	switch {
+	case code == http.StatusConflict:
+		return "conflict"
+	case code >= 400:
+		return "error"
+	}
+	return "ok"
+}
+
+// TestControllerRatesExample runs distribution/examples/controller-rates.yaml (filter, transform
+// and the span_metrics connector of the build) on the recorded conflict capture: the exported
+// counters must count every traced write once, under its controller, verb and result, with the
+// 409s of the two writers that lost a race as conflicts.
+func TestControllerRatesExample(t *testing.T) {
+	requireBinary(t)
+	config := filepath.Join(root, "distribution", "examples", "controller-rates.yaml")
+	validate(t, config)
+
+	files, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "conflict", "audit-webhook", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recorded conflict capture: %v", err)
+	}
+	var bodies [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	traced := expectedAuditIDs(t, bodies)
+	want := map[writeKey]int64{}
+	for _, b := range bodies {
+		var list struct {
+			Items []struct {
+				AuditID string `json:"auditID"`
+				Verb    string `json:"verb"`
+				User    struct {
+					Username string `json:"username"`
+				} `json:"user"`
+				ResponseStatus struct {
+					Code int `json:"code"`
+				} `json:"responseStatus"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if traced[ev.AuditID] {
+				want[writeKey{controllerOf(ev.User.Username), ev.Verb, resultOf(ev.ResponseStatus.Code)}]++
+			}
+		}
+	}
+	if want[writeKey{"deployment-controller", "update", "conflict"}] == 0 {
+		t.Fatalf("the conflict capture has no 409 of the deployment controller: %v", want)
+	}
+
+	dir := t.TempDir()
+	rates := filepath.Join(dir, "rates.jsonl")
+	auditPort, healthPort := freePort(t), freePort(t)
+	startCollectorFile(t, config, healthPort,
+		fmt.Sprintf("KUBETRAIL_AUDIT_ENDPOINT=127.0.0.1:%d", auditPort),
+		fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
+		"KUBETRAIL_OUT="+filepath.Join(dir, "traces.jsonl"),
+		"KUBETRAIL_RATES_OUT="+rates,
+		"KUBETRAIL_RATES_FLUSH_INTERVAL=500ms")
+	for i, b := range bodies {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/disttest", auditPort), "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST of batch %d answered %d", i+1, resp.StatusCode)
+		}
+	}
+
+	// Cumulative counters: the last flush holds the totals. Wait until it counts every write.
+	var got map[writeKey]int64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		got = lastCalls(t, rates)
+		var n, wantN int64
+		for _, c := range got {
+			n += c
+		}
+		for _, c := range want {
+			wantN += c
+		}
+		if n >= wantN || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for k, c := range want {
+		if got[k] != c {
+			t.Errorf("%+v: counted %d, want %d", k, got[k], c)
+		}
+	}
+	for k, c := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%+v: counted %d, want no such series", k, c)
+		}
+	}
+}
+
+// lastCalls reads the last metrics line of the file exporter and sums kubetrail.controller.calls
+// by controller, verb and result.
+func lastCalls(t *testing.T, path string) map[writeKey]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var last []byte
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		last = append(last[:0], sc.Bytes()...)
+	}
+	if len(last) == 0 {
+		return nil
+	}
+	md, err := (&pmetric.JSONUnmarshaler{}).UnmarshalMetrics(last)
+	if err != nil {
+		return nil // mid-write; the next poll reads it whole
+	}
+	out := map[writeKey]int64{}
+	for _, rm := range md.ResourceMetrics().All() {
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
+				if m.Name() != "kubetrail.controller.calls" || m.Type() != pmetric.MetricTypeSum {
+					continue
+				}
+				for _, dp := range m.Sum().DataPoints().All() {
+					attr := func(k string) string { v, _ := dp.Attributes().Get(k); return v.AsString() }
+					out[writeKey{attr("kubetrail.controller"), attr("k8s.audit.verb"), attr("kubetrail.write.result")}] += dp.IntValue()
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+{{/*
+The collector configuration, derived from distribution/kubernetes/kubetrail.yaml and keeping its
+guarantees: no batch processor (it would acknowledge spans it later loses); the otlp_grpc exporter
+batches itself behind a persistent queue (file_storage/queue, fsync on) that refuses at once when
+full, so the webhook answers 503 and the apiserver retries; retries without a deadline.
+.Values.config is merged over it.
+*/}}
+{{- define "kubetrail.baseConfig" -}}
+{{- $gateway := eq .Values.mode "gateway" -}}
+{{- $redis := include "kubetrail.redisAddresses" . | fromJsonArray -}}
+extensions:
+  health_check:
+    endpoint: ${env:POD_IP}:13133
+  file_storage:
+    directory: /var/lib/otelcol-kubetrail
+    create_directory: true
+  file_storage/queue:
+    directory: /var/lib/otelcol-kubetrail/queue
+    create_directory: true
+    fsync: true
+    compaction:
+      directory: /var/lib/otelcol-kubetrail/queue
+      on_rebound: true
+receivers:
+  k8s_audit:
+    cluster: {{ .Values.clusterName | quote }}
+    {{- if $gateway }}
+    endpoint: ${env:POD_IP}:9880
+    {{- if .Values.gateway.tls.enabled }}
+    tls:
+      cert_file: /etc/otelcol-kubetrail-tls/tls.crt
+      key_file: /etc/otelcol-kubetrail-tls/tls.key
+      {{- if .Values.gateway.tls.clientCA }}
+      client_ca_file: /etc/otelcol-kubetrail-tls/ca.crt
+      {{- end }}
+    {{- with .Values.gateway.tls.allowedClientNames }}
+    allowed_client_names: {{ toJson . }}
+    {{- end }}
+    {{- end }}
+    {{- else }}
+    endpoint: ""
+    files: [{{ .Values.daemonset.auditLogPath | quote }}]
+    storage: file_storage
+    start_at: {{ .Values.daemonset.startAt }}
+    {{- end }}
+    window: {{ .Values.window }}
+  {{- if .Values.events.enabled }}
+  k8s_event_spans:
+    auth_type: serviceAccount
+    cluster: {{ .Values.clusterName | quote }}
+    storage: file_storage
+    max_event_age: {{ .Values.events.maxEventAge }}
+    window: {{ .Values.window }}
+  {{- end }}
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_percentage: 80
+    spike_limit_percentage: 20
+  k8s_object_link:
+    window: {{ .Values.window }}
+    {{- if $redis }}
+    id_map:
+      backend: redis
+      redis:
+        addresses: {{ toJson $redis }}
+        key_prefix: {{ .Values.redis.keyPrefix | quote }}
+        {{- if .Values.redis.passwordSecret }}
+        password: ${env:REDIS_PASSWORD}
+        {{- end }}
+    {{- end }}
+    owner_lookup:
+      auth_type: serviceAccount
+      cluster: {{ .Values.clusterName | quote }}
+    owner_wait: {{ .Values.ownerWait }}
+exporters:
+  otlp_grpc:
+    endpoint: {{ .Values.otlp.endpoint | quote }}
+    tls:
+      insecure: {{ .Values.otlp.insecure }}
+    {{- with .Values.otlp.headers }}
+    headers: {{ toJson . }}
+    {{- end }}
+    sending_queue:
+      storage: file_storage/queue
+      sizer: requests
+      queue_size: {{ .Values.queue.queueSize }}
+      block_on_overflow: false
+      num_consumers: {{ .Values.queue.numConsumers }}
+      batch:
+        flush_timeout: 2s
+        sizer: bytes
+        min_size: 524288
+        max_size: 3145728
+    retry_on_failure:
+      enabled: true
+      initial_interval: 5s
+      max_interval: 30s
+      max_elapsed_time: 0
+service:
+  extensions: [health_check, file_storage, file_storage/queue]
+  telemetry:
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: ${env:POD_IP}
+                port: 8888
+  pipelines:
+    traces:
+      receivers: {{ if .Values.events.enabled }}[k8s_audit, k8s_event_spans]{{ else }}[k8s_audit]{{ end }}
+      processors: [memory_limiter, k8s_object_link]
+      exporters: [otlp_grpc]
+{{- end -}}
+
+{{- define "kubetrail.config" -}}
+{{- $base := include "kubetrail.baseConfig" . | fromYaml -}}
+{{- if hasKey $base "Error" -}}{{- fail (printf "rendered collector config does not parse: %s" (get $base "Error")) -}}{{- end -}}
+{{- mustMergeOverwrite $base (deepCopy .Values.config) | toYaml -}}
+{{- end -}}

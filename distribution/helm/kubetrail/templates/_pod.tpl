@@ -1,0 +1,71 @@
+{{/* The collector container, shared by the gateway StatefulSet and the DaemonSet. */}}
+{{- define "kubetrail.container" -}}
+{{- $gateway := eq .Values.mode "gateway" -}}
+- name: otelcol-kubetrail
+  image: {{ include "kubetrail.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["--config=/etc/otelcol-kubetrail/config.yaml"]
+  env:
+    - name: POD_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    {{- with include "kubetrail.goMemLimit" . }}
+    - name: GOMEMLIMIT
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .Values.redis.passwordSecret }}
+    - name: REDIS_PASSWORD
+      valueFrom: {secretKeyRef: {name: {{ .name }}, key: {{ .key }}}}
+    {{- end }}
+  ports:
+    {{- if $gateway }}
+    - {name: audit, containerPort: 9880}
+    {{- end }}
+    - {name: health, containerPort: 13133}
+    - {name: metrics, containerPort: 8888}
+  readinessProbe:
+    httpGet: {path: /, port: health}
+  livenessProbe:
+    httpGet: {path: /, port: health}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - {name: config, mountPath: /etc/otelcol-kubetrail, readOnly: true}
+    - {name: state, mountPath: /var/lib/otelcol-kubetrail}
+    {{- if and $gateway .Values.gateway.tls.enabled }}
+    - {name: tls, mountPath: /etc/otelcol-kubetrail-tls, readOnly: true}
+    {{- end }}
+    {{- if not $gateway }}
+    - {name: audit-log, mountPath: {{ dir .Values.daemonset.auditLogPath }}, readOnly: true}
+    {{- end }}
+{{- end -}}
+
+{{- define "kubetrail.podMetadata" -}}
+labels:
+  {{- include "kubetrail.selectorLabels" . | nindent 2 }}
+  {{- with .Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  checksum/config: {{ include "kubetrail.config" . | sha256sum }}
+  {{- with .Values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+
+{{- define "kubetrail.podCommon" -}}
+serviceAccountName: {{ include "kubetrail.serviceAccountName" . }}
+terminationGracePeriodSeconds: 60
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,122 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestChartAcceptedByTheAPIServer renders the Helm chart (distribution/helm/kubetrail) in both
+// modes and has the testbed's real kube-apiserver accept every object with a server-side dry run:
+// the schemas, defaulting, validation and admission of Kubernetes v1.36 see the manifests as an
+// install would, without creating anything. Lint and rendering are checked by the dist tests.
+func TestChartAcceptedByTheAPIServer(t *testing.T) {
+	env := Testbed(t)
+	helm := helmBinary(t)
+	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
+	for _, tc := range []struct {
+		name string
+		sets []string
+		kind string // the workload kind the mode renders
+	}{
+		{"gateway", []string{"mode=gateway", "gateway.tls.enabled=true", "gateway.tls.cert=cert", "gateway.tls.key=key"}, "statefulset"},
+		{"daemonset", []string{"mode=daemonset"}, "daemonset"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The namespace must exist for a dry run of namespaced objects: default does, and the
+			// release name keeps the objects apart from the scenarios' (nothing is created anyway).
+			args := []string{"template", "chart-" + tc.name, chart, "--namespace", "default", "--set", "clusterName=" + ClusterName}
+			for _, s := range tc.sets {
+				args = append(args, "--set", s)
+			}
+			rendered, err := exec.Command(helm, args...).Output()
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderrOf(err))
+			}
+			manifest := filepath.Join(t.TempDir(), "chart.yaml")
+			if err := os.WriteFile(manifest, rendered, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := env.RunKubectl("apply", "--dry-run=server", "-f", manifest)
+			Check(t, "the apiserver accepts the "+tc.name+" rendering", err == nil, "kubectl apply --dry-run=server: %v\n%s", err, out)
+			// One line per object: "<kind>.<group>/<name> created (server dry run)".
+			accepted := regexp.MustCompile(`(?m)^\S+ (created|configured|unchanged) \(server dry run\)$`).FindAllString(out, -1)
+			objects := strings.Count("\n"+string(rendered), "\nkind: ")
+			Check(t, "every rendered object of "+tc.name+" is accepted", len(accepted) == objects && objects > 0,
+				"%d objects rendered, %d accepted:\n%s", objects, len(accepted), out)
+			Check(t, tc.name+" renders its workload", strings.Contains(out, tc.kind+".apps/chart-"+tc.name+"-kubetrail "),
+				"no %s in:\n%s", tc.kind, out)
+		})
+	}
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// TestChartNotesPrintAWebhookKubeconfig: the notes of a gateway install are a kubeconfig the
+// apiserver can use as --audit-webhook-config-file, pointing at the webhook with the cluster in
+// the path. kubectl reads it, as the apiserver's client-go would.
+func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
+	env := Testbed(t)
+	helm := helmBinary(t)
+	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
+	for _, tc := range []struct {
+		name       string
+		sets       []string
+		wantServer string
+	}{
+		{"NodePort, plain http", nil, "http://127.0.0.1:30988/audit/" + ClusterName},
+		{"ClusterIP with TLS", []string{"gateway.service.type=ClusterIP", "gateway.tls.enabled=true", "gateway.tls.existingSecret=s"},
+			"https://notes-kubetrail.kubetrail.svc:9880/audit/" + ClusterName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// --dry-run=client renders without installing, but helm v3.19 still checks that the
+			// cluster is reachable: hence here, with the testbed's apiserver.
+			args := []string{"install", "notes", chart, "--dry-run=client", "--kubeconfig", env.Kubeconfig,
+				"--namespace", "kubetrail", "--set", "clusterName=" + ClusterName}
+			for _, s := range tc.sets {
+				args = append(args, "--set", s)
+			}
+			out, err := exec.Command(helm, args...).Output()
+			if err != nil {
+				t.Fatalf("helm install --dry-run=client: %v\n%s", err, stderrOf(err))
+			}
+			_, notes, ok := strings.Cut(string(out), "NOTES:\n")
+			start := strings.Index(notes, "apiVersion: v1\nkind: Config")
+			end := strings.Index(notes, "current-context: default")
+			if !ok || start < 0 || end < start {
+				t.Fatalf("no kubeconfig in the install notes:\n%s", out)
+			}
+			path := filepath.Join(t.TempDir(), "audit-webhook.yaml")
+			if err := os.WriteFile(path, []byte(notes[start:end+len("current-context: default")]+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			server, err := env.RunKubectl("config", "view", "--kubeconfig", path, "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+			Check(t, "kubectl reads the notes' kubeconfig ("+tc.name+")", err == nil && server == tc.wantServer,
+				"server %q (err %v), want %q\n%s", server, err, tc.wantServer, notes)
+		})
+	}
+}
+
+// helmBinary is the helm `make e2e` built (KUBETRAIL_HELM), or the cache's.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helm := os.Getenv("KUBETRAIL_HELM")
+	if helm == "" {
+		cache := envOr("KUBETRAIL_CACHE", filepath.Join(os.Getenv("HOME"), ".cache", "kubetrail"))
+		helm = filepath.Join(cache, "bin", "helm-"+envOr("HELM_VERSION", "v3.19.0"), "helm")
+	}
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("helm: %v (build it with testbed/hack/ensure-helm.sh; make e2e does)", err)
+	}
+	return helm
+}
