@@ -289,6 +289,7 @@ func requireDeliveryGuarantees(t *testing.T, cfg map[string]any) {
 		{"extensions", "file_storage"},
 		{"extensions", "file_storage/queue"},
 		{"processors", "memory_limiter"},
+		{"processors", "k8s_object_link", "storage"},
 		{"service", "pipelines", "traces", "processors"},
 	} {
 		if got, want := dig(cfg, path...), dig(shipped, path...); !reflect.DeepEqual(got, want) {

@@ -73,6 +73,7 @@ processors:
       auth_type: serviceAccount
       cluster: {{ .Values.clusterName | quote }}
     owner_wait: {{ .Values.ownerWait }}
+    storage: file_storage/queue
 exporters:
   otlp_grpc:
     endpoint: {{ .Values.otlp.endpoint | quote }}
