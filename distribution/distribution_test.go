@@ -97,13 +97,13 @@ func (l *launched) stop() bool {
 }
 
 // exitedEarly reports whether the collector has exited, and how.
-func (l *launched) exitedEarly() (error, bool) {
+func (l *launched) exitedEarly() (bool, error) {
 	select {
 	case err := <-l.exited:
 		l.exited <- err
-		return err, true
+		return true, err
 	default:
-		return nil, false
+		return false, nil
 	}
 }
 

@@ -433,7 +433,7 @@ func (e *Env) RestoreRoute() {
 	}
 }
 
-// Kubectl runs kubectl against the testbed and returns its combined output.
+// RunKubectl runs kubectl against the testbed and returns its combined output.
 func (e *Env) RunKubectl(args ...string) (string, error) {
 	cmd := exec.Command(e.Kubectl, args...)
 	cmd.Env = append(os.Environ(), e.ClusterEnv...)
