@@ -61,10 +61,12 @@ dist-test: build ## the real bin/otelcol-kubetrail: shipped configs validate, a 
 e2e: build binaries redis ## end-to-end: real control plane + collector + Jaeger
 	testbed/hack/e2e.sh
 
-lint: ## gofmt and go vet (including the dist and e2e build tags)
+lint: ## gofmt, go vet, golangci-lint (.golangci.yml) and shellcheck on the testbed scripts
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go vet -tags dist,e2e ./distribution/ ./testbed/...
+	golangci_lint=$$(testbed/hack/ensure-linters.sh | tail -1); nice -n 10 "$$golangci_lint" run ./...   # build tags in .golangci.yml
+	shellcheck -x testbed/hack/*.sh testbed/scenarios/*.sh testbed/scenarios/lib.bash
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...
