@@ -118,9 +118,9 @@ func (ot *objectTree) checkActivity(t *testing.T, what string, uids map[string]b
 	Check(t, what, n > 0 && len(bad) == 0, "%d of %d activity spans not under their object's span: %v", len(bad), n, bad[:min(len(bad), 10)])
 }
 
-// checkDeploymentTree is the design's "done" picture for one Deployment demo (by UID): per
-// window one root, its object children exactly ReplicaSets (two over the run), each Pod under
-// its ReplicaSet, every activity span under its object, and one trace per window.
+// checkDeploymentTree checks the tree docs/design.md describes for one Deployment demo (by UID):
+// per window one root, its object children exactly ReplicaSets (two over the run), each Pod
+// under its ReplicaSet, every activity span under its object, and one trace per window.
 func checkDeploymentTree(t *testing.T, prefix string, ss Spans, deployUID string) {
 	t.Helper()
 	ot := newObjectTree(ss)
