@@ -78,11 +78,13 @@ image-test: image ## open the image tarball: non-root user, entrypoint, labels, 
 e2e: build binaries redis helm ## end-to-end: real control plane + collector + Jaeger (and the Helm chart applied with a server-side dry run)
 	testbed/hack/e2e.sh
 
-lint: ## gofmt and go vet (including the dist and e2e build tags)
+lint: ## gofmt, go vet, golangci-lint (.golangci.yml) and shellcheck on the testbed scripts
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go vet -tags dist,e2e ./distribution/ ./testbed/...
 	cd distribution/image && go vet .
+	golangci_lint=$$(testbed/hack/ensure-linters.sh | tail -1); nice -n 10 "$$golangci_lint" run ./...   # build tags in .golangci.yml
+	shellcheck -x testbed/hack/*.sh testbed/scenarios/*.sh testbed/scenarios/lib.bash
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...

@@ -97,13 +97,13 @@ func (l *launched) stop() bool {
 }
 
 // exitedEarly reports whether the collector has exited, and how.
-func (l *launched) exitedEarly() (error, bool) {
+func (l *launched) exitedEarly() (bool, error) {
 	select {
 	case err := <-l.exited:
 		l.exited <- err
-		return err, true
+		return true, err
 	default:
-		return nil, false
+		return false, nil
 	}
 }
 
@@ -315,7 +315,7 @@ type auditEvent struct {
 }
 
 // expectedAuditIDs are the events the default k8s_audit config turns into spans: completed
-// writes, leases and Events excluded (DESIGN §3.3, the receiver's documented defaults).
+// writes, leases and Events excluded (docs/design.md, Spans; the receiver's documented defaults).
 func expectedAuditIDs(t *testing.T, bodies [][]byte) map[string]bool {
 	t.Helper()
 	want := map[string]bool{}

@@ -174,7 +174,7 @@ func waitHealthy(t *testing.T, c *launched, healthPort int) {
 				return
 			}
 		}
-		if err, gone := c.exitedEarly(); gone {
+		if gone, err := c.exitedEarly(); gone {
 			t.Fatalf("the collector exited: %v\n%s", err, c.logs.String())
 		}
 		if time.Now().After(deadline) {

@@ -6,7 +6,7 @@ const (
 	AttrServiceName = "service.name"
 )
 
-// Object identity, on every span a receiver emits (DESIGN §3.1).
+// Object identity, on every span a receiver emits (docs/design.md, Object identity).
 const (
 	AttrObjectAPIGroup   = "k8s.object.api_group"
 	AttrObjectAPIVersion = "k8s.object.api_version"
@@ -34,7 +34,7 @@ const (
 	SpanTypeEvent  = "event"
 )
 
-// Audit spans (DESIGN §3.3).
+// Audit spans (docs/design.md, Spans).
 const (
 	AttrAuditID               = "k8s.audit.id"
 	AttrAuditVerb             = "k8s.audit.verb"
@@ -55,7 +55,7 @@ const (
 	EventAuditError     = "k8s.audit.error"
 )
 
-// Event spans (DESIGN §3.3).
+// Event spans (docs/design.md, Spans).
 const (
 	AttrEventReason            = "k8s.event.reason"
 	AttrEventAction            = "k8s.event.action"

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
-// IDs are derived, not random (DESIGN §3.2): two collector replicas that see the same object in
+// IDs are derived, not random (docs/design.md, IDs): two collector replicas that see the same object in
 // the same window, or the same audit event twice, compute the same IDs without talking to each
 // other. Each kind of ID hashes a distinct domain tag so that, say, an audit ID can never collide
 // with an object key that happens to have the same bytes.

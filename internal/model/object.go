@@ -134,7 +134,7 @@ func SplitAPIVersion(apiVersion string) (group, version string) {
 	return "", apiVersion
 }
 
-// PutAttributes writes the object's identity onto span attributes (DESIGN §3.1). Empty optional
+// PutAttributes writes the object's identity onto span attributes (docs/design.md, Object identity). Empty optional
 // fields are left out rather than written as empty strings; the API group is always written,
 // since "" is the meaningful name of the core group.
 func (o Object) PutAttributes(attrs pcommon.Map) {

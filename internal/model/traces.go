@@ -5,7 +5,7 @@ import (
 )
 
 // TracesBuilder assembles spans into ptrace.Traces with one ResourceSpans per (cluster, kind):
-// service.name is the object's kind (DESIGN §3.1), so backends list "Pod", "Deployment", … as
+// service.name is the object's kind (docs/design.md, Object identity), so backends list "Pod", "Deployment", … as
 // services.
 type TracesBuilder struct {
 	scopeName    string

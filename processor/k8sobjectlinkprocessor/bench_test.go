@@ -52,15 +52,15 @@ func (f *benchFleet) batchAt(i, size int, at time.Time) ptrace.Traces {
 	for j := range size {
 		n := i*size + j
 		id := fmt.Sprintf("audit-%d", n)
-		switch {
-		case j%5 == 0: // a Pod never seen before, with its owner (the replicaset-controller's create)
+		switch j % 5 {
+		case 0: // a Pod never seen before, with its owner (the replicaset-controller's create)
 			rs := f.rss[j%len(f.rss)]
 			pod := podA1
 			pod.Name, pod.UID, pod.Owner = fmt.Sprintf("%s-new-%d", rs.Name, n), fmt.Sprintf("1e2d3c4b-0000-4000-8000-%012d", n), ownerOf(rs)
 			acts = append(acts, audit(pod, id, at))
-		case j%5 == 1: // an Event about a known Pod: no owner on the span, the relation knows it
+		case 1: // an Event about a known Pod: no owner on the span, the relation knows it
 			acts = append(acts, event(withoutOwner(f.pods[j%len(f.pods)]), id, at))
-		case j%5 == 2:
+		case 2:
 			acts = append(acts, audit(f.rss[j%len(f.rss)], id, at))
 		default:
 			acts = append(acts, audit(f.pods[j%len(f.pods)], id, at))

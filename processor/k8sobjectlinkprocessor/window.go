@@ -12,7 +12,7 @@ import (
 )
 
 // The receivers derive each activity span's parent (the object span ID) from their own window
-// (DESIGN §3.2); this processor re-derives it from its window. When the two differ the trees
+// (docs/design.md, Windows); this processor re-derives it from its window. When the two differ the trees
 // still come out, but the receivers' IDs no longer line up with the processor's, so traces look
 // different with and without the processor and across collectors. The processor cannot read the
 // receivers' configurations (in an agent/gateway deployment they are other processes), so it

@@ -269,13 +269,6 @@ func (c *objectCache) boundBytes(maxBytes int64, onBytes func(int64), onEvict fu
 	c.maxBytes, c.onBytes, c.onEvict = maxBytes, onBytes, onEvict
 }
 
-// sizeBytes reports the charged bytes.
-func (c *objectCache) sizeBytes() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bytes
-}
-
 // get returns the entry of key, or nil. Callers hold mu.
 func (c *objectCache) get(key string) *cacheEntry {
 	e := c.entries[key]

@@ -58,7 +58,7 @@ var (
 	readVerbs  = map[string]bool{"get": true, "list": true, "watch": true}
 )
 
-// converter turns decoded audit events into spans (DESIGN §3.3). It is safe for concurrent
+// converter turns decoded audit events into spans (docs/design.md, Spans). It is safe for concurrent
 // use: its only mutable state is the object cache, which has its own lock.
 type converter struct {
 	mapper       model.Mapper

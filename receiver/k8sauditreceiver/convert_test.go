@@ -546,7 +546,7 @@ func TestRequestDetails(t *testing.T) {
 		if s.TraceID() != model.ObjectTraceID(model.UIDKey("c1", "u"), w) || s.ParentSpanID() != model.ObjectSpanID(model.UIDKey("c1", "u"), w) {
 			t.Fatal("a one-hour window must derive the IDs from the hour")
 		}
-		if w == model.WindowStart(t0.Add(50*time.Minute), model.DefaultWindow) {
+		if w.Equal(model.WindowStart(t0.Add(50*time.Minute), model.DefaultWindow)) {
 			t.Fatal("the test needs a time where the two windows differ")
 		}
 	})

@@ -198,7 +198,7 @@ func awaitInFlight(t *testing.T, r *auditReceiver, n int) {
 }
 
 // shutdownAsync runs Shutdown and returns its result on a channel.
-func shutdownAsync(r *auditReceiver, ctx context.Context) <-chan error {
+func shutdownAsync(ctx context.Context, r *auditReceiver) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- r.Shutdown(ctx) }()
 	return done
@@ -224,7 +224,7 @@ func TestShutdownEndsAHeldBodyWithinItsContext(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	done := shutdownAsync(r, ctx)
+	done := shutdownAsync(ctx, r)
 	if code := readUntilClosed(t, conn); code != http.StatusServiceUnavailable {
 		t.Fatalf("held request answered %d, want 503 so that the apiserver sends the batch again", code)
 	}
@@ -241,7 +241,7 @@ func TestShutdownWithoutADeadlineIsStillBounded(t *testing.T) {
 	r.shutdownBudget = 300 * time.Millisecond
 	conn := dialAndSend(t, url, 4096, `{"kind":"EventList",`)
 	awaitInFlight(t, r, 1)
-	done := shutdownAsync(r, context.Background())
+	done := shutdownAsync(context.Background(), r)
 	if code := readUntilClosed(t, conn); code != http.StatusServiceUnavailable {
 		t.Fatalf("held request answered %d, want 503", code)
 	}
@@ -255,7 +255,7 @@ func TestShutdownLetsARequestInThePipelineComplete(t *testing.T) {
 	<-next.arrived
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	done := shutdownAsync(r, ctx)
+	done := shutdownAsync(ctx, r)
 	close(next.release)
 	if code := <-resp; code != http.StatusOK {
 		t.Fatalf("a request the pipeline took during shutdown answered %d, want 200", code)
@@ -276,7 +276,7 @@ func TestShutdownAnswers503ToARequestStuckInThePipeline(t *testing.T) {
 	<-next.arrived
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	done := shutdownAsync(r, ctx)
+	done := shutdownAsync(ctx, r)
 	if code := <-resp; code != http.StatusServiceUnavailable {
 		t.Fatalf("a request still in the pipeline at the deadline answered %d, want 503", code)
 	}

@@ -37,7 +37,7 @@ type Config struct {
 	MaxEventAge time.Duration `mapstructure:"max_event_age"`
 
 	// Window is the object-span window of the per-object trace and parent IDs this receiver
-	// derives (DESIGN §3.2). k8s_object_link re-derives both from its own window; keep the two
+	// derives (docs/design.md, Windows). k8s_object_link re-derives both from its own window; keep the two
 	// equal so traces look the same with or without the processor.
 	Window time.Duration `mapstructure:"window"`
 	// CheckpointTTL is how long an Event's checkpoint entry is kept after its last occurrence. It

@@ -11,7 +11,7 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// regardingObject is the identity of the object an Event is about (DESIGN §3.3). Events name a
+// regardingObject is the identity of the object an Event is about (docs/design.md, Spans). Events name a
 // kind, spans also carry the resource, so the mapper translates; an unknown kind leaves the
 // resource out rather than guessing a plural.
 func regardingObject(cluster string, m model.Mapper, ref *corev1.ObjectReference) model.Object {

@@ -131,11 +131,11 @@ func firstOccurrenceTime(ev *eventsv1.Event, last time.Time) time.Time {
 }
 
 // occurrenceID is the occurrence part of an event span ID: the occurrence's number, counting
-// from 1. DESIGN §3.2 names the resourceVersion for an Event without a count, but an
-// events.k8s.io/v1 Event has none only until it recurs: a receiver that first sees it with a
-// series (after a restart without checkpoint, or a replica started later) can no longer know the
-// resourceVersion its first occurrence had, and would give that occurrence a second ID. The
-// number is known to every observer.
+// from 1 (docs/design.md, IDs), also for an Event without a count, rather than its
+// resourceVersion. An events.k8s.io/v1 Event has no count only until it recurs: a receiver
+// that first sees it with a series (after a restart without checkpoint, or a replica started
+// later) can no longer know the resourceVersion its first occurrence had, and would give that
+// occurrence a second ID. The number is known to every observer.
 func occurrenceID(count int32) string {
 	return strconv.FormatInt(int64(count), 10)
 }

@@ -97,13 +97,13 @@ func permute(lines []watchLine, seed uint64) []watchLine {
 	for len(out) < len(lines) {
 		i := r.IntN(len(lines) - len(out))
 		for _, uid := range uids {
-			if n := len(byUID[uid]); i < n {
+			n := len(byUID[uid])
+			if i < n {
 				out = append(out, byUID[uid][0])
 				byUID[uid] = byUID[uid][1:]
 				break
-			} else {
-				i -= n
 			}
+			i -= n
 		}
 	}
 	return out

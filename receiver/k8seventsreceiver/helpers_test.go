@@ -134,10 +134,4 @@ func (tm *telemetry) value(t *testing.T, name, reason string) int64 {
 	return sum
 }
 
-type storageError string
-
-func (e storageError) Error() string { return string(e) }
-
-const errStorageBroken = storageError("storage is broken")
-
 var consumererrorPermanent = consumererror.NewPermanent(errors.New("bad data"))

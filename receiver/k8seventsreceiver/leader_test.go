@@ -26,7 +26,10 @@ func TestLeaderElectionRunsOneReplicaAtATime(t *testing.T) {
 			defer close(r.done)
 			runWithLeaderElection(ctx, zap.NewNop(), client, cfg, func(term context.Context) {
 				n := leading.Add(1)
-				for m := maxLeading.Load(); n > m && !maxLeading.CompareAndSwap(m, n); m = maxLeading.Load() {
+				for m := maxLeading.Load(); n > m; m = maxLeading.Load() {
+					if maxLeading.CompareAndSwap(m, n) {
+						break
+					}
 				}
 				terms.Add(1)
 				r.leads.Add(1)

@@ -237,8 +237,12 @@ func TestJSONLinesCaptureEqualsTheRecordedFiles(t *testing.T) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	for _, b := range fromDir.Batches {
-		gz.Write(b.Body)
-		gz.Write([]byte("\n"))
+		if _, err := gz.Write(b.Body); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gz.Write([]byte("\n")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := gz.Close(); err != nil {
 		t.Fatal(err)

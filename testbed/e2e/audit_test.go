@@ -248,15 +248,7 @@ func TestSecretValuesNeverReachJaeger(t *testing.T) {
 // without dedup (or an ID collision).
 func TestAllSpansUnique(t *testing.T) {
 	env := Testbed(t)
-	var start, end time.Time
-	for _, r := range env.Runs {
-		if start.IsZero() || r.Start.Before(start) {
-			start = r.Start
-		}
-		if r.End.After(end) {
-			end = r.End
-		}
-	}
+	start, end := env.RunsSpan()
 	if start.IsZero() {
 		t.Fatal("no scenario ran")
 	}
@@ -280,19 +272,7 @@ func TestAllSpansUnique(t *testing.T) {
 func TestEveryAuditedWriteIsOneSpan(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
-	var start, end time.Time
-	for _, name := range scenarioList() {
-		r := env.Runs[name]
-		if r == nil {
-			continue
-		}
-		if start.IsZero() || r.Start.Before(start) {
-			start = r.Start
-		}
-		if r.End.After(end) {
-			end = r.End
-		}
-	}
+	start, end := env.RunsSpan()
 	if start.IsZero() {
 		t.Fatal("no scenario ran")
 	}

@@ -9,10 +9,12 @@
 // TestMain (main_test.go) brings up, once for the whole package: an in-process audit router (the
 // apiserver's webhook target), the control plane (state in testbed/.out/e2e/state, audit policy
 // testbed/policy/audit-policy-secrets.yaml), Jaeger, and the "main" collector, routes the audit
-// stream to the collector, then runs every scenario in [Scenarios] once, in order. Then the
-// tests run; then it prints the summary (also in testbed/.out/e2e/summary.txt) and stops every
+// stream to the collector, then runs every scenario once: every testbed/scenarios/*.sh by file name
+// ([Scenarios]), so a new script is a new scenario with no change here. Then the tests run, those
+// that call [AfterOthers] last; then it prints the summary (also in testbed/.out/e2e/summary.txt) and stops every
 // process by PID, also on SIGINT/SIGTERM. Logs and generated configs stay in testbed/.out/e2e.
-// KUBETRAIL_E2E_SCENARIOS=deployment,conflict runs a subset; tests of the others then fail.
+// KUBETRAIL_E2E_SCENARIOS=deployment,conflict runs a subset (an unknown name fails the setup);
+// tests of the others then fail.
 //
 // # Writing a test
 //
@@ -64,7 +66,7 @@
 // every Event: drop that receiver from extra collectors (cfg.Delete plus SetPipeline) unless the
 // test is about that. Two k8s_object_link processors without a shared Redis ID map each emit the
 // object spans they see. Both leave duplicate span IDs in Jaeger for later tests' windows, so
-// such tests go in files named after the ones they could disturb (zz_harness_test.go runs last).
+// such tests call AfterOthers(t) first: they run after every other test, one at a time.
 //
 // Env also has Kubeconfig, Kubectl and RunKubectl for direct cluster access, Components (what
 // the binary was built with: Components.Has("processors", "k8s_object_link")), Root and OutDir.

@@ -22,9 +22,6 @@ import (
 // ClusterName is the k8s.cluster.name of everything the testbed emits.
 const ClusterName = "testbed"
 
-// Scenarios are run once each, in this order, before the tests; tests then assert on the spans.
-var Scenarios = []string{"deployment", "unschedulable", "conflict", "recreate", "secret", "job"}
-
 // Env is the running testbed shared by every test of the package: one control plane, one Jaeger,
 // one collector, every scenario already run once.
 type Env struct {
@@ -49,6 +46,8 @@ type Env struct {
 
 	// Runs holds the first run of each scenario, made by TestMain.
 	Runs map[string]*ScenarioRun
+
+	scenarios []string // the scenarios TestMain runs, in order
 
 	pidDir    string
 	mu        sync.Mutex
@@ -134,6 +133,10 @@ func setup() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, err := scenarioList(root)
+	if err != nil {
+		return nil, err
+	}
 	cache := os.Getenv("KUBETRAIL_CACHE")
 	if cache == "" {
 		cache = filepath.Join(os.Getenv("HOME"), ".cache", "kubetrail")
@@ -144,6 +147,7 @@ func setup() (*Env, error) {
 		CollectorBin: envOr("KUBETRAIL_COLLECTOR", filepath.Join(root, "bin", "otelcol-kubetrail")),
 		JaegerBin:    envOr("KUBETRAIL_JAEGER", filepath.Join(cache, "bin", "jaeger-"+envOr("JAEGER_VERSION", "v1.76.0"), "jaeger")),
 		Runs:         map[string]*ScenarioRun{},
+		scenarios:    names,
 	}
 	e.StateDir = filepath.Join(e.OutDir, "state")
 	e.pidDir = filepath.Join(e.OutDir, "pids")
@@ -205,7 +209,7 @@ func setup() (*Env, error) {
 		e.Router.SetRoute(ToAll(e.Collector.AuditURL))
 	}
 	e.setupDone = time.Now()
-	for _, name := range scenarioList() {
+	for _, name := range e.scenarios {
 		run, err := e.RunScenario(name)
 		e.Runs[name] = run
 		if err != nil {
@@ -215,12 +219,44 @@ func setup() (*Env, error) {
 	return e, nil
 }
 
-// scenarioList is Scenarios, or the subset named in KUBETRAIL_E2E_SCENARIOS (comma-separated).
-func scenarioList() []string {
-	if s := os.Getenv("KUBETRAIL_E2E_SCENARIOS"); s != "" {
-		return strings.Split(s, ",")
+// Scenarios lists the scenarios of the testbed: every testbed/scenarios/*.sh (lib.bash is their
+// shared library, not a scenario), by file name. Scenarios use distinct object names and clean up
+// after themselves, so their order does not matter.
+func Scenarios(root string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, "testbed", "scenarios", "*.sh"))
+	if err != nil {
+		return nil, err
 	}
-	return Scenarios
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no scenario in %s", filepath.Join(root, "testbed", "scenarios"))
+	}
+	names := make([]string, 0, len(files))
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".sh"))
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// scenarioList is the scenarios TestMain runs: all of them, or the subset named in
+// KUBETRAIL_E2E_SCENARIOS (comma-separated), each of which must exist.
+func scenarioList(root string) ([]string, error) {
+	all, err := Scenarios(root)
+	if err != nil {
+		return nil, err
+	}
+	s := os.Getenv("KUBETRAIL_E2E_SCENARIOS")
+	if s == "" {
+		return all, nil
+	}
+	var names []string
+	for _, name := range strings.Split(s, ",") {
+		if !slices.Contains(all, name) {
+			return nil, fmt.Errorf("KUBETRAIL_E2E_SCENARIOS names %q, which is not one of %v", name, all)
+		}
+		names = append(names, name)
+	}
+	return names, nil
 }
 
 func envOr(k, def string) string {
@@ -303,6 +339,20 @@ func (e *Env) RunScenario(name string) (*ScenarioRun, error) {
 	}
 	log.Printf("e2e: scenario %s ran in %s", name, run.Duration().Round(time.Millisecond))
 	return run, run.Err
+}
+
+// RunsSpan returns the start of the first and the end of the last scenario run TestMain made
+// (zero times when none ran).
+func (e *Env) RunsSpan() (start, end time.Time) {
+	for _, r := range e.Runs {
+		if start.IsZero() || r.Start.Before(start) {
+			start = r.Start
+		}
+		if r.End.After(end) {
+			end = r.End
+		}
+	}
+	return start, end
 }
 
 // Run returns the run TestMain made of scenario name; the test fails now if it did not run or
@@ -405,7 +455,7 @@ func (e *Env) RestoreRoute() {
 	}
 }
 
-// Kubectl runs kubectl against the testbed and returns its combined output.
+// RunKubectl runs kubectl against the testbed and returns its combined output.
 func (e *Env) RunKubectl(args ...string) (string, error) {
 	cmd := exec.Command(e.Kubectl, args...)
 	cmd.Env = append(os.Environ(), e.ClusterEnv...)
@@ -483,7 +533,7 @@ func (e *Env) summary(total time.Duration, testsFailed bool) string {
 	}
 	fmt.Fprintf(&b, "  total %.1fs\n", total.Seconds())
 	fmt.Fprintf(&b, "scenarios:")
-	for _, name := range scenarioList() {
+	for _, name := range e.scenarios {
 		run := e.Runs[name]
 		status := "ok"
 		if run == nil {

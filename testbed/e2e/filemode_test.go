@@ -25,17 +25,7 @@ func TestAuditLogFileModeMatchesTheWebhook(t *testing.T) {
 	if !Check(t, "the collector has the file exporter", env.Components.Has("exporters", "file"), "exporters %v", env.Components["exporters"]) {
 		t.FailNow()
 	}
-	var start, end time.Time
-	for _, name := range scenarioList() {
-		if r := env.Runs[name]; r != nil {
-			if start.IsZero() || r.Start.Before(start) {
-				start = r.Start
-			}
-			if r.End.After(end) {
-				end = r.End
-			}
-		}
-	}
+	start, end := env.RunsSpan()
 	if start.IsZero() {
 		t.Fatal("no scenario ran")
 	}

@@ -8,13 +8,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
 // TestMain brings the testbed up once (control plane, Jaeger, collector), runs every scenario,
-// runs the tests, prints the summary and tears everything down, also on SIGINT/SIGTERM.
+// runs the tests (those that call AfterOthers last, one at a time), prints the summary and tears
+// everything down, also on SIGINT/SIGTERM.
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -51,4 +53,20 @@ func runMain(m *testing.M) int {
 		env.teardown()
 	}
 	return code
+}
+
+// afterOthersMu lets the tests that call AfterOthers run one at a time.
+var afterOthersMu sync.Mutex
+
+// AfterOthers makes t run after every test of the package that does not call it, and alone among
+// those that do. A test calls it first when what it leaves in Jaeger would disturb other tests'
+// checks (extra collectors emitting duplicate object spans into a shared window). It relies on
+// the testing package's documented rule for parallel tests: a top-level test that calls
+// t.Parallel is paused until every sequential top-level test has finished; the mutex then keeps
+// the paused tests from running together.
+func AfterOthers(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	afterOthersMu.Lock()
+	t.Cleanup(afterOthersMu.Unlock)
 }

@@ -118,9 +118,9 @@ func (ot *objectTree) checkActivity(t *testing.T, what string, uids map[string]b
 	Check(t, what, n > 0 && len(bad) == 0, "%d of %d activity spans not under their object's span: %v", len(bad), n, bad[:min(len(bad), 10)])
 }
 
-// checkDeploymentTree is the design's "done" picture for one Deployment demo (by UID): per
-// window one root, its object children exactly ReplicaSets (two over the run), each Pod under
-// its ReplicaSet, every activity span under its object, and one trace per window.
+// checkDeploymentTree checks the tree docs/design.md describes for one Deployment demo (by UID):
+// per window one root, its object children exactly ReplicaSets (two over the run), each Pod
+// under its ReplicaSet, every activity span under its object, and one trace per window.
 func checkDeploymentTree(t *testing.T, prefix string, ss Spans, deployUID string) {
 	t.Helper()
 	ot := newObjectTree(ss)
@@ -255,7 +255,7 @@ func TestObjectLinkJobTree(t *testing.T) {
 // the test's spans never mix with the main collector's (whose Event watch keeps running). A body
 // is acknowledged only when every target took its part. Splitting events, not whole POSTs, makes
 // the replicas race on every step of the rollout, however few POSTs the apiserver makes.
-func splitProxy(t *testing.T, cluster string, targets ...string) (string, func() []int) {
+func splitProxy(t *testing.T, cluster string, targets ...string) (string, func() []int, func(auditID string) bool) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -263,6 +263,7 @@ func splitProxy(t *testing.T, cluster string, targets ...string) (string, func()
 	}
 	var mu sync.Mutex
 	events := make([]int, len(targets))
+	forwarded := map[string]bool{}
 	client := &http.Client{Timeout: 30 * time.Second}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var list map[string]any
@@ -297,6 +298,13 @@ func splitProxy(t *testing.T, cluster string, targets ...string) (string, func()
 			}
 			mu.Lock()
 			events[i] += len(parts[i])
+			for _, item := range parts[i] {
+				if ev, ok := item.(map[string]any); ok {
+					if id, ok := ev["auditID"].(string); ok {
+						forwarded[id] = true
+					}
+				}
+			}
 			mu.Unlock()
 		}
 		w.WriteHeader(http.StatusOK)
@@ -308,10 +316,14 @@ func splitProxy(t *testing.T, cluster string, targets ...string) (string, func()
 		_ = srv.Shutdown(ctx)
 	})
 	return "http://" + ln.Addr().String(), func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]int(nil), events...)
-	}
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]int(nil), events...)
+		}, func(auditID string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return forwarded[auditID]
+		}
 }
 
 // TestObjectLinkTwoReplicasShareRedis splits the audit stream between two collectors that share
@@ -338,7 +350,7 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	}
 	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", cluster+":") })
 	a, b := replica("objectlink-a"), replica("objectlink-b")
-	proxy, delivered := splitProxy(t, cluster, a.AuditURL, b.AuditURL)
+	proxy, delivered, forwarded := splitProxy(t, cluster, a.AuditURL, b.AuditURL)
 	env.Router.SetRoute(ToAll(proxy))
 	t.Cleanup(env.RestoreRoute)
 
@@ -346,7 +358,23 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
 	}
+	// The apiserver posts its last batch up to --audit-webhook-batch-max-wait after the scenario
+	// ends: keep the route until every write it logged during the run went through the proxy, or
+	// the rest of the run would go to the main collector, under another cluster name.
+	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	deadline := time.Now().Add(30 * time.Second)
+	var missing []string
+	for id, what := range logged {
+		for !forwarded(id) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !forwarded(id) {
+			missing = append(missing, what)
+		}
+	}
 	env.RestoreRoute()
+	Check(t, "replicas: every write of the run went through the split", len(missing) == 0,
+		"%d of %d logged writes not forwarded within 30 s, e.g. %v", len(missing), len(logged), missing[:min(len(missing), 5)])
 	n := delivered()
 	Check(t, "replicas: both collectors received half of the audit events", n[0] > 10 && n[1] > 10,
 		"audit events delivered: a=%d b=%d", n[0], n[1])

@@ -55,7 +55,9 @@ build_k8s() {
   sed -i 's#_ "k8s.io/kubectl/pkg/cmd"#_ "k8s.io/kubernetes/cmd/kubectl"#' "$dir/tools.go"
   log "kubernetes $K8S_VERSION: resolving modules"
   (cd "$dir" && go mod tidy >/dev/null)
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean"
+  local minor ld
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [[ -x $out/$c ]] && continue
     log "kubernetes $K8S_VERSION: building $c"
@@ -79,7 +81,7 @@ build_etcd() {
   # so resolve with go get + go list instead of tidy.
   rm -f "$dir/tools.go"
   log "etcd $ETCD_VERSION: resolving modules"
-  (cd "$dir" && GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 || true)
+  (cd "$dir" && GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1) || true
   (cd "$dir" && GOFLAGS=-mod=mod go list -deps go.etcd.io/etcd/server/v3 >/dev/null)
   local t0=$SECONDS
   (cd "$dir" && GOFLAGS="-mod=mod -trimpath" go build -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3) && mv "$out/etcd.tmp" "$out/etcd"

@@ -43,6 +43,7 @@ go test -c -tags e2e -o "$OUT/e2e.test" ./testbed/e2e
 t2=$(date +%s)
 
 test_pid=""
+# shellcheck disable=SC2317  # called by the EXIT trap, which shellcheck 0.9 does not follow
 on_exit() {
   local rc=$?
   if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then

@@ -16,7 +16,8 @@ log() { printf '[record] %s\n' "$*" >&2; }
 die() { printf '[record] error: %s\n' "$*" >&2; exit 1; }
 
 scenario=${1:-}
-[[ -n $scenario ]] || die "usage: $0 SCENARIO|all   (scenarios: $(cd testbed/scenarios && ls *.sh | sed 's/\.sh$//' | tr '\n' ' '))"
+scenarios=(testbed/scenarios/*.sh); scenarios=("${scenarios[@]##*/}")
+[[ -n $scenario ]] || die "usage: $0 SCENARIO|all   (scenarios: ${scenarios[*]%.sh})"
 if [[ $scenario == all ]]; then
   for s in testbed/scenarios/*.sh; do "$0" "$(basename "$s" .sh)"; done
   exit 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # notes: Deployment contended (1 replica). alice and bob read it at the same resourceVersion; alice replaces it (replicas 2, 200), bob replaces it from the same stale copy (replicas 3, 409 Conflict); bob then patches with the stale resourceVersion as a precondition (409 Conflict again), re-reads and succeeds (replicas 3); then the Deployment is deleted.
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 command -v jq >/dev/null || { say "jq not found on PATH (apt-get install -y jq)"; exit 1; }
 : "${KUBETRAIL_ALICE_KUBECONFIG:?}" "${KUBETRAIL_BOB_KUBECONFIG:?}"

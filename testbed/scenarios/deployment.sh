@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # notes: Deployment demo: create with 2 replicas (annotated with a trace context), scale to 4, change the image (a second ReplicaSet), scale to 2, delete one pod (the ReplicaSet replaces it), delete the Deployment (the garbage collector removes ReplicaSets and Pods).
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 absent deployment demo
 until_true 60 no_pods app=demo

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # notes: Ownership outside Deployments: CronJob nightly (suspended, so it never fires on its own) -> Job nightly-manual created from it with kubectl create job --from (owned by the CronJob) -> 2 Pods run to completion (kwok completes Job pods) -> Job Complete -> the CronJob is deleted and the garbage collector removes the Job and its Pods.
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 absent cronjob nightly
 absent job nightly-manual

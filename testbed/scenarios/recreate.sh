@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # notes: Pod phoenix and Service phoenix are created, deleted and created again under the same names: each must be two objects with two UIDs. The second pod gets a different image so the two incarnations differ.
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 absent pod phoenix
 absent service phoenix

@@ -2,6 +2,7 @@
 # notes: Secrets with values that must never reach a trace backend: db-credentials from a literal (kubectl create), api-token with stringData through kubectl apply (the value also lands in the last-applied-configuration annotation), a pod consuming both, a patch rotating api-token, then everything deleted. Recorded with testbed/policy/audit-policy-secrets.yaml, which logs Secrets at RequestResponse like a careless cluster.
 # audit-policy: testbed/policy/audit-policy-secrets.yaml
 # secret-values: kt-literal-hunter2-5f1c0ffee kt-applied-s3cr3t-7b0bcafe kt-rotated-t0ken-9d15ea5e
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 LITERAL=kt-literal-hunter2-5f1c0ffee
 APPLIED=kt-applied-s3cr3t-7b0bcafe

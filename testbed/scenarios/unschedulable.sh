@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # notes: Pod pending has a nodeSelector (disk=ssd) no node matches: the scheduler reports FailedScheduling, retries (cluster-up sets --pod-max-in-unschedulable-pods-duration=5s; the retry comes within 5-35 s) and fails again, which turns the Event into a series (series.count 2); labelling the node disk=ssd fixes it and the pod is bound and Running; then the pod is deleted and the label removed.
+# shellcheck source=testbed/scenarios/lib.bash
 source "$(dirname "$0")/lib.bash"
 node=kwok-node-0
 absent pod pending

@@ -206,10 +206,10 @@ func (e *eventRecorder) follow(ctx context.Context, rv string) (string, error) {
 	}
 }
 
-// stop waits until no watch event arrived for quiet (at most max), stops the watch and closes the
-// file. Controllers write Events while they act, so the last ones trail the last audit batch.
-func (e *eventRecorder) stop(quiet, max time.Duration) (int, error) {
-	deadline := time.Now().Add(max)
+// stop waits until no watch event arrived for quiet (at most maxWait), stops the watch and closes
+// the file. Controllers write Events while they act, so the last ones trail the last audit batch.
+func (e *eventRecorder) stop(quiet, maxWait time.Duration) (int, error) {
+	deadline := time.Now().Add(maxWait)
 	for time.Now().Before(deadline) {
 		e.mu.Lock()
 		idle := time.Since(e.last)

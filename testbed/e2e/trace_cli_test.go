@@ -48,9 +48,11 @@ func (n *cliNode) ids(into map[string]bool) {
 
 // TestTraceCommandMergesARolloutAcrossWindows runs the deployment scenario through a collector
 // whose window is 1 s, then reads it back from Jaeger with `bin/kubetrail trace deployment/demo`:
-// one tree, holding every span of the Deployment's windows' traces. It lives in a zz_ file
-// because its collector's spans are extra object trees in Jaeger for other tests' windows.
+// one tree, holding every span of the Deployment's windows' traces. It runs after the other
+// tests (AfterOthers) because its collector's spans are extra object trees in Jaeger for other
+// tests' windows.
 func TestTraceCommandMergesARolloutAcrossWindows(t *testing.T) {
+	AfterOthers(t)
 	env := Testbed(t)
 	requireObjectLink(t, env)
 	bin := filepath.Join(env.Root, "bin", "kubetrail")

@@ -13,10 +13,10 @@ import (
 // extra collector, the audit stream split over two collectors, a graceful restart, and a rerun of a
 // scenario, whose spans must all reach Jaeger through one collector or the other.
 //
-// It lives in zz_harness_test.go so it runs after every other test file: two processors without a
-// shared ID map each emit the object spans they see, which would be duplicates in another
-// test's window.
+// It runs after the other tests (AfterOthers): two processors without a shared ID map each emit
+// the object spans they see, which would be duplicates in another test's window.
 func TestHarnessReplicasRestartAndRerun(t *testing.T) {
+	AfterOthers(t)
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
 	cfg := env.CollectorConfig()
