@@ -19,7 +19,6 @@ import (
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor"
 )
 
 var update = flag.Bool("update", false, "regenerate testdata/golden from the processor's recorded goldens")
@@ -398,13 +397,6 @@ func TestJaegerSourceComputesTheWindowsTraceIDsFromTheUID(t *testing.T) {
 			t.Fatalf("got %s %s with %d children", n.Kind, n.Name, len(n.Children))
 		}
 	})
-}
-
-// The link constants are repeated in package trail so the command does not link the processor.
-func TestLinkConstantsAgreeWithTheProcessor(t *testing.T) {
-	if trail.AttrLinkType != k8sobjectlinkprocessor.AttrLinkType || trail.LinkTypePreviousWindow != k8sobjectlinkprocessor.LinkTypePreviousWindow {
-		t.Fatal("trail's link constants differ from the processor's")
-	}
 }
 
 // Derived IDs are what make the computation possible: the recorded root's trace is the

@@ -151,7 +151,7 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 				continue
 			}
 			for _, l := range s.Links {
-				if l.Type == LinkTypePreviousWindow && !f.fetched[l.TraceID] {
+				if l.Type == model.LinkTypePreviousWindow && !f.fetched[l.TraceID] {
 					next = append(next, l.TraceID)
 				}
 			}
@@ -160,7 +160,7 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 			break
 		}
 		for _, id := range next {
-			if err := f.fetch(ctx, id, LinkTypePreviousWindow); err != nil {
+			if err := f.fetch(ctx, id, model.LinkTypePreviousWindow); err != nil {
 				return nil, err
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // JSONNode is the merged tree as `-o json` writes it (documented in docs/cli.md).
@@ -71,7 +73,7 @@ func ToJSON(n *Node) *JSONNode {
 	for _, w := range n.Windows {
 		jw := JSONWindow{Start: w.Start, End: w.End, TraceID: w.TraceID.String(), SpanID: w.SpanID.String()}
 		for _, l := range w.Links {
-			if l.Type == LinkTypePreviousWindow {
+			if l.Type == model.LinkTypePreviousWindow {
 				jw.PreviousTraceID = l.TraceID.String()
 			}
 		}

@@ -16,15 +16,6 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// Link attribute values the k8s_object_link processor writes (processor/k8sobjectlinkprocessor:
-// AttrLinkType, LinkTypePreviousWindow, …). They are repeated here, not imported, so the command
-// does not link the processor and its Redis client; a test checks that they still agree.
-const (
-	AttrLinkType           = "kubetrail.link.type"
-	LinkTypePreviousWindow = "previous_window"
-	LinkTypeConflict       = "conflict"
-)
-
 // Attribute names of the diff span event of an audit span (receiver/k8sauditreceiver).
 const (
 	attrDiffPaths = "k8s.object.diff.paths"
@@ -109,7 +100,7 @@ func SpansFromTraces(td ptrace.Traces) []*Span {
 					sp.Events = append(sp.Events, Event{Name: e.Name(), Time: e.Timestamp().AsTime().UTC(), Attrs: e.Attributes().AsRaw()})
 				}
 				for _, l := range s.Links().All() {
-					sp.Links = append(sp.Links, Link{TraceID: l.TraceID(), SpanID: l.SpanID(), Type: strAttr(l.Attributes(), AttrLinkType), Attrs: l.Attributes().AsRaw()})
+					sp.Links = append(sp.Links, Link{TraceID: l.TraceID(), SpanID: l.SpanID(), Type: strAttr(l.Attributes(), model.AttrLinkType), Attrs: l.Attributes().AsRaw()})
 				}
 				out = append(out, sp)
 			}
