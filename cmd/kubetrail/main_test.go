@@ -276,9 +276,9 @@ func closedPort(t *testing.T) string {
 // fakeJaeger serves recorded spans through the two Jaeger query endpoints the command uses, and
 // counts the calls of each.
 type fakeJaeger struct {
-	byTrace       map[string]ptrace.Traces
-	gets, searchs int
-	tags          []string
+	byTrace        map[string]ptrace.Traces
+	gets, searches int
+	tags           []string
 }
 
 func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
@@ -310,7 +310,7 @@ func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
 		_, _ = w.Write([]byte(`{"result":` + string(b) + `}`))
 	})
 	mux.HandleFunc("GET /api/traces", func(w http.ResponseWriter, r *http.Request) {
-		f.searchs++
+		f.searches++
 		f.tags = append(f.tags, r.URL.Query().Get("tags"))
 		var tags map[string]string
 		_ = json.Unmarshal([]byte(r.URL.Query().Get("tags")), &tags)
@@ -359,8 +359,8 @@ func TestJaegerSourceComputesTheWindowsTraceIDsFromTheUID(t *testing.T) {
 			t.Fatal(errOut)
 		}
 		f := jaegerCalls[srv.URL]
-		if f.searchs != 0 || f.gets != 4 { // windows 10:00, 10:30, 11:00, 11:30
-			t.Fatalf("searches %d, trace GETs %d: the trace IDs must be computed, one per window", f.searchs, f.gets)
+		if f.searches != 0 || f.gets != 4 { // windows 10:00, 10:30, 11:00, 11:30
+			t.Fatalf("searches %d, trace GETs %d: the trace IDs must be computed, one per window", f.searches, f.gets)
 		}
 		if n := decodeTree(t, out); countTree(n) < 100 || len(n.Children) != 2 {
 			t.Fatalf("the tree read by computed IDs is incomplete: %d spans, %d children", countTree(n), len(n.Children))
@@ -373,8 +373,8 @@ func TestJaegerSourceComputesTheWindowsTraceIDsFromTheUID(t *testing.T) {
 			t.Fatal(errOut)
 		}
 		f := jaegerCalls[srv.URL]
-		if f.searchs != 1 || !strings.Contains(f.tags[0], `"k8s.object.name":"demo"`) {
-			t.Fatalf("searches %d with tags %v", f.searchs, f.tags)
+		if f.searches != 1 || !strings.Contains(f.tags[0], `"k8s.object.name":"demo"`) {
+			t.Fatalf("searches %d with tags %v", f.searches, f.tags)
 		}
 		if n := decodeTree(t, out); n.UID != uid {
 			t.Fatalf("uid %s, want %s", n.UID, uid)
