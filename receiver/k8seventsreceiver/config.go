@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/confmap"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -53,10 +54,10 @@ type Config struct {
 	// of batches the next consumer refused.
 	Backoff BackoffConfig `mapstructure:"backoff"`
 
-	// LeaderElector, when present, makes the replicas elect one leader through a Lease; only the
+	// LeaderElection, when present, makes the replicas elect one leader through a Lease; only the
 	// leader watches. Without it every replica is active and the derived span IDs make their
 	// outputs identical (see README).
-	LeaderElector configoptional.Optional[LeaderElectorConfig] `mapstructure:"k8s_leader_elector"`
+	LeaderElection configoptional.Optional[LeaderElectionConfig] `mapstructure:"leader_election"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -68,8 +69,8 @@ type BackoffConfig struct {
 	MaxInterval     time.Duration `mapstructure:"max_interval"`
 }
 
-// LeaderElectorConfig is the Lease the replicas compete for, with client-go's timing knobs.
-type LeaderElectorConfig struct {
+// LeaderElectionConfig is the Lease the replicas compete for, with client-go's timing knobs.
+type LeaderElectionConfig struct {
 	LeaseName      string        `mapstructure:"lease_name"`
 	LeaseNamespace string        `mapstructure:"lease_namespace"`
 	LeaseDuration  time.Duration `mapstructure:"lease_duration"`
@@ -77,14 +78,34 @@ type LeaderElectorConfig struct {
 	RetryPeriod    time.Duration `mapstructure:"retry_period"`
 }
 
-func defaultLeaderElectorConfig() LeaderElectorConfig {
-	return LeaderElectorConfig{
+func defaultLeaderElectionConfig() LeaderElectionConfig {
+	return LeaderElectionConfig{
 		LeaseName:      "kubetrail-k8s-event-spans",
 		LeaseNamespace: "default",
 		LeaseDuration:  15 * time.Second,
 		RenewDeadline:  10 * time.Second,
 		RetryPeriod:    2 * time.Second,
 	}
+}
+
+// renamedKeys are keys of earlier versions, each with the key that replaced it. The inline
+// leader-election block was called k8s_leader_elector, the ID of a separate extension that
+// works differently; a user who knew that extension would have misread it.
+var renamedKeys = []struct{ old, current string }{
+	{old: "k8s_leader_elector", current: "leader_election"},
+}
+
+var _ confmap.Unmarshaler = (*Config)(nil)
+
+// Unmarshal refuses a renamed key with a message naming its new name, rather than the generic
+// unknown-key error, then decodes the rest as usual.
+func (c *Config) Unmarshal(conf *confmap.Conf) error {
+	for _, k := range renamedKeys {
+		if conf.IsSet(k.old) {
+			return fmt.Errorf("%q was renamed to %q: move the block under %q", k.old, k.current, k.current)
+		}
+	}
+	return conf.Unmarshal(c)
 }
 
 // Validate checks the configuration without touching the network.
@@ -134,30 +155,30 @@ func (c *Config) Validate() error {
 	if c.Backoff.MaxInterval < c.Backoff.InitialInterval {
 		errs = append(errs, fmt.Errorf("backoff.max_interval %s must not be below backoff.initial_interval %s", c.Backoff.MaxInterval, c.Backoff.InitialInterval))
 	}
-	if le := c.LeaderElector.Get(); le != nil {
+	if le := c.LeaderElection.Get(); le != nil {
 		errs = append(errs, le.validate())
 	}
 	return errors.Join(errs...)
 }
 
-func (le *LeaderElectorConfig) validate() error {
+func (le *LeaderElectionConfig) validate() error {
 	var errs []error
 	if le.LeaseName == "" {
-		errs = append(errs, errors.New("k8s_leader_elector.lease_name must be set"))
+		errs = append(errs, errors.New("leader_election.lease_name must be set"))
 	}
 	if msgs := validation.IsDNS1123Label(le.LeaseNamespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("k8s_leader_elector.lease_namespace %q: %s", le.LeaseNamespace, msgs[0]))
+		errs = append(errs, fmt.Errorf("leader_election.lease_namespace %q: %s", le.LeaseNamespace, msgs[0]))
 	}
 	// client-go's own constraints (leaderelection.NewLeaderElector), checked here so that a bad
 	// value fails at config load rather than at start.
 	if le.RetryPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("k8s_leader_elector.retry_period %s must be positive", le.RetryPeriod))
+		errs = append(errs, fmt.Errorf("leader_election.retry_period %s must be positive", le.RetryPeriod))
 	}
 	if float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod) {
-		errs = append(errs, fmt.Errorf("k8s_leader_elector.renew_deadline %s must exceed 1.2 × retry_period %s", le.RenewDeadline, le.RetryPeriod))
+		errs = append(errs, fmt.Errorf("leader_election.renew_deadline %s must exceed 1.2 × retry_period %s", le.RenewDeadline, le.RetryPeriod))
 	}
 	if le.LeaseDuration <= le.RenewDeadline {
-		errs = append(errs, fmt.Errorf("k8s_leader_elector.lease_duration %s must exceed renew_deadline %s", le.LeaseDuration, le.RenewDeadline))
+		errs = append(errs, fmt.Errorf("leader_election.lease_duration %s must exceed renew_deadline %s", le.LeaseDuration, le.RenewDeadline))
 	}
 	return errors.Join(errs...)
 }

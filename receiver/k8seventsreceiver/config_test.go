@@ -46,18 +46,18 @@ func TestLoadConfig(t *testing.T) {
 				c.CheckpointTTL = 2 * time.Hour
 				c.StalledWatchTimeout = 3 * time.Minute
 				c.Backoff = BackoffConfig{InitialInterval: 500 * time.Millisecond, MaxInterval: time.Minute}
-				le := defaultLeaderElectorConfig()
+				le := defaultLeaderElectionConfig()
 				le.LeaseName = "events-leader"
 				le.LeaseNamespace = "observability"
-				c.LeaderElector = configoptional.Some(le)
+				c.LeaderElection = configoptional.Some(le)
 			},
 		},
 		{
-			name: "an empty k8s_leader_elector enables the election with defaults",
+			name: "an empty leader_election enables the election with defaults",
 			id:   component.NewIDWithName(metadata.Type, "leader_defaults"),
 			want: func(c *Config) {
 				c.Cluster = "prod-eu-1"
-				c.LeaderElector = configoptional.Some(defaultLeaderElectorConfig())
+				c.LeaderElection = configoptional.Some(defaultLeaderElectionConfig())
 			},
 		},
 		{name: "cluster is required", id: component.NewIDWithName(metadata.Type, "missing_cluster"), wantErr: "cluster must be set"},
@@ -68,7 +68,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "max_event_age must not be negative", id: component.NewIDWithName(metadata.Type, "negative_max_event_age"), wantErr: "max_event_age"},
 		{name: "the window must be positive", id: component.NewIDWithName(metadata.Type, "zero_window"), wantErr: "window"},
 		{name: "the backoff cap must not be below its start", id: component.NewIDWithName(metadata.Type, "bad_backoff"), wantErr: "backoff.max_interval"},
-		{name: "the lease must outlast the renew deadline", id: component.NewIDWithName(metadata.Type, "bad_leader_timing"), wantErr: "k8s_leader_elector.lease_duration"},
+		{name: "the lease must outlast the renew deadline", id: component.NewIDWithName(metadata.Type, "bad_leader_timing"), wantErr: "leader_election.lease_duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,8 +101,8 @@ func TestLoadConfig(t *testing.T) {
 
 func TestDefaultConfigDisablesLeaderElection(t *testing.T) {
 	cfg := createDefaultConfig().(*Config)
-	if cfg.LeaderElector.HasValue() {
-		t.Fatal("leader election is on by default; it must need k8s_leader_elector in the config")
+	if cfg.LeaderElection.HasValue() {
+		t.Fatal("leader election is on by default; it must need leader_election in the config")
 	}
 	cfg.Cluster = "c"
 	if err := confmap.Validate(cfg); err != nil {
@@ -127,10 +127,34 @@ func equalConfig(a, b *Config) bool {
 	if (a.Storage == nil) != (b.Storage == nil) || (a.Storage != nil && *a.Storage != *b.Storage) {
 		return false
 	}
-	if a.LeaderElector.HasValue() != b.LeaderElector.HasValue() {
+	if a.LeaderElection.HasValue() != b.LeaderElection.HasValue() {
 		return false
 	}
-	return !a.LeaderElector.HasValue() || *a.LeaderElector.Get() == *b.LeaderElector.Get()
+	return !a.LeaderElection.HasValue() || *a.LeaderElection.Get() == *b.LeaderElection.Get()
+}
+
+func TestTheOldLeaderElectionKeyNamesItsNewName(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"old_leader_key", "old_leader_key_empty"} {
+		t.Run(name, func(t *testing.T) {
+			sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := createDefaultConfig().(*Config)
+			err = sub.Unmarshal(cfg)
+			want := `"k8s_leader_elector" was renamed to "leader_election"`
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Unmarshal() = %v, want an error containing %s", err, want)
+			}
+			if cfg.LeaderElection.HasValue() {
+				t.Fatal("the old key must not enable leader election")
+			}
+		})
+	}
 }
 
 func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
@@ -142,7 +166,7 @@ func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
 		{"a misspelled top-level key", map[string]any{"cluster": "c", "namespace": []string{"default"}}, "namespace"},
 		{"a misspelled shared client key (squashed)", map[string]any{"cluster": "c", "auth_tpye": "none"}, "auth_tpye"},
 		{"a misspelled nested key", map[string]any{"cluster": "c", "backoff": map[string]any{"initial_intervall": "1s"}}, "initial_intervall"},
-		{"a misspelled key of an optional section", map[string]any{"cluster": "c", "k8s_leader_elector": map[string]any{"lease": "x"}}, "lease"},
+		{"a misspelled key of an optional section", map[string]any{"cluster": "c", "leader_election": map[string]any{"lease": "x"}}, "lease"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ func createDefaultConfig() component.Config {
 		CheckpointTTL:       3 * time.Hour,
 		StalledWatchTimeout: 5 * time.Minute,
 		Backoff:             BackoffConfig{InitialInterval: time.Second, MaxInterval: 30 * time.Second},
-		LeaderElector:       configoptional.Default(defaultLeaderElectorConfig()),
+		LeaderElection:      configoptional.Default(defaultLeaderElectionConfig()),
 	}
 }
 

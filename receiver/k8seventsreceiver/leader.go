@@ -13,9 +13,9 @@ import (
 )
 
 // runWithLeaderElection competes for the configured Lease until ctx ends and runs lead while
-// this replica holds it. contrib's k8s_leader_elector extension is not available to this build,
-// so the receiver takes part in the election itself, with the same client-go machinery.
-func runWithLeaderElection(ctx context.Context, logger *zap.Logger, client kubernetes.Interface, cfg *LeaderElectorConfig, lead func(context.Context)) {
+// this replica holds it. The receiver takes part in the election itself, with client-go's
+// leaderelection package, so that no extension has to be configured next to it.
+func runWithLeaderElection(ctx context.Context, logger *zap.Logger, client kubernetes.Interface, cfg *LeaderElectionConfig, lead func(context.Context)) {
 	host, _ := os.Hostname()
 	identity := host + "_" + string(uuid.NewUUID())
 	lock := &resourcelock.LeaseLock{

@@ -12,7 +12,7 @@ import (
 
 func TestLeaderElectionRunsOneReplicaAtATime(t *testing.T) {
 	client := fake.NewClientset()
-	cfg := &LeaderElectorConfig{LeaseName: "events", LeaseNamespace: "default", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 50 * time.Millisecond}
+	cfg := &LeaderElectionConfig{LeaseName: "events", LeaseNamespace: "default", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 50 * time.Millisecond}
 	var leading, maxLeading, terms atomic.Int32
 	type replica struct {
 		cancel context.CancelFunc

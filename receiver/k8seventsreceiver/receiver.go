@@ -121,7 +121,7 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 	r.cancel = cancel
 	r.wg.Go(func() { p.run(runCtx) })
 	r.wg.Go(func() {
-		if le := r.cfg.LeaderElector.Get(); le != nil {
+		if le := r.cfg.LeaderElection.Get(); le != nil {
 			runWithLeaderElection(runCtx, r.set.Logger, client, le, func(ctx context.Context) { runner.run(ctx, client) })
 			return
 		}

@@ -554,9 +554,9 @@ func TestReceiverWatchesOnlyWhileLeading(t *testing.T) {
 	client := newFakeClient(true, testEvent("a", "10"))
 	sink := new(consumertest.TracesSink)
 	h := startReceiver(t, client, sink, nil, func(c *Config, _ *eventsReceiver) {
-		le := defaultLeaderElectorConfig()
+		le := defaultLeaderElectionConfig()
 		le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = 2*time.Second, time.Second, 50*time.Millisecond
-		c.LeaderElector = configoptional.Some(le)
+		c.LeaderElection = configoptional.Some(le)
 	})
 	waitFor(t, "the leader's span", func() bool { return sink.SpanCount() == 1 })
 	lease, err := client.CoordinationV1().Leases("default").Get(context.Background(), "kubetrail-k8s-event-spans", metav1.GetOptions{})
