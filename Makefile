@@ -15,6 +15,7 @@ DIST_DIR      := build/otelcol-kubetrail
 COLLECTOR     := bin/otelcol-kubetrail
 VERSION       := $(shell sed -n 's/^  version: *//p' builder-config.yaml)
 IMAGE_TAR     := build/image/otelcol-kubetrail-$(VERSION).tar
+MDATAGEN      := $(KUBETRAIL_CACHE)/bin/mdatagen-$(shell awk '$$1 == "go.opentelemetry.io/collector/cmd/mdatagen" {print $$2}' internal/tools/go.mod)
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
 # Fuzz budgets are execution counts, not durations: with a wall-clock -fuzztime, Go 1.26's fuzz
 # coordinator can fail a run with a bare "context deadline exceeded" when a worker is busy at the
@@ -43,6 +44,14 @@ image: build ## build the OCI image tarball build/image/otelcol-kubetrail-<versi
 	cd distribution/image && go build -o $(CURDIR)/build/image/builder .
 	build/image/builder -binary $(COLLECTOR) -config distribution/config.yaml -version $(VERSION) \
 	  -revision $$(git rev-parse HEAD) -created $$(git log -1 --format=%ct) -out $(IMAGE_TAR)
+
+$(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
+	@mkdir -p $(dir $(MDATAGEN))
+	cd internal/tools && go build -o $(MDATAGEN) go.opentelemetry.io/collector/cmd/mdatagen
+
+.PHONY: generate
+generate: $(MDATAGEN) ## regenerate internal/metadata, lifecycle tests and documentation.md of each component from its metadata.yaml
+	MDATAGEN=$(MDATAGEN) internal/tools/generate.sh
 
 run: build ## run the collector on distribution/config.yaml and replay a recorded audit capture into it
 	testbed/hack/run-demo.sh
@@ -85,6 +94,9 @@ lint: ## gofmt, go vet, golangci-lint (.golangci.yml) and shellcheck on the test
 	cd distribution/image && go vet .
 	golangci_lint=$$(testbed/hack/ensure-linters.sh | tail -1); nice -n 10 "$$golangci_lint" run ./...   # build tags in .golangci.yml
 	shellcheck -x testbed/hack/*.sh testbed/scenarios/*.sh testbed/scenarios/lib.bash
+	MDATAGEN=$(MDATAGEN) internal/tools/generate.sh --check
+
+lint: $(MDATAGEN)
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...

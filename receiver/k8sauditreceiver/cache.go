@@ -7,8 +7,6 @@ import (
 	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // historyLen is how many successful writes per object are kept for conflict links. A 409 is
@@ -105,9 +103,9 @@ func (c *objectCache) setBody(e *cacheEntry, t tree) {
 
 // Eviction reasons, as counted on the evictions metric.
 const (
-	evictCount    = metadata.ReasonEvictedCount
-	evictBytes    = metadata.ReasonEvictedBytes
-	evictTooLarge = metadata.ReasonEvictedTooLarge
+	evictCount    = reasonEvictedCount
+	evictBytes    = reasonEvictedBytes
+	evictTooLarge = reasonEvictedTooLarge
 )
 
 // fit evicts least recently used entries, never keep, until the charged bytes are within

@@ -13,8 +13,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // configMapEvent is a RequestResponse create of ConfigMap i whose data is size bytes.
@@ -123,10 +121,10 @@ func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
 	if charged < bound/2 {
 		t.Fatalf("cache holds %d bytes: the bound should be close to full", charged)
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedBytes); n == 0 {
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
 		t.Fatal("no evictions counted with reason bytes")
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedCount); n != 0 {
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedCount); n != 0 {
 		t.Fatalf("%d evictions counted with reason count, under a count bound never reached", n)
 	}
 	// The most recent objects are the ones kept.
@@ -151,7 +149,7 @@ func TestCacheAccountingHoldsOverTheFixtures(t *testing.T) {
 			checkAccounting(t, r, tel)
 		}
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", metadata.ReasonEvictedBytes); n == 0 {
+	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
 		t.Fatal("the fixtures should not fit in 96 KiB")
 	}
 }

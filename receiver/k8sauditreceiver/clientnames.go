@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // requireClientName serves only requests whose verified client certificate names one of the
@@ -18,7 +16,7 @@ func (w *webhook) requireClientName(allowed []string, next http.Handler) http.Ha
 		if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
 			// Validate requires client_ca_file with allowed_client_names, so the handshake has
 			// verified a chain; answer a request that somehow has none all the same.
-			w.reject(req.Context(), rw, http.StatusForbidden, metadata.ReasonClientNotAllowed, "Forbidden",
+			w.reject(req.Context(), rw, http.StatusForbidden, reasonClientNotAllowed, "Forbidden",
 				"no verified client certificate: allowed_client_names is set")
 			return
 		}
@@ -33,7 +31,7 @@ func (w *webhook) requireClientName(allowed []string, next http.Handler) http.Ha
 				return
 			}
 		}
-		w.reject(req.Context(), rw, http.StatusForbidden, metadata.ReasonClientNotAllowed, "Forbidden",
+		w.reject(req.Context(), rw, http.StatusForbidden, reasonClientNotAllowed, "Forbidden",
 			fmt.Sprintf("client certificate CN=%q DNS=%q is not in allowed_client_names", leaf.Subject.CommonName, leaf.DNSNames))
 	})
 }

@@ -19,8 +19,6 @@ import (
 
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and client certificates it signed,
@@ -151,8 +149,8 @@ func TestWebhookClientNames(t *testing.T) {
 		if code, err := post(t, env, &other); err != nil || code != http.StatusForbidden {
 			t.Fatalf("other name: code = %d, err = %v, want 403", code, err)
 		}
-		if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", metadata.ReasonClientNotAllowed); n != 1 {
-			t.Fatalf("rejected %s = %d, want 1", metadata.ReasonClientNotAllowed, n)
+		if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonClientNotAllowed); n != 1 {
+			t.Fatalf("rejected %s = %d, want 1", reasonClientNotAllowed, n)
 		}
 		if got := env.next.ids(); len(got) != 2 {
 			t.Fatalf("spans from %v, want two (the refused POST must not reach the pipeline)", got)

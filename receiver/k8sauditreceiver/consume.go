@@ -7,8 +7,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // consume converts a batch of one cluster and hands it to the next consumer, counting what
@@ -21,16 +19,16 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 		if p := recover(); p != nil {
 			r.set.Logger.Error("Converting audit events panicked", zap.Any("panic", p), zap.String("cluster", cluster))
 			err = consumererror.NewPermanent(fmt.Errorf("converting %d audit events of cluster %s: panic: %v", len(events), cluster, p))
-			st.drop(metadata.ReasonInvalidEvent, len(events))
+			st.drop(reasonInvalidEvent, len(events))
 		}
 		for reason, c := range st.filtered {
-			metadata.Add(ctx, r.telemetry.FilteredEvents, c, reason)
+			addWithReason(ctx, r.telemetry.K8sAuditFilteredEvents, c, reason)
 		}
 		for reason, c := range st.dropped {
-			metadata.Add(ctx, r.telemetry.DroppedEvents, c, reason)
+			addWithReason(ctx, r.telemetry.K8sAuditDroppedEvents, c, reason)
 		}
 		for reason, c := range st.badContexts {
-			metadata.Add(ctx, r.telemetry.TraceContextInvalid, c, reason)
+			addWithReason(ctx, r.telemetry.K8sAuditTraceContextInvalid, c, reason)
 		}
 		obs.EndTracesOp(ctx, "audit", n, err)
 	}()
@@ -41,7 +39,7 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 	}
 	err = r.next.ConsumeTraces(ctx, td)
 	if err != nil && consumererror.IsPermanent(err) {
-		st.drop(metadata.ReasonConsumerPermanent, n)
+		st.drop(reasonConsumerPermanent, n)
 	}
 	return n, err
 }

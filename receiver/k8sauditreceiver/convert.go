@@ -138,49 +138,49 @@ func (c *converter) convert(cluster string, events []auditEvent, st *batchStats)
 
 func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 	if ev.Invalid != "" {
-		st.drop(metadata.ReasonInvalidEvent, 1)
+		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event that is not valid; the other events of its batch are kept",
 			zap.String("problem", ev.Invalid), zap.String("audit_id", ev.AuditID))
 		return false
 	}
 	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
-		st.filter(metadata.ReasonStage)
+		st.filter(reasonStage)
 		return false
 	}
 	ref := ev.ObjectRef
 	if ref == nil || ref.Resource == "" {
-		st.filter(metadata.ReasonNonResource)
+		st.filter(reasonNonResource)
 		return false
 	}
 	switch {
 	case writeVerbs[ev.Verb]:
 	case readVerbs[ev.Verb]:
 		if !c.includeReads {
-			st.filter(metadata.ReasonReadVerb)
+			st.filter(reasonReadVerb)
 			return false
 		}
 	default:
-		st.filter(metadata.ReasonVerb)
+		st.filter(reasonVerb)
 		return false
 	}
 	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
-		st.filter(metadata.ReasonExcludedResource)
+		st.filter(reasonExcludedResource)
 		return false
 	}
 	for _, p := range c.excludeUA {
 		if strings.HasPrefix(ev.UserAgent, p) {
-			st.filter(metadata.ReasonExcludedUserAgent)
+			st.filter(reasonExcludedUserAgent)
 			return false
 		}
 	}
 	if ev.AuditID == "" || ev.RequestReceivedTimestamp.IsZero() {
-		st.drop(metadata.ReasonInvalidEvent, 1)
+		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event without auditID or requestReceivedTimestamp",
 			zap.String("audit_id", ev.AuditID))
 		return false
 	}
 	if t := ev.RequestReceivedTimestamp; t.Before(oldestTimestamp) || t.After(c.now().Add(maxClockSkew)) {
-		st.drop(metadata.ReasonInvalidTimestamp, 1)
+		st.drop(reasonInvalidTimestamp, 1)
 		c.logger.Warn("Refusing an audit event received at an impossible time",
 			zap.Time("request_received_timestamp", t), zap.String("audit_id", ev.AuditID))
 		return false

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 var t0 = time.Date(2026, 11, 21, 10, 45, 54, 0, time.UTC)
@@ -143,19 +142,19 @@ func TestFiltering(t *testing.T) {
 	}{
 		{"a completed write becomes a span", nil, event("a", "create", "alice", pod, 201), ""},
 		{"a panicked write becomes a span", nil, event("a", "update", "alice", pod, 500, func(ev *auditEvent) { ev.Stage = stagePanic }), ""},
-		{"the RequestReceived stage is not a span", nil, event("a", "create", "alice", pod, 0, func(ev *auditEvent) { ev.Stage = "RequestReceived" }), metadata.ReasonStage},
-		{"the ResponseStarted stage of a watch is not a span", nil, event("a", "watch", "alice", pod, 200, func(ev *auditEvent) { ev.Stage = "ResponseStarted" }), metadata.ReasonStage},
-		{"reads are off by default", nil, event("a", "get", "alice", pod, 200), metadata.ReasonReadVerb},
+		{"the RequestReceived stage is not a span", nil, event("a", "create", "alice", pod, 0, func(ev *auditEvent) { ev.Stage = "RequestReceived" }), reasonStage},
+		{"the ResponseStarted stage of a watch is not a span", nil, event("a", "watch", "alice", pod, 200, func(ev *auditEvent) { ev.Stage = "ResponseStarted" }), reasonStage},
+		{"reads are off by default", nil, event("a", "get", "alice", pod, 200), reasonReadVerb},
 		{"reads can be turned on", func(c *Config) { c.IncludeReadVerbs = true }, event("a", "list", "alice", pod, 200), ""},
-		{"non-resource requests have no object", nil, event("a", "create", "alice", pod, 200, func(ev *auditEvent) { ev.ObjectRef = nil }), metadata.ReasonNonResource},
-		{"leases are excluded by default", nil, event("a", "update", "kubelet", objectReference{Resource: "leases", APIGroup: "coordination.k8s.io", Name: "n"}, 200), metadata.ReasonExcludedResource},
-		{"core events are excluded by default", nil, event("a", "create", "kubelet", objectReference{Resource: "events", Name: "e"}, 201), metadata.ReasonExcludedResource},
-		{"a group wildcard excludes every resource of the group", func(c *Config) { c.ExcludeResources = []GroupResource{{Group: "apps", Resource: "*"}} }, event("a", "update", "x", deployRef("1"), 200), metadata.ReasonExcludedResource},
-		{"a subresource entry excludes only that subresource", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", objectReference{Resource: "pods", Name: "p", Subresource: "status"}, 200), metadata.ReasonExcludedResource},
+		{"non-resource requests have no object", nil, event("a", "create", "alice", pod, 200, func(ev *auditEvent) { ev.ObjectRef = nil }), reasonNonResource},
+		{"leases are excluded by default", nil, event("a", "update", "kubelet", objectReference{Resource: "leases", APIGroup: "coordination.k8s.io", Name: "n"}, 200), reasonExcludedResource},
+		{"core events are excluded by default", nil, event("a", "create", "kubelet", objectReference{Resource: "events", Name: "e"}, 201), reasonExcludedResource},
+		{"a group wildcard excludes every resource of the group", func(c *Config) { c.ExcludeResources = []GroupResource{{Group: "apps", Resource: "*"}} }, event("a", "update", "x", deployRef("1"), 200), reasonExcludedResource},
+		{"a subresource entry excludes only that subresource", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", objectReference{Resource: "pods", Name: "p", Subresource: "status"}, 200), reasonExcludedResource},
 		{"a subresource entry leaves the parent alone", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", pod, 200), ""},
-		{"user agents are excluded by prefix", func(c *Config) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), metadata.ReasonExcludedUserAgent},
-		{"an event without audit ID is dropped as invalid", nil, event("", "create", "alice", pod, 201), metadata.ReasonInvalidEvent},
-		{"an unknown verb is not a span", nil, event("a", "proxy", "alice", pod, 200), metadata.ReasonVerb},
+		{"user agents are excluded by prefix", func(c *Config) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), reasonExcludedUserAgent},
+		{"an event without audit ID is dropped as invalid", nil, event("", "create", "alice", pod, 201), reasonInvalidEvent},
+		{"an unknown verb is not a span", nil, event("a", "proxy", "alice", pod, 200), reasonVerb},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

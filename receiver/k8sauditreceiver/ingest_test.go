@@ -11,8 +11,6 @@ import (
 
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // TestOneBadItemIsRefusedAlone: items that are JSON but not valid events are refused one by
@@ -41,10 +39,10 @@ func TestOneBadItemIsRefusedAlone(t *testing.T) {
 	if got := strings.Join(env.next.ids(), ","); got != "good-1,good-2" {
 		t.Fatalf("spans for %s, want good-1,good-2", got)
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", metadata.ReasonInvalidEvent); n != 3 {
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidEvent); n != 3 {
 		t.Fatalf("dropped invalid_event = %d, want 3", n)
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", metadata.ReasonInvalidTimestamp); n != 2 {
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidTimestamp); n != 2 {
 		t.Fatalf("dropped invalid_timestamp = %d, want 2", n)
 	}
 }
@@ -80,7 +78,7 @@ func TestStageTimestampIsClamped(t *testing.T) {
 	future := event("future", "create", "alice", ref, 201)
 	future.RequestReceivedTimestamp = c.now().Add(48 * time.Hour)
 	future.StageTimestamp = future.RequestReceivedTimestamp
-	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[metadata.ReasonInvalidTimestamp] != 1 {
+	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[reasonInvalidTimestamp] != 1 {
 		t.Fatalf("an event received two days from now: %d spans, dropped %v", td.SpanCount(), st.dropped)
 	}
 }
@@ -161,7 +159,7 @@ func TestInFlightBytesAreBounded(t *testing.T) {
 			t.Fatalf("a held request was answered %d, want 200", code)
 		}
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", metadata.ReasonInFlightBytes); n != senders-2 {
+	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonInFlightBytes); n != senders-2 {
 		t.Fatalf("rejected in_flight_bytes = %d, want %d", n, senders-2)
 	}
 	// The budget is returned: a new request goes through.

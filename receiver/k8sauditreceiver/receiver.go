@@ -67,13 +67,13 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 		shutdownBudget: defaultShutdownBudget,
 	}
 	r.conv = newConverter(cfg, set.BuildInfo.Version, func(delta int64) {
-		tb.DiffCacheObjects.Add(context.Background(), delta)
+		tb.K8sAuditDiffCacheObjects.Add(context.Background(), delta)
 	})
 	r.conv.logger = sampledLogger(set.Logger)
 	if r.conv.cache != nil {
 		r.conv.cache.boundBytes(cfg.DiffCacheMaxBytes,
-			func(delta int64) { tb.DiffCacheBytes.Add(context.Background(), delta) },
-			func(reason string) { tb.DiffCacheEvictions.Add(context.Background(), 1, metadata.Reason(reason)) })
+			func(delta int64) { tb.K8sAuditDiffCacheBytes.Add(context.Background(), delta) },
+			func(reason string) { tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1, withReason(reason)) })
 	}
 	return r, nil
 }

@@ -19,8 +19,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 const (
@@ -450,7 +448,7 @@ func (t *tailer) flushLines(ctx context.Context) bool {
 		}
 		if consumed == 0 {
 			if len(t.pending) > maxLineBytes {
-				metadata.Add(ctx, t.r.telemetry.DroppedEvents, 1, metadata.ReasonLineTooLong)
+				addWithReason(ctx, t.r.telemetry.K8sAuditDroppedEvents, 1, reasonLineTooLong)
 				t.logger.Warn("Dropping an audit log line longer than the limit", zap.Int("limit", maxLineBytes))
 				t.offset += int64(len(t.pending))
 				t.pending, t.skip = t.pending[:0], true
@@ -466,7 +464,7 @@ func (t *tailer) flushLines(ctx context.Context) bool {
 }
 
 func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
-	t.r.telemetry.FileLines.Add(context.Background(), int64(len(lines)))
+	t.r.telemetry.K8sAuditFileLines.Add(context.Background(), int64(len(lines)))
 	events := make([]auditEvent, 0, len(lines))
 	bad := 0
 	for _, line := range lines {
@@ -478,7 +476,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 		}
 		events = append(events, ev)
 	}
-	metadata.Add(context.Background(), t.r.telemetry.DroppedEvents, bad, metadata.ReasonMalformedLine)
+	addWithReason(context.Background(), t.r.telemetry.K8sAuditDroppedEvents, bad, reasonMalformedLine)
 	return events
 }
 

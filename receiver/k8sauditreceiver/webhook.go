@@ -13,8 +13,6 @@ import (
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.uber.org/zap"
-
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // retryAfterSeconds is what a refused batch asks its sender to wait. The apiserver's audit
@@ -87,7 +85,7 @@ func (w *webhook) routes() http.Handler {
 	mux.HandleFunc("/audit", w.serveAudit)
 	mux.HandleFunc("/audit/{cluster}", w.serveAudit)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, req *http.Request) {
-		w.reject(req.Context(), rw, http.StatusNotFound, metadata.ReasonNotFound, "", "no such path: POST audit events to /audit or /audit/{cluster}")
+		w.reject(req.Context(), rw, http.StatusNotFound, reasonNotFound, "", "no such path: POST audit events to /audit or /audit/{cluster}")
 	})
 	return mux
 }
@@ -96,19 +94,19 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	ctx := req.Context()
 	if req.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
-		w.reject(ctx, rw, http.StatusMethodNotAllowed, metadata.ReasonMethod, "MethodNotAllowed", "only POST is accepted")
+		w.reject(ctx, rw, http.StatusMethodNotAllowed, reasonMethod, "MethodNotAllowed", "only POST is accepted")
 		return
 	}
 	cluster := req.PathValue("cluster")
 	switch {
 	case cluster == "" && w.r.cfg.Cluster == "":
-		w.reject(ctx, rw, http.StatusNotFound, metadata.ReasonNoCluster, "NotFound",
+		w.reject(ctx, rw, http.StatusNotFound, reasonNoCluster, "NotFound",
 			"no cluster: POST to /audit/{cluster}, or set cluster in the receiver's configuration")
 		return
 	case cluster == "":
 		cluster = w.r.cfg.Cluster
 	case !validClusterName(cluster):
-		w.reject(ctx, rw, http.StatusNotFound, metadata.ReasonNotFound, "NotFound",
+		w.reject(ctx, rw, http.StatusNotFound, reasonNotFound, "NotFound",
 			fmt.Sprintf("%q is not a valid cluster name", cluster))
 		return
 	}
@@ -125,14 +123,14 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	}
 	if !w.inFlight.acquire(reserve) {
 		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		w.reject(ctx, rw, http.StatusTooManyRequests, metadata.ReasonInFlightBytes, "TooManyRequests",
+		w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
 			fmt.Sprintf("%d body bytes are being processed already (max_in_flight_bytes %d), retry", w.inFlight.inUse(), w.inFlight.max))
 		return
 	}
-	w.r.telemetry.InFlightBytes.Add(ctx, reserve)
+	w.r.telemetry.K8sAuditInFlightBytes.Add(ctx, reserve)
 	defer func() {
 		w.inFlight.release(reserve)
-		w.r.telemetry.InFlightBytes.Add(ctx, -reserve)
+		w.r.telemetry.K8sAuditInFlightBytes.Add(ctx, -reserve)
 	}()
 
 	hint := int64(64 << 10)
@@ -144,11 +142,11 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	_, err := buf.ReadFrom(http.MaxBytesReader(rw, req.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, metadata.ReasonTooLarge, "RequestEntityTooLarge",
+			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
 				fmt.Sprintf("body larger than max_request_body_size (%d bytes)", limit))
 			return
 		}
-		w.reject(ctx, rw, http.StatusBadRequest, metadata.ReasonReadError, "BadRequest", "reading the body: "+err.Error())
+		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
 		return
 	}
 	// The events refer to the buffer's bytes until they are converted: it goes back to the
@@ -156,9 +154,9 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	data := buf.Bytes()
 	events, err := decodeBody(data)
 	if err != nil {
-		reason := metadata.ReasonMalformedJSON
+		reason := reasonMalformedJSON
 		if errors.Is(err, errWrongKind) {
-			reason = metadata.ReasonWrongKind
+			reason = reasonWrongKind
 		}
 		w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
 		return
@@ -167,7 +165,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	n, err := w.r.consume(ctx, w.r.obsHTTP, cluster, events)
 	if err != nil {
 		if consumererror.IsPermanent(err) {
-			w.reject(ctx, rw, http.StatusInternalServerError, metadata.ReasonPipelineFailure, "InternalError",
+			w.reject(ctx, rw, http.StatusInternalServerError, reasonPipelineFailure, "InternalError",
 				"the pipeline refused the batch permanently: "+err.Error())
 			return
 		}
@@ -176,7 +174,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 			code = http.StatusTooManyRequests
 		}
 		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		w.reject(ctx, rw, code, metadata.ReasonPipelineBusy, "ServiceUnavailable", "the pipeline refused the batch, retry: "+err.Error())
+		w.reject(ctx, rw, code, reasonPipelineBusy, "ServiceUnavailable", "the pipeline refused the batch, retry: "+err.Error())
 		return
 	}
 	w.r.set.Logger.Debug("Audit batch accepted", zap.String("cluster", cluster),
@@ -186,7 +184,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 
 // reject answers with a metav1.Status body, which the apiserver's webhook client logs as is.
 func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, reason, statusReason, msg string) {
-	w.r.telemetry.RejectedRequests.Add(ctx, 1, metadata.Reason(reason))
+	w.r.telemetry.K8sAuditRejectedRequests.Add(ctx, 1, withReason(reason))
 	w.r.set.Logger.Debug("Audit webhook request rejected", zap.Int("code", code), zap.String("reason", reason), zap.String("message", msg))
 	st := map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": msg, "code": code}
 	if statusReason != "" {
@@ -204,9 +202,9 @@ func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, 
 // runs (unsupported or corrupt Content-Encoding).
 func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 	return confighttp.WithErrorHandler(func(rw http.ResponseWriter, req *http.Request, msg string, code int) {
-		reason := metadata.ReasonBadEncoding
+		reason := reasonBadEncoding
 		if code == http.StatusRequestEntityTooLarge {
-			reason = metadata.ReasonTooLarge
+			reason = reasonTooLarge
 		}
 		w.reject(req.Context(), rw, code, reason, "", msg)
 	})

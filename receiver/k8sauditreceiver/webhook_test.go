@@ -148,20 +148,20 @@ func TestWebhookStatusCodes(t *testing.T) {
 		{name: "a single Event is accepted too", method: "POST", path: "/audit/prod-eu-1", body: fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1",%s`, strings.TrimPrefix(fmt.Sprintf(oneCreate, "x"), "{")), wantCode: 200, wantSpans: 1},
 		{name: "a gzip body is decompressed", method: "POST", path: "/audit", body: eventList("g"), gzip: true, wantCode: 200, wantSpans: 1},
 		{name: "an EventList with nothing to trace is still accepted", method: "POST", path: "/audit", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`, wantCode: 200},
-		{name: "malformed JSON is a 400", method: "POST", path: "/audit", body: `{"kind":"EventList",`, wantCode: 400, reason: metadata.ReasonMalformedJSON},
-		{name: "another apiVersion is a 400", method: "POST", path: "/audit", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}`, wantCode: 400, reason: metadata.ReasonWrongKind},
-		{name: "another kind is a 400", method: "POST", path: "/audit", body: `{"kind":"Pod","apiVersion":"audit.k8s.io/v1"}`, wantCode: 400, reason: metadata.ReasonWrongKind},
-		{name: "a body over max_request_body_size is a 413", method: "POST", path: "/audit", body: eventList(strings.Split(strings.Repeat("x,", 200), ",")...), wantCode: 413, reason: metadata.ReasonTooLarge},
-		{name: "GET is a 405", method: "GET", path: "/audit", wantCode: 405, reason: metadata.ReasonMethod},
-		{name: "an unknown path is a 404", method: "POST", path: "/events", body: eventList("a"), wantCode: 404, reason: metadata.ReasonNotFound},
-		{name: "a nested path is a 404", method: "POST", path: "/audit/a/b", body: eventList("a"), wantCode: 404, reason: metadata.ReasonNotFound},
-		{name: "/audit without a configured cluster is a 404", method: "POST", path: "/audit", noCluster: true, body: eventList("a"), wantCode: 404, reason: metadata.ReasonNoCluster},
+		{name: "malformed JSON is a 400", method: "POST", path: "/audit", body: `{"kind":"EventList",`, wantCode: 400, reason: reasonMalformedJSON},
+		{name: "another apiVersion is a 400", method: "POST", path: "/audit", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}`, wantCode: 400, reason: reasonWrongKind},
+		{name: "another kind is a 400", method: "POST", path: "/audit", body: `{"kind":"Pod","apiVersion":"audit.k8s.io/v1"}`, wantCode: 400, reason: reasonWrongKind},
+		{name: "a body over max_request_body_size is a 413", method: "POST", path: "/audit", body: eventList(strings.Split(strings.Repeat("x,", 200), ",")...), wantCode: 413, reason: reasonTooLarge},
+		{name: "GET is a 405", method: "GET", path: "/audit", wantCode: 405, reason: reasonMethod},
+		{name: "an unknown path is a 404", method: "POST", path: "/events", body: eventList("a"), wantCode: 404, reason: reasonNotFound},
+		{name: "a nested path is a 404", method: "POST", path: "/audit/a/b", body: eventList("a"), wantCode: 404, reason: reasonNotFound},
+		{name: "/audit without a configured cluster is a 404", method: "POST", path: "/audit", noCluster: true, body: eventList("a"), wantCode: 404, reason: reasonNoCluster},
 		{name: "/audit/{cluster} without a configured cluster works", method: "POST", path: "/audit/dev", noCluster: true, body: eventList("a"), wantCode: 200, wantSpans: 1},
-		{name: "an unsafe cluster name in the path is a 404", method: "POST", path: "/audit/-bad-", body: eventList("a"), wantCode: 404, reason: metadata.ReasonNotFound},
-		{name: "a busy pipeline is a 503 with Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: errors.New("data refused due to high memory usage"), wantCode: 503, retryAfter: true, reason: metadata.ReasonPipelineBusy},
-		{name: "a pipeline asking for 429 gets a 429 with Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: consumererror.NewOTLPHTTPError(errors.New("slow down"), http.StatusTooManyRequests), wantCode: 429, retryAfter: true, reason: metadata.ReasonPipelineBusy},
-		{name: "a permanent refusal is a 500 without Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: consumererror.NewPermanent(errors.New("bad data")), wantCode: 500, reason: metadata.ReasonPipelineFailure},
-		{name: "an unsupported Content-Encoding is a 400", method: "POST", path: "/audit", body: eventList("a"), wantCode: 400, reason: metadata.ReasonBadEncoding},
+		{name: "an unsafe cluster name in the path is a 404", method: "POST", path: "/audit/-bad-", body: eventList("a"), wantCode: 404, reason: reasonNotFound},
+		{name: "a busy pipeline is a 503 with Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: errors.New("data refused due to high memory usage"), wantCode: 503, retryAfter: true, reason: reasonPipelineBusy},
+		{name: "a pipeline asking for 429 gets a 429 with Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: consumererror.NewOTLPHTTPError(errors.New("slow down"), http.StatusTooManyRequests), wantCode: 429, retryAfter: true, reason: reasonPipelineBusy},
+		{name: "a permanent refusal is a 500 without Retry-After", method: "POST", path: "/audit", body: eventList("a"), refuse: consumererror.NewPermanent(errors.New("bad data")), wantCode: 500, reason: reasonPipelineFailure},
+		{name: "an unsupported Content-Encoding is a 400", method: "POST", path: "/audit", body: eventList("a"), wantCode: 400, reason: reasonBadEncoding},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,7 +187,7 @@ func TestWebhookStatusCodes(t *testing.T) {
 			if tt.gzip {
 				req.Header.Set("Content-Encoding", "gzip")
 			}
-			if tt.reason == metadata.ReasonBadEncoding {
+			if tt.reason == reasonBadEncoding {
 				req.Header.Set("Content-Encoding", "br-unknown")
 			}
 			resp, err := http.DefaultClient.Do(req)
@@ -230,8 +230,8 @@ func TestWebhookCountsFilteredEvents(t *testing.T) {
 	if resp.StatusCode != 200 || env.next.spans() != 1 {
 		t.Fatalf("status %d, spans %d", resp.StatusCode, env.next.spans())
 	}
-	if env.counted(t, "otelcol_k8s_audit_filtered_events", metadata.ReasonExcludedResource) != 1 ||
-		env.counted(t, "otelcol_k8s_audit_filtered_events", metadata.ReasonReadVerb) != 1 {
+	if env.counted(t, "otelcol_k8s_audit_filtered_events", reasonExcludedResource) != 1 ||
+		env.counted(t, "otelcol_k8s_audit_filtered_events", reasonReadVerb) != 1 {
 		t.Fatal("filtered events must be counted by reason")
 	}
 	if _, err := env.tel.GetMetric("otelcol_receiver_accepted_spans"); err != nil {
