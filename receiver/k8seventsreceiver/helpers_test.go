@@ -3,6 +3,7 @@ package k8seventsreceiver
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -123,7 +124,7 @@ func (tm *telemetry) value(t *testing.T, name, reason string) int64 {
 			}
 			for _, dp := range data.DataPoints {
 				if reason != "" {
-					if v, ok := dp.Attributes.Value(attribute.Key(metadata.ReasonKey)); !ok || v.AsString() != reason {
+					if v, ok := dp.Attributes.Value(attribute.Key(reasonKey)); !ok || v.AsString() != reason {
 						continue
 					}
 				}
@@ -135,3 +136,15 @@ func (tm *telemetry) value(t *testing.T, name, reason string) int64 {
 }
 
 var consumererrorPermanent = consumererror.NewPermanent(errors.New("bad data"))
+
+// pointAtNoAPIServer makes auth_type none resolve to a local port nothing listens on, for the
+// generated lifecycle test (metadata.yaml, tests.goleak.setup): the receiver starts against an
+// apiserver it cannot reach, as after a control-plane outage, and must still stop cleanly. The
+// other tests build their clients themselves and never read these variables.
+func pointAtNoAPIServer() {
+	for k, v := range map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"} {
+		if err := os.Setenv(k, v); err != nil {
+			panic(err)
+		}
+	}
+}

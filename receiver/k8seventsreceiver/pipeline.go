@@ -109,15 +109,14 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 		err := p.next.ConsumeTraces(obsCtx, b.Traces())
 		p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
 		if err == nil {
-			p.tel.SpansEmitted.Add(opCtx, int64(n))
 			break
 		}
 		if consumererror.IsPermanent(err) {
-			p.tel.Dropped.Add(ctx, int64(n), metadata.WithReason(metadata.ReasonConsumerPermanent))
+			p.tel.K8sEventSpansDropped.Add(ctx, int64(n), withReason(reasonConsumerPermanent))
 			p.logger.Error("Next consumer permanently refused event spans; dropping them", zap.Int("spans", n), zap.Error(err))
 			break
 		}
-		p.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorConsumer))
+		p.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorConsumer))
 		p.logger.Warn("Next consumer refused event spans; retrying", zap.Int("spans", n), zap.Duration("backoff", delay), zap.Error(err))
 		select {
 		case <-p.clock.After(delay):
@@ -149,7 +148,7 @@ func (p *pipeline) flushCheckpoint(ctx context.Context) {
 // a restart may emit them again, with the same span IDs.
 func (p *pipeline) checkpointErr(err error) {
 	if err != nil {
-		p.tel.Errors.Add(context.Background(), 1, metadata.WithReason(metadata.ErrorCheckpointWrite))
+		p.tel.K8sEventSpansErrors.Add(context.Background(), 1, withReason(errorCheckpointWrite))
 		p.logger.Warn("Writing the restart checkpoint failed", zap.Error(err))
 	}
 }

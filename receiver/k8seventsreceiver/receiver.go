@@ -90,7 +90,7 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 		if restored, err = ckpt.load(ctx); err != nil {
 			// A corrupt checkpoint must not keep the receiver down: start as if fresh, which
 			// max_event_age bounds.
-			r.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorCheckpointRead))
+			r.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorCheckpointRead))
 			r.set.Logger.Error("Ignoring unreadable restart checkpoint", zap.Error(err))
 			restored = nil
 			ckpt = newCheckpoint(r.storage, r.cfg.CheckpointTTL, r.clock.Now)

@@ -195,8 +195,9 @@ func TestReceiverNewEventAndSeriesIncrements(t *testing.T) {
 		return h.metric("otelcol_k8s_event_spans_tracked_events", "") == 1
 	})
 	h.stop()
-	if got := h.metric("otelcol_k8s_event_spans_spans_emitted", ""); got != 4 {
-		t.Errorf("spans_emitted = %d, want 4", got)
+	// The collector's own receiver metric counts the spans the next consumer accepted.
+	if got := h.metric("otelcol_receiver_accepted_spans", ""); got != 4 {
+		t.Errorf("otelcol_receiver_accepted_spans = %d, want 4", got)
 	}
 }
 
@@ -207,7 +208,7 @@ func TestReceiverStartsFreshOnAnUnreadableCheckpoint(t *testing.T) {
 	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), sink, st, nil)
 	waitFor(t, "the span despite the bad checkpoint", func() bool { return sink.SpanCount() == 1 })
 	h.stop()
-	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorCheckpointRead); got != 1 {
+	if got := h.metric("otelcol_k8s_event_spans_errors", errorCheckpointRead); got != 1 {
 		t.Errorf("errors{checkpoint_read} = %d, want 1", got)
 	}
 }
@@ -259,10 +260,10 @@ func TestReceiverRelistAfterGoneEmitsNoDuplicates(t *testing.T) {
 	waitFor(t, "the occurrence that happened during the gap", func() bool { return sink.SpanCount() == 3 })
 	h.stop()
 	assertUnique(t, spanIDs(sink))
-	if got := h.metric("otelcol_k8s_event_spans_duplicates_suppressed", metadata.DuplicateSameResourceVersion); got != 1 {
+	if got := h.metric("otelcol_k8s_event_spans_duplicates_suppressed", duplicateSameResourceVersion); got != 1 {
 		t.Errorf("duplicates{same_resource_version} = %d, want 1 (a, relisted unchanged)", got)
 	}
-	if got := h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartWatchClosed); got < 1 {
+	if got := h.metric("otelcol_k8s_event_spans_watch_restarts", restartWatchClosed); got < 1 {
 		t.Errorf("watch_restarts{watch_closed} = %d, want ≥ 1", got)
 	}
 }
@@ -294,10 +295,10 @@ func TestReceiverRestartsFromCheckpoint(t *testing.T) {
 	if len(all) != 5 {
 		t.Fatalf("%d spans over both runs, want 5 (a×3, b, c)", len(all))
 	}
-	if got := h2.metric("otelcol_k8s_event_spans_duplicates_suppressed", metadata.DuplicateCheckpointed); got != 1 {
+	if got := h2.metric("otelcol_k8s_event_spans_duplicates_suppressed", duplicateCheckpointed); got != 1 {
 		t.Errorf("duplicates{checkpointed} = %d, want 1 (c)", got)
 	}
-	if got := h2.metric("otelcol_k8s_event_spans_dropped", metadata.ReasonTooOld); got != 0 {
+	if got := h2.metric("otelcol_k8s_event_spans_dropped", reasonTooOld); got != 0 {
 		t.Errorf("max_event_age dropped %d Events although a checkpoint existed", got)
 	}
 }
@@ -316,7 +317,7 @@ func TestReceiverMaxEventAgeAndMalformedEvents(t *testing.T) {
 	waitFor(t, "the three drops", func() bool {
 		return h.metric("otelcol_k8s_event_spans_dropped", "") == 3
 	})
-	for _, reason := range []string{metadata.ReasonTooOld, metadata.ReasonMissingRegarding, metadata.ReasonMissingTime} {
+	for _, reason := range []string{reasonTooOld, reasonMissingRegarding, reasonMissingTime} {
 		if got := h.metric("otelcol_k8s_event_spans_dropped", reason); got != 1 {
 			t.Errorf("dropped{reason=%s} = %d, want 1", reason, got)
 		}
@@ -354,7 +355,7 @@ func TestReceiverRetriesRefusedSpansAndCheckpointsOnlyAccepted(t *testing.T) {
 	}
 	waitFor(t, "the accepted batch and its checkpoint", func() bool { return sink.SpanCount() == 1 && st.Keys() >= 2 })
 	h.stop()
-	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorConsumer); got != 2 {
+	if got := h.metric("otelcol_k8s_event_spans_errors", errorConsumer); got != 2 {
 		t.Errorf("errors{consumer} = %d, want 2", got)
 	}
 }
@@ -368,7 +369,7 @@ func TestReceiverDropsPermanentlyRefusedSpans(t *testing.T) {
 	}
 	h := startReceiver(t, newFakeClient(true, testEvent("a", "10")), next, nil, nil)
 	waitFor(t, "the permanent refusal to be counted", func() bool {
-		return h.metric("otelcol_k8s_event_spans_dropped", metadata.ReasonConsumerPermanent) == 1
+		return h.metric("otelcol_k8s_event_spans_dropped", reasonConsumerPermanent) == 1
 	})
 	h.stop()
 }
@@ -396,7 +397,7 @@ func TestReceiverReportsRBACForbiddenPermanently(t *testing.T) {
 					t.Errorf("permanent status %q does not name %q", msg, want)
 				}
 			}
-			if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorForbidden); got < 1 {
+			if got := h.metric("otelcol_k8s_event_spans_errors", errorForbidden); got < 1 {
 				t.Errorf("errors{forbidden} = %d, want ≥ 1", got)
 			}
 		})
@@ -416,7 +417,7 @@ func TestReceiverRecoversFromAnUnreachableAPIServer(t *testing.T) {
 	h := startReceiver(t, client, sink, nil, nil)
 	waitFor(t, "the span after the apiserver came back", func() bool { return sink.SpanCount() == 1 })
 	h.stop()
-	if got := h.metric("otelcol_k8s_event_spans_errors", metadata.ErrorListWatch); got != 3 {
+	if got := h.metric("otelcol_k8s_event_spans_errors", errorListWatch); got != 3 {
 		t.Errorf("errors{list_watch} = %d, want 3", got)
 	}
 	if h.host.permanentError() != nil {
@@ -439,7 +440,7 @@ func TestReceiverRestartsAStalledWatch(t *testing.T) {
 	})
 	<-watches
 	// Advance the injected clock until the guard fires; a guard that never fires fails here.
-	for i := 0; h.metric("otelcol_k8s_event_spans_watch_restarts", metadata.RestartStalled) == 0; i++ {
+	for i := 0; h.metric("otelcol_k8s_event_spans_watch_restarts", restartStalled) == 0; i++ {
 		if i == 5000 {
 			t.Fatal("the stall guard did not restart a silent watch")
 		}

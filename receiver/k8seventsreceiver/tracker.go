@@ -68,7 +68,7 @@ func newTracker(logger *zap.Logger, tel *metadata.TelemetryBuilder, now func() t
 	for uid, e := range restored {
 		t.states[uid] = eventState{namespace: t.intern(e.Namespace), rv: e.RV, count: e.Count, last: e.Last, restored: true}
 	}
-	t.tel.TrackedEvents.Add(context.Background(), int64(len(t.states)))
+	t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), int64(len(t.states)))
 	return t
 }
 
@@ -91,11 +91,11 @@ func (t *tracker) observe(ev *eventsv1.Event, initial bool) (workItem, bool) {
 
 func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, bool) {
 	ctx := context.Background()
-	t.tel.EventsReceived.Add(ctx, 1)
+	t.tel.K8sEventSpansEventsReceived.Add(ctx, 1)
 	uid := string(ev.UID)
 	if uid == "" {
 		// Without a UID there is no stable span ID and no way to recognise the Event again.
-		t.drop(ev, metadata.ReasonMissingUID, 1)
+		t.drop(ev, reasonMissingUID, 1)
 		return workItem{}, false
 	}
 	count := occurrenceCount(ev)
@@ -104,9 +104,9 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 
 	if known {
 		if prev.rv == ev.ResourceVersion {
-			reason := metadata.DuplicateSameResourceVersion
+			reason := duplicateSameResourceVersion
 			if prev.restored {
-				reason = metadata.DuplicateCheckpointed
+				reason = duplicateCheckpointed
 				prev.restored = false
 				t.states[uid] = prev
 			}
@@ -117,9 +117,9 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 			// A newer version without a new occurrence (a relabel, or a version older than one
 			// already seen arriving late): remember the version, emit nothing.
 			prev.rv = ev.ResourceVersion
-			reason := metadata.DuplicateNoNewOccurrence
+			reason := duplicateNoNewOccurrence
 			if prev.restored {
-				reason = metadata.DuplicateCheckpointed
+				reason = duplicateCheckpointed
 				prev.restored = false
 			}
 			t.states[uid] = prev
@@ -127,7 +127,7 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 			return workItem{}, false
 		}
 	} else {
-		t.tel.TrackedEvents.Add(ctx, 1)
+		t.tel.K8sEventSpansTrackedEvents.Add(ctx, 1)
 	}
 
 	state := eventState{namespace: t.intern(ev.Namespace), rv: ev.ResourceVersion, count: count, last: at.UnixNano()}
@@ -147,16 +147,16 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	}
 	switch {
 	case !hasRegarding(ev):
-		t.drop(ev, metadata.ReasonMissingRegarding, int64(count)-int64(first)+1)
+		t.drop(ev, reasonMissingRegarding, int64(count)-int64(first)+1)
 		return item, true
 	case at.IsZero():
-		t.drop(ev, metadata.ReasonMissingTime, int64(count)-int64(first)+1)
+		t.drop(ev, reasonMissingTime, int64(count)-int64(first)+1)
 		return item, true
 	}
 	// int64, so that a count of MaxInt32 cannot overflow the arithmetic or the loop.
 	n := int64(count) - int64(first) + 1
 	if n > maxSpansPerUpdate {
-		t.drop(ev, metadata.ReasonCoalesced, n-maxSpansPerUpdate)
+		t.drop(ev, reasonCoalesced, n-maxSpansPerUpdate)
 		n = maxSpansPerUpdate
 	}
 	tooOld := !known && initial && t.dropOld
@@ -174,7 +174,7 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(int32(c)), at: occAt})
 	}
 	if old > 0 {
-		t.drop(ev, metadata.ReasonTooOld, old)
+		t.drop(ev, reasonTooOld, old)
 	}
 	if t.debug {
 		t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
@@ -206,7 +206,7 @@ func (t *tracker) replace(scope string, evs []*eventsv1.Event, initial bool) []w
 			gone++
 		}
 	}
-	t.tel.TrackedEvents.Add(context.Background(), -gone)
+	t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), -gone)
 	return items
 }
 
@@ -216,7 +216,7 @@ func (t *tracker) forget(ev *eventsv1.Event) {
 	defer t.mu.Unlock()
 	if _, ok := t.states[string(ev.UID)]; ok {
 		delete(t.states, string(ev.UID))
-		t.tel.TrackedEvents.Add(context.Background(), -1)
+		t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), -1)
 	}
 }
 
@@ -227,7 +227,7 @@ func (t *tracker) len() int {
 }
 
 func (t *tracker) duplicate(ev *eventsv1.Event, st eventState, reason string) {
-	t.tel.Duplicates.Add(context.Background(), 1, metadata.WithReason(reason))
+	t.tel.K8sEventSpansDuplicatesSuppressed.Add(context.Background(), 1, withReason(reason))
 	if !t.debug {
 		return
 	}
@@ -236,7 +236,7 @@ func (t *tracker) duplicate(ev *eventsv1.Event, st eventState, reason string) {
 }
 
 func (t *tracker) drop(ev *eventsv1.Event, reason string, n int64) {
-	t.tel.Dropped.Add(context.Background(), n, metadata.WithReason(reason))
+	t.tel.K8sEventSpansDropped.Add(context.Background(), n, withReason(reason))
 	if !t.debug {
 		return
 	}

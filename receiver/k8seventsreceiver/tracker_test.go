@@ -7,8 +7,6 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
-
-	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
 )
 
 // step is one thing the reflector hands the tracker, and the occurrence counts it must emit.
@@ -64,7 +62,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				// first occurrence at t0 (too old), the later ones at now
 				{replace: []*eventsv1.Event{testEvent("a", "12", withSeries(3, now))}, initial: true, want: []int32{2, 3}},
 			},
-			drop: map[string]int64{metadata.ReasonTooOld: 1},
+			drop: map[string]int64{reasonTooOld: 1},
 		},
 		{
 			name: "an unchanged resourceVersion is not a span",
@@ -72,7 +70,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				{observe: testEvent("a", "10"), want: []int32{1}},
 				{observe: testEvent("a", "10")},
 			},
-			dup: map[string]int64{metadata.DuplicateSameResourceVersion: 1},
+			dup: map[string]int64{duplicateSameResourceVersion: 1},
 		},
 		{
 			name: "an update without a new occurrence is not a span",
@@ -80,7 +78,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				{observe: testEvent("a", "10", withSeries(2, t0)), want: []int32{1, 2}},
 				{observe: testEvent("a", "11", withSeries(2, t0))},
 			},
-			dup: map[string]int64{metadata.DuplicateNoNewOccurrence: 1},
+			dup: map[string]int64{duplicateNoNewOccurrence: 1},
 		},
 		{
 			name: "a relist of unchanged Events emits nothing and a relist after a gap emits only the gap",
@@ -89,7 +87,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				{replace: []*eventsv1.Event{testEvent("a", "10"), testEvent("b", "11")}},
 				{replace: []*eventsv1.Event{testEvent("a", "10"), testEvent("b", "15", withSeries(3, t0.Add(time.Second))), testEvent("c", "16")}, want: []int32{2, 3, 1}},
 			},
-			dup: map[string]int64{metadata.DuplicateSameResourceVersion: 3},
+			dup: map[string]int64{duplicateSameResourceVersion: 3},
 		},
 		{
 			name: "an Event deleted between lists is forgotten and a new Event with its UID would be new",
@@ -117,7 +115,7 @@ func TestTrackerOccurrences(t *testing.T) {
 					testEvent("c", "30"),                                     // created while down
 				}, initial: true, want: []int32{2, 3, 1}},
 			},
-			dup: map[string]int64{metadata.DuplicateCheckpointed: 1},
+			dup: map[string]int64{duplicateCheckpointed: 1},
 		},
 		{
 			name:   "max_event_age drops old Events on the first list without a checkpoint",
@@ -127,7 +125,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				// its next occurrence is news
 				{observe: testEvent("old", "12", withSeries(2, now)), want: []int32{2}},
 			},
-			drop: map[string]int64{metadata.ReasonTooOld: 1},
+			drop: map[string]int64{reasonTooOld: 1},
 		},
 		{
 			name:     "max_event_age does not apply when a checkpoint exists",
@@ -151,8 +149,8 @@ func TestTrackerOccurrences(t *testing.T) {
 				{observe: testEvent("notime", "11", withoutTimes())},
 				{observe: testEvent("", "12")},
 			},
-			dup:  map[string]int64{metadata.DuplicateSameResourceVersion: 1},
-			drop: map[string]int64{metadata.ReasonMissingRegarding: 1, metadata.ReasonMissingTime: 1, metadata.ReasonMissingUID: 1},
+			dup:  map[string]int64{duplicateSameResourceVersion: 1},
+			drop: map[string]int64{reasonMissingRegarding: 1, reasonMissingTime: 1, reasonMissingUID: 1},
 		},
 		{
 			name: "a huge jump in a series is capped",
@@ -160,7 +158,7 @@ func TestTrackerOccurrences(t *testing.T) {
 				{observe: testEvent("a", "10"), want: []int32{1}},
 				{observe: testEvent("a", "11", withSeries(1+maxSpansPerUpdate+7, t0.Add(time.Hour))), want: seq(9, 1+maxSpansPerUpdate+7)},
 			},
-			drop: map[string]int64{metadata.ReasonCoalesced: 7},
+			drop: map[string]int64{reasonCoalesced: 7},
 		},
 	}
 	for _, tt := range tests {

@@ -239,19 +239,19 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 		}
 		switch {
 		case stalled.Load():
-			w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartStalled))
+			w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartStalled))
 			w.logger.Warn("Events watch delivered nothing, not even a bookmark; relisting",
 				zap.String("namespace", scopeName(ns)), zap.Duration("stalled_watch_timeout", w.cfg.StalledWatchTimeout))
 			continue
 		case err == nil:
 			// The watch ended without an error to report: expired (410 Gone) or closed by the
 			// server. Relisting at once is what the reflector would do; the tracker dedups.
-			w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartWatchClosed))
+			w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartWatchClosed))
 			w.logger.Debug("Events watch closed; relisting", zap.String("namespace", scopeName(ns)))
 			delay = w.cfg.Backoff.InitialInterval
 			continue
 		}
-		w.tel.WatchRestarts.Add(ctx, 1, metadata.WithReason(metadata.RestartError))
+		w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartError))
 		if w.clock.Since(start) > w.cfg.Backoff.MaxInterval {
 			delay = w.cfg.Backoff.InitialInterval
 		}
@@ -292,14 +292,14 @@ func (w *watchRunner) stallGuard(ctx context.Context, progress *atomic.Int64) bo
 func (w *watchRunner) failed(ctx context.Context, err error, ns, group string) {
 	w.degraded.Store(true)
 	if apierrors.IsForbidden(err) {
-		w.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorForbidden))
+		w.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorForbidden))
 		perr := fmt.Errorf("RBAC forbids reading Events in %s: grant verbs list and watch on resource events in API group %q: %w",
 			scopeName(ns), group, err)
 		w.logger.Error("Cannot list-watch Kubernetes Events", zap.Error(perr))
 		w.report(componentstatus.NewPermanentErrorEvent(perr))
 		return
 	}
-	w.tel.Errors.Add(ctx, 1, metadata.WithReason(metadata.ErrorListWatch))
+	w.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorListWatch))
 	w.logger.Warn("Kubernetes Events list-watch failed; retrying with backoff", zap.String("namespace", scopeName(ns)), zap.Error(err))
 	w.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("list-watch of Events in %s: %w", scopeName(ns), err)))
 }
