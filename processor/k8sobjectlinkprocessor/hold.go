@@ -8,8 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
-
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // holdSpans moves the spans at the given items out of td into the held list. Past
@@ -50,9 +48,9 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 				p.held = append(p.held, heldSpan{td: one, deadline: deadline})
 				held[pos-1] = true
 				if fresh {
-					p.tel.SpansHeld.Add(ctx, 1)
+					p.tel.K8sObjectLinkSpansHeld.Add(ctx, 1)
 				}
-				p.tel.HeldSpans.Add(ctx, 1)
+				p.tel.K8sObjectLinkHeldSpans.Add(ctx, 1)
 			}
 		}
 	}
@@ -61,7 +59,7 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 		// Processed again with no holding allowed: the object becomes a root now rather than
 		// the processor growing without bound.
 		n := overflow.SpanCount()
-		p.tel.SpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(metadata.AttrReason, "hold_full")))
+		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "hold_full")))
 		res := p.process(ctx, overflow, p.clock.Now(), func(int) (time.Time, bool) { return time.Time{}, true }, false)
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		return held, res.objects
@@ -111,7 +109,7 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		h.td.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
 	// Spans, not entries: a batch held again after a refused release is one entry of many spans.
-	p.tel.HeldSpans.Add(ctx, -int64(len(deadlines)))
+	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(len(deadlines)))
 	timedOut := 0
 	for _, d := range deadlines {
 		if !now.Before(d) {
@@ -128,10 +126,10 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		reason, timedOut = "shutdown", len(deadlines)
 	}
 	if timedOut > 0 {
-		p.tel.SpansReleased.Add(ctx, int64(timedOut), metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(timedOut), metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 	if found := len(deadlines) - timedOut - reheld; found > 0 {
-		p.tel.SpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(metadata.AttrReason, "owner_found")))
+		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(attrReason, "owner_found")))
 	}
 	// Released spans are in our custody until the next consumer takes them: keep a copy of the
 	// activity spans, and if it refuses, keep them unsent (processed: they go as they are on the
@@ -143,7 +141,7 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	// Object spans a refused send keeps owing are stored or counted by Shutdown.
 	err := p.send(ctx, td, res)
 	if err != nil && retry != (ptrace.Traces{}) && retry.SpanCount() > 0 {
-		p.tel.HeldSpans.Add(ctx, int64(retry.SpanCount()))
+		p.tel.K8sObjectLinkHeldSpans.Add(ctx, int64(retry.SpanCount()))
 		p.keepUnsent(retry)
 	}
 	return err

@@ -33,7 +33,7 @@ type redisStore struct {
 	timeout time.Duration
 	cache   *memoryStore
 	now     func() time.Time
-	tel     *metadata.Telemetry
+	tel     *metadata.TelemetryBuilder
 	logger  *zap.Logger
 
 	maxBackoff time.Duration
@@ -53,7 +53,7 @@ type redisStore struct {
 	probeAwake chan struct{}
 }
 
-func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.Telemetry, logger *zap.Logger) (*redisStore, error) {
+func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.TelemetryBuilder, logger *zap.Logger) (*redisStore, error) {
 	tlsCfg, err := cfg.TLS.LoadTLSConfig(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("id_map.redis.tls: %w", err)
@@ -110,7 +110,7 @@ func (s *redisStore) start() error {
 		return nil
 	}
 	if isConfigError(err) {
-		s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reasonAuth)))
+		s.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reasonAuth)))
 		return fmt.Errorf("id_map.redis: Redis refused the configured credentials or database: %w", err)
 	}
 	s.markDown(err)
@@ -165,7 +165,7 @@ func isConfigError(err error) bool {
 // runError counts a run-time error by reason and logs it, at most once per reason per minute
 // (with the number of errors of that reason not logged since).
 func (s *redisStore) runError(reason, msg string, err error, fields ...zap.Field) {
-	s.tel.RedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+	s.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 	if suppressed, ok := s.logs.allow(reason, s.now()); ok {
 		s.logger.Warn(msg, append(fields, zap.String("reason", reason), zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))...)
 	}
@@ -259,9 +259,9 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 	}
 	start := time.Now()
 	_, err := pipe.Exec(ctx)
-	s.tel.RedisRoundTrips.Add(ctx, 1)
+	s.tel.K8sObjectLinkRedisRoundTrips.Add(ctx, 1)
 	s.roundTrips.Add(1)
-	s.tel.RedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
+	s.tel.K8sObjectLinkRedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
 	// Exec reports only the first failed command; an outage is any command failing for another
 	// reason than a missing key or a record of the wrong type. Other reply errors (OOM, READONLY,
 	// LOADING, NOPERM, CLUSTERDOWN, a syntax error from a Redis < 7) concern the server: taken
@@ -465,7 +465,7 @@ func (s *redisStore) reconcile(batch []Op) error {
 			if part[i].Kind == OpSetIfAbsent && part[i].Found && part[i].Value != original[i] {
 				result = "conflict"
 			}
-			s.tel.RedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrResult, result)))
+			s.tel.K8sObjectLinkRedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrResult, result)))
 		}
 		batch = batch[n:]
 	}

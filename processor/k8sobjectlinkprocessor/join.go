@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // The apiserver traces its own requests (KEP-647, --tracing-config-file): the server span of
@@ -212,7 +211,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
 		rec := joinRecord{side: sideRequest, traceID: req.span.TraceID(), spanID: req.span.SpanID()}
 		if other, ok := p.join.claim(req.auditID, rec); ok && other.side == sideAudit {
 			linkJoined(req.span, req.auditID, other)
-			p.tel.APIServerJoins.Add(r.ctx, 1, metricSource("memory"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource("memory"))
 			continue
 		}
 		if p.redis == nil {
@@ -222,7 +221,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
 		r.queue(Op{Kind: OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire}, func(op *Op) {
 			if other, ok := decodeJoinRecord(op.Value); op.Found && ok && other.side == sideAudit {
 				linkJoined(span, id, other)
-				p.tel.APIServerJoins.Add(r.ctx, 1, metricSource("redis"))
+				p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource("redis"))
 			}
 		})
 	}
@@ -280,12 +279,12 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 		rec := joinRecord{side: sideAudit, traceID: it.span.TraceID(), spanID: it.span.SpanID()}
 		if other, ok := p.join.claim(it.auditID, rec); ok && other.side == sideRequest {
 			linkJoined(it.span, it.auditID, other)
-			p.tel.APIServerJoins.Add(ctx, 1, metricSource("memory"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource("memory"))
 			continue
 		}
 		if other, ok := jb.target[i]; ok {
 			linkJoined(it.span, it.auditID, other)
-			p.tel.APIServerJoins.Add(ctx, 1, metricSource("redis"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource("redis"))
 			continue
 		}
 		if jb.deferred[i] {
@@ -294,7 +293,7 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 				p.joinPending = append(p.joinPending, Op{Kind: OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(),
 					ExpireAt: now.Add(p.cfg.APIServerJoin.TTL)})
 			} else {
-				p.tel.JoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(metadata.AttrReason, "pending_full")))
+				p.tel.K8sObjectLinkApiserverJoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(attrReason, "pending_full")))
 			}
 			p.joinMu.Unlock()
 		}
@@ -311,5 +310,5 @@ func (p *objectLinkProcessor) takeJoinPending() []Op {
 }
 
 func metricSource(s string) metric.AddOption {
-	return metric.WithAttributes(attribute.String(metadata.AttrSource, s))
+	return metric.WithAttributes(attribute.String(attrSource, s))
 }

@@ -41,7 +41,7 @@ const maxOwedSpans = 10000
 type objectLinkProcessor struct {
 	cfg    *Config
 	logger *zap.Logger
-	tel    *metadata.Telemetry
+	tel    *metadata.TelemetryBuilder
 	next   consumer.Traces
 	clock  clock
 	mapper model.Mapper
@@ -91,7 +91,7 @@ type heldSpan struct {
 }
 
 func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk clock) (*objectLinkProcessor, error) {
-	tel, err := metadata.NewTelemetry(set.TelemetrySettings)
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
 	}
@@ -109,12 +109,12 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		windowLogs: newLogLimiter(windowMismatchLogEvery),
 	}
 	evicted := func(reason string) {
-		tel.IDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
 	if cfg.APIServerJoin.Enabled {
 		p.join = newJoinMap(cfg.APIServerJoin, clk.Now, func(reason string) {
-			tel.JoinEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(metadata.AttrReason, reason)))
+			tel.K8sObjectLinkApiserverJoinEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 		})
 	}
 	switch cfg.IDMap.Backend {
@@ -236,7 +236,7 @@ func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	if p.store == nil {
 		return errStoreClosed
 	}
-	p.tel.SpansIn.Add(ctx, int64(td.SpanCount()))
+	p.tel.K8sObjectLinkSpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
 	res := p.process(ctx, td, now, func(int) (time.Time, bool) {
 		return now.Add(p.cfg.OwnerWait), p.cfg.OwnerWait <= 0
@@ -261,7 +261,7 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 	n := td.SpanCount()
 	err := p.next.ConsumeTraces(ctx, td)
 	if err == nil {
-		p.tel.SpansOut.Add(ctx, int64(n))
+		p.tel.K8sObjectLinkSpansOut.Add(ctx, int64(n))
 		return nil
 	}
 	if len(res.marks) > 0 {
@@ -291,7 +291,7 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 		if p.owed.SpanCount()+count <= maxOwedSpans {
 			objectSpans.ResourceSpans().MoveAndAppendTo(p.owed.ResourceSpans())
 		} else {
-			p.tel.SpansDropped.Add(ctx, int64(count), metric.WithAttributes(attribute.String(metadata.AttrReason, "owed_full")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(count), metric.WithAttributes(attribute.String(attrReason, "owed_full")))
 		}
 		p.heldMu.Unlock()
 	}
@@ -513,7 +513,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		p.joinAfter(ctx, items, remove, &jb, now)
 	}
 	if duplicates > 0 {
-		p.tel.SpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(metadata.AttrReason, "duplicate")))
+		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, "duplicate")))
 	}
 	var overflowObjects []*node
 	var heldPos map[int]bool
@@ -542,7 +542,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		}
 	}
 	if emitted > 0 {
-		p.tel.ObjectSpans.Add(ctx, int64(emitted))
+		p.tel.K8sObjectLinkObjectSpansEmitted.Add(ctx, int64(emitted))
 		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
 	return res

@@ -55,7 +55,7 @@ func (o *observed) counter(t *testing.T, name string, attrs ...attribute.KeyValu
 	return sumOf(rm, name, attrs...)
 }
 
-func reason(r string) attribute.KeyValue { return attribute.String(metadata.AttrReason, r) }
+func reason(r string) attribute.KeyValue { return attribute.String(attrReason, r) }
 
 const redisErrors = "otelcol_k8s_object_link_redis_errors"
 

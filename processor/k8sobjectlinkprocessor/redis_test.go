@@ -23,8 +23,8 @@ import (
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
-func testTelemetry(t testing.TB) *metadata.Telemetry {
-	tel, err := metadata.NewTelemetry(componenttest.NewNopTelemetrySettings())
+func testTelemetry(t testing.TB) *metadata.TelemetryBuilder {
+	tel, err := metadata.NewTelemetryBuilder(componenttest.NewNopTelemetrySettings())
 	if err != nil {
 		t.Fatal(err)
 	}

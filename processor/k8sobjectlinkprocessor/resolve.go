@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // maxDepth bounds an ownership chain. Real chains are two or three deep (CronJob → Job → Pod);
@@ -107,10 +106,10 @@ func (r *resolver) report() {
 		}
 	}
 	tel := r.p.tel
-	add(tel.Assignments, r.count.created, attribute.String(metadata.AttrResult, "created"))
-	add(tel.Assignments, r.count.reused, attribute.String(metadata.AttrResult, "reused"))
-	add(tel.OwnerLookups, r.count.relationHit, attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "hit"))
-	add(tel.OwnerLookups, r.count.relationMiss, attribute.String(metadata.AttrSource, "relation"), attribute.String(metadata.AttrResult, "miss"))
+	add(tel.K8sObjectLinkAssignments, r.count.created, attribute.String(attrResult, "created"))
+	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, "reused"))
+	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, "relation"), attribute.String(attrResult, "hit"))
+	add(tel.K8sObjectLinkOwnerLookups, r.count.relationMiss, attribute.String(attrSource, "relation"), attribute.String(attrResult, "miss"))
 }
 
 // resolver settles the assignments of one batch: every object of the batch and all its
@@ -554,8 +553,8 @@ func (r *resolver) runLookups() {
 			result = "hit"
 			n.root = true
 		}
-		r.p.tel.OwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
-			attribute.String(metadata.AttrSource, "apiserver"), attribute.String(metadata.AttrResult, result)))
+		r.p.tel.K8sObjectLinkOwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+			attribute.String(attrSource, "apiserver"), attribute.String(attrResult, result)))
 	}
 	r.lookups = r.lookups[:0]
 }

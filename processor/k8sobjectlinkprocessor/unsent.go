@@ -10,8 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
-
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // unsentKey is the storage key holding the spans the next consumer still refused at shutdown.
@@ -60,7 +58,7 @@ func (p *objectLinkProcessor) openStorage(ctx context.Context, host component.Ho
 	objects.ResourceSpans().MoveAndAppendTo(p.owed.ResourceSpans())
 	activity.ResourceSpans().MoveAndAppendTo(p.unsent.ResourceSpans())
 	p.heldMu.Unlock()
-	p.tel.HeldSpans.Add(ctx, int64(n))
+	p.tel.K8sObjectLinkHeldSpans.Add(ctx, int64(n))
 	p.logger.Info("Spans left unsent by the previous run are sent first", zap.Int("spans", n))
 	return nil
 }
@@ -82,7 +80,7 @@ func (p *objectLinkProcessor) sendUnsent(ctx context.Context) error {
 		p.keepUnsent(keep)
 		return err
 	}
-	p.tel.HeldSpans.Add(ctx, -int64(n))
+	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(n))
 	if p.storage != nil {
 		// A crash before this delete sends them twice: a duplicate rather than a loss.
 		if err := p.storage.Delete(ctx, unsentKey); err != nil {
@@ -110,10 +108,10 @@ func (p *objectLinkProcessor) saveUnsent(ctx context.Context) error {
 	p.owed.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	p.heldMu.Unlock()
 	n := td.SpanCount()
-	p.tel.HeldSpans.Add(ctx, -int64(unsentCount))
+	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(unsentCount))
 	if p.storage == nil {
 		if n > 0 {
-			p.tel.SpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "shutdown_refused")))
 			p.logger.Error("Next consumer refused spans at shutdown and no storage is configured; they are lost",
 				zap.Int("spans", n), zap.Int("object_spans", owedCount))
 		}
@@ -133,7 +131,7 @@ func (p *objectLinkProcessor) saveUnsent(ctx context.Context) error {
 		if err == nil {
 			p.logger.Info("Next consumer refused spans at shutdown; kept in storage for the next start", zap.Int("spans", n))
 		} else {
-			p.tel.SpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(metadata.AttrReason, "shutdown_refused")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "shutdown_refused")))
 			p.logger.Error("Could not keep the spans refused at shutdown in storage; they are lost", zap.Int("spans", n), zap.Error(err))
 		}
 	}

@@ -66,7 +66,7 @@ func (p *objectLinkProcessor) checkWindow(ctx context.Context, obj model.Object,
 	// windowMismatchLogEvery; in between, the last finding decides whether to count.
 	if _, ok := p.windowLogs.allow("window", p.clock.Now()); !ok {
 		if p.lastSenderWindow.Load() != 0 {
-			p.tel.WindowMismatches.Add(ctx, 1)
+			p.tel.K8sObjectLinkWindowMismatches.Add(ctx, 1)
 		}
 		return
 	}
@@ -78,7 +78,7 @@ func (p *objectLinkProcessor) checkWindow(ctx context.Context, obj model.Object,
 			zap.String("object", string(obj.Key())))
 		return
 	}
-	p.tel.WindowMismatches.Add(ctx, 1)
+	p.tel.K8sObjectLinkWindowMismatches.Add(ctx, 1)
 	p.logger.Warn("Receivers derive span IDs with another window than k8s_object_link's: set the receivers' window equal to the processor's",
 		zap.Duration("processor_window", p.cfg.Window), zap.Duration("receiver_window", sender),
 		zap.String("cluster", obj.Cluster), zap.String("object", string(obj.Key())))

@@ -1,9 +1,0 @@
-package k8sobjectlinkprocessor
-
-import (
-	"testing"
-
-	"go.uber.org/goleak"
-)
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
