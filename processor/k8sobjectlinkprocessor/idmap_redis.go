@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/retry"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -393,9 +394,9 @@ func (s *redisStore) probeLoop() {
 			return
 		case <-s.probeAwake:
 		}
-		backoff := minBackoff
+		backoff := retry.Exponential(minBackoff, s.maxBackoff)
 		for {
-			t := time.NewTimer(backoff)
+			t := time.NewTimer(backoff.Step())
 			select {
 			case <-s.stopProbe:
 				t.Stop()
@@ -405,7 +406,6 @@ func (s *redisStore) probeLoop() {
 			if s.tryRecover() {
 				break
 			}
-			backoff = min(2*backoff, s.maxBackoff)
 		}
 	}
 }

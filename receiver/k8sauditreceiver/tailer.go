@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/retry"
 )
 
 const (
@@ -484,7 +486,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 // the checkpoint to end once they are accepted. A permanent refusal also advances it: the
 // same events would be refused forever.
 func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool {
-	delay := minRetryDelay
+	retries := retry.Exponential(minRetryDelay, maxRetryDelay)
 	for len(events) > 0 {
 		_, err := t.r.consume(ctx, t.r.obsFile, t.r.cfg.Cluster, events)
 		if err == nil {
@@ -494,11 +496,11 @@ func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool
 			t.logger.Warn("The pipeline refused audit events permanently, skipping them", zap.Int("events", len(events)), zap.Error(err))
 			break
 		}
+		delay := retries.Step()
 		t.logger.Debug("The pipeline refused audit events, retrying", zap.Duration("delay", delay), zap.Error(err))
 		if !t.sleep(ctx, delay) {
 			return false
 		}
-		delay = min(2*delay, maxRetryDelay)
 	}
 	t.offset = end
 	t.updateHead()

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/retry"
 )
 
 // Config is the k8s_event_spans receiver's configuration.
@@ -67,6 +69,11 @@ type Config struct {
 type BackoffConfig struct {
 	InitialInterval time.Duration `mapstructure:"initial_interval"`
 	MaxInterval     time.Duration `mapstructure:"max_interval"`
+}
+
+// exponential is a fresh run of the components' retry policy with these delays.
+func (b BackoffConfig) exponential() wait.Backoff {
+	return retry.Exponential(b.InitialInterval, b.MaxInterval)
 }
 
 // LeaderElectionConfig is the Lease the replicas compete for, with client-go's timing knobs.

@@ -93,7 +93,7 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 	// receiver stopped still get their checkpoint, or the next start would emit them again.
 	// Only the wait between retries gives way to shutdown.
 	opCtx := context.WithoutCancel(ctx)
-	delay := p.backoff.InitialInterval
+	retries := p.backoff.exponential()
 	for {
 		b := model.NewTracesBuilder(metadata.ScopeName, p.version)
 		for _, item := range batch {
@@ -117,13 +117,13 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 			break
 		}
 		p.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorConsumer))
+		delay := retries.Step()
 		p.logger.Warn("Next consumer refused event spans; retrying", zap.Int("spans", n), zap.Duration("backoff", delay), zap.Error(err))
 		select {
 		case <-p.clock.After(delay):
 		case <-ctx.Done():
 			return false
 		}
-		delay = min(2*delay, p.backoff.MaxInterval)
 	}
 	if p.ckpt == nil {
 		return true

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -181,7 +180,7 @@ type watchRunner struct {
 // run picks the Events API and list-watches every configured namespace until ctx ends.
 func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
 	var src apiSource
-	delay := w.cfg.Backoff.InitialInterval
+	retries := w.cfg.Backoff.exponential()
 	for {
 		var err error
 		if src, err = chooseSource(client, w.cfg); err == nil {
@@ -189,11 +188,10 @@ func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
 		}
 		w.failed(ctx, err, "", "events.k8s.io")
 		select {
-		case <-w.clock.After(delay):
+		case <-w.clock.After(retries.Step()):
 		case <-ctx.Done():
 			return
 		}
-		delay = min(2*delay, w.cfg.Backoff.MaxInterval)
 	}
 	w.logger.Info("Watching Kubernetes Events", zap.String("api", src.groupResource), zap.Strings("namespaces", w.cfg.Namespaces))
 	scopes := w.cfg.Namespaces
@@ -211,13 +209,16 @@ func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
 // exponential backoff on errors and at once when the watch closes or stalls.
 func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) {
 	store := &scopeStore{ctx: ctx, namespace: ns, tracker: w.tracker, pipeline: w.pipeline, onSynced: w.synced}
-	backoff := wait.Backoff{Duration: w.cfg.Backoff.InitialInterval, Cap: w.cfg.Backoff.MaxInterval, Factor: 2, Jitter: 0.1, Steps: 1 << 30}
+	// The reflector's own retries within one ListAndWatch follow the same policy, with the
+	// jitter client-go gives its reflectors.
+	reflectorBackoff := w.cfg.Backoff.exponential()
+	reflectorBackoff.Jitter = 0.1
 	refl := cache.NewReflectorWithOptions(src.listWatch(ns), src.expected, store, cache.ReflectorOptions{
 		Name:    "k8s_event_spans/" + scopeName(ns),
 		Clock:   w.clock,
-		Backoff: &backoff,
+		Backoff: &reflectorBackoff,
 	})
-	delay := w.cfg.Backoff.InitialInterval
+	retries := w.cfg.Backoff.exponential()
 	for {
 		runCtx, cancel := context.WithCancel(ctx)
 		var stalled atomic.Bool
@@ -248,20 +249,19 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 			// server. Relisting at once is what the reflector would do; the tracker dedups.
 			w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartWatchClosed))
 			w.logger.Debug("Events watch closed; relisting", zap.String("namespace", scopeName(ns)))
-			delay = w.cfg.Backoff.InitialInterval
+			retries = w.cfg.Backoff.exponential()
 			continue
 		}
 		w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartError))
 		if w.clock.Since(start) > w.cfg.Backoff.MaxInterval {
-			delay = w.cfg.Backoff.InitialInterval
+			retries = w.cfg.Backoff.exponential()
 		}
 		w.failed(ctx, err, ns, src.rbacGroup)
 		select {
-		case <-w.clock.After(delay):
+		case <-w.clock.After(retries.Step()):
 		case <-ctx.Done():
 			return
 		}
-		delay = min(2*delay, w.cfg.Backoff.MaxInterval)
 	}
 }
 
