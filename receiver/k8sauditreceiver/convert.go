@@ -163,6 +163,10 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 		st.filter(reasonVerb)
 		return false
 	}
+	if dryRun(ev.RequestURI) {
+		st.filter(reasonDryRun)
+		return false
+	}
 	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
 		st.filter(reasonExcludedResource)
 		return false
@@ -621,4 +625,19 @@ func (c *converter) linkTraceContext(span ptrace.Span, value, auditID string, st
 	l.SetSpanID(tc.SpanID)
 	l.SetFlags(uint32(tc.Flags)) // the W3C trace flags occupy OTLP's low byte
 	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
+}
+
+// dryRun reports whether a request URI asks for a dry run (?dryRun=All, as kubectl
+// --dry-run=server sends): the apiserver audits it like a write, but nothing was written, so it
+// is no part of the object's story.
+func dryRun(requestURI string) bool {
+	_, query, ok := strings.Cut(requestURI, "?")
+	for ok {
+		var param string
+		param, query, ok = strings.Cut(query, "&")
+		if v, isDryRun := strings.CutPrefix(param, "dryRun="); isDryRun && v != "" {
+			return true
+		}
+	}
+	return false
 }

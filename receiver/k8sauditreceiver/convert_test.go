@@ -44,6 +44,8 @@ func withRequest(body string) eventOpt {
 	return func(ev *auditEvent) { ev.RequestObject = json.RawMessage(body) }
 }
 
+func withURI(uri string) eventOpt { return func(ev *auditEvent) { ev.RequestURI = uri } }
+
 func withStatus(st status) eventOpt { return func(ev *auditEvent) { ev.ResponseStatus = &st } }
 
 func at(d time.Duration) eventOpt {
@@ -155,6 +157,10 @@ func TestFiltering(t *testing.T) {
 		{"user agents are excluded by prefix", func(c *Config) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), reasonExcludedUserAgent},
 		{"an event without audit ID is dropped as invalid", nil, event("", "create", "alice", pod, 201), reasonInvalidEvent},
 		{"an unknown verb is not a span", nil, event("a", "proxy", "alice", pod, 200), reasonVerb},
+		{"a server-side dry run is not a span", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/default/pods?dryRun=All")), reasonDryRun},
+		{"a dry run among other parameters is not a span", nil, event("a", "patch", "alice", pod, 200, withURI("/api/v1/namespaces/default/pods/p?fieldManager=kubectl-client-side-apply&dryRun=All&timeout=10s")), reasonDryRun},
+		{"an empty dryRun parameter is a real write", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/default/pods?dryRun=")), ""},
+		{"dryRun in a path or another parameter's value is a real write", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/dryRun=x/pods?fieldManager=dryRun=All")), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,8 @@ const (
 	reasonNonResource       = "non_resource"
 	reasonExcludedResource  = "excluded_resource"
 	reasonExcludedUserAgent = "excluded_user_agent"
+	// reasonDryRun: a write made with ?dryRun=All (kubectl --dry-run=server) changed nothing.
+	reasonDryRun = "dry_run"
 
 	// otelcol_k8s_audit_dropped_events
 	reasonInvalidEvent      = "invalid_event"

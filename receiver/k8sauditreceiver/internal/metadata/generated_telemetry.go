@@ -98,7 +98,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sAuditFilteredEvents, err = builder.meter.Int64Counter(
 		"otelcol_k8s_audit_filtered_events",
-		metric.WithDescription("Audit events not turned into spans by configuration or by design (stage, verb, exclusions), by reason. [Alpha]"),
+		metric.WithDescription("Audit events not turned into spans by configuration or by design (stage, verb, exclusions, dry runs), by reason. [Alpha]"),
 		metric.WithUnit("{events}"),
 	)
 	errs = errors.Join(errs, err)

@@ -104,7 +104,7 @@ func AssertEqualK8sAuditFileLines(t *testing.T, tt *componenttest.Telemetry, dps
 func AssertEqualK8sAuditFilteredEvents(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_audit_filtered_events",
-		Description: "Audit events not turned into spans by configuration or by design (stage, verb, exclusions), by reason. [Alpha]",
+		Description: "Audit events not turned into spans by configuration or by design (stage, verb, exclusions, dry runs), by reason. [Alpha]",
 		Unit:        "{events}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
