@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // TestChartAcceptedByTheAPIServer renders the Helm chart (distribution/helm/kubetrail) in both
@@ -19,6 +22,18 @@ func TestChartAcceptedByTheAPIServer(t *testing.T) {
 	env := Testbed(t)
 	helm := helmBinary(t)
 	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
+	start := time.Now()
+	defer func() {
+		// The apiserver audits a server-side dry run like a write; k8s_audit leaves it out
+		// (filtered_events{reason=dry_run}): none of these objects was ever written.
+		var dry []string
+		for _, s := range env.SpansIn(t, Window{Start: start, End: time.Now()}) {
+			if strings.HasPrefix(s.Attr(model.AttrObjectName), "chart-") {
+				dry = append(dry, s.Name+" "+s.Attr(model.AttrObjectName))
+			}
+		}
+		Check(t, "the dry-run applies left no spans", len(dry) == 0, "%d spans of dry-run objects: %v", len(dry), dry)
+	}()
 	for _, tc := range []struct {
 		name string
 		sets []string
@@ -69,6 +84,18 @@ func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
 	env := Testbed(t)
 	helm := helmBinary(t)
 	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
+	start := time.Now()
+	defer func() {
+		// The apiserver audits a server-side dry run like a write; k8s_audit leaves it out
+		// (filtered_events{reason=dry_run}): none of these objects was ever written.
+		var dry []string
+		for _, s := range env.SpansIn(t, Window{Start: start, End: time.Now()}) {
+			if strings.HasPrefix(s.Attr(model.AttrObjectName), "chart-") {
+				dry = append(dry, s.Name+" "+s.Attr(model.AttrObjectName))
+			}
+		}
+		Check(t, "the dry-run applies left no spans", len(dry) == 0, "%d spans of dry-run objects: %v", len(dry), dry)
+	}()
 	for _, tc := range []struct {
 		name       string
 		sets       []string
