@@ -192,89 +192,149 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 	return true
 }
 
+// convertEvent appends the span of one event, unless keep refuses it. Each step reads and
+// fills the eventSpan: the object the event concerns, the bodies that describe it, the span and
+// its attributes, then what the bodies and the object cache add (error, patch, diff, snapshot).
 func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *auditEvent, st *batchStats) {
 	if !c.keep(ev, st) {
 		return
 	}
-	ref := ev.ObjectRef
-	code := 0
-	if ev.ResponseStatus != nil {
-		code = ev.ResponseStatus.Code
-	}
-	failed := code >= 400 || ev.Stage == stagePanic
-	redact := c.redact.match(ref.APIGroup, ref.Resource, "") || carriesCredentials(ref.APIGroup, ref.Resource)
+	var e eventSpan // on the stack, bodies included: no allocation per event
+	c.begin(&e, cluster, ev)
+	c.readBodies(&e)
+	c.completeIdentity(&e)
+	c.startSpan(&e, b, cluster)
+	c.putAttributes(&e, st)
+	c.putBodyParts(&e)
+}
 
-	obj := model.Object{
+// eventSpan is one kept event on its way to a span: the object it concerns, the bodies that
+// describe that object and the span being built. convertEvent's steps fill it in order.
+type eventSpan struct {
+	ev     *auditEvent
+	ref    *objectReference
+	obj    model.Object
+	code   int  // the response's HTTP status, 0 when the event has none
+	failed bool // an error status, or the apiserver panicked
+	redact bool // the resource's values are redacted (redact_resources, credentials)
+
+	// The bodies that describe the object, parsed on first use; one without raw bytes is
+	// absent (see resp, req and scale).
+	respBody  lazyBody // the response, when it is the object itself
+	reqBody   lazyBody // the request of a create or update whose response is not the object
+	scaleBody lazyBody // the Scale a scale subresource answered with
+	// respMeta is the scanned response (the object or its Scale), reqMeta the request's.
+	respMeta, reqMeta objectMeta
+	// traceContext and nodeName come from the body that describes the object.
+	traceContext, nodeName string
+
+	span    ptrace.Span
+	endTS   pcommon.Timestamp
+	clamped bool // the stage timestamp was impossible: the span ends when it began
+	// baseRV is the resourceVersion the request was based on.
+	baseRV string
+}
+
+// resp, req and scale return the body, or nil when the event has none.
+func (e *eventSpan) resp() *lazyBody  { return presentBody(&e.respBody) }
+func (e *eventSpan) req() *lazyBody   { return presentBody(&e.reqBody) }
+func (e *eventSpan) scale() *lazyBody { return presentBody(&e.scaleBody) }
+
+func presentBody(b *lazyBody) *lazyBody {
+	if b.raw == nil {
+		return nil
+	}
+	return b
+}
+
+// newRV is the resourceVersion the write left the object at, from the response (the object
+// or its Scale); empty when the response is neither.
+func (e *eventSpan) newRV() string { return e.respMeta.ResourceVersion }
+
+// begin takes the event's status and the identity its objectRef gives.
+func (c *converter) begin(e *eventSpan, cluster string, ev *auditEvent) {
+	ref := ev.ObjectRef
+	e.ev, e.ref = ev, ref
+	if ev.ResponseStatus != nil {
+		e.code = ev.ResponseStatus.Code
+	}
+	e.failed = e.code >= 400 || ev.Stage == stagePanic
+	e.redact = c.redact.match(ref.APIGroup, ref.Resource, "") || carriesCredentials(ref.APIGroup, ref.Resource)
+
+	e.obj = model.Object{
 		Cluster: cluster, Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource,
 		Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID,
 	}
-	if obj.Namespace != "" {
+	if e.obj.Namespace != "" {
 		// The apiserver reads /api/v1/namespaces/{name} as a namespace path, so every request
 		// on a Namespace but its create names the Namespace as its own namespace. A namespace
 		// on a cluster-scoped object would give it a second name key.
-		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok && !info.Namespaced {
-			obj.Namespace = ""
+		if info, ok := c.mapper.ByResource(e.obj.Group, e.obj.Resource); ok && !info.Namespaced {
+			e.obj.Namespace = ""
 		}
 	}
+}
 
-	// The response body, when audited and when it is the object itself (not a Status, a
-	// Scale or a Binding), completes the identity: generated names, UIDs of creates, kind
-	// and controlling owner. Bodies are parsed into trees only when one is diffed, cached
-	// or shown (lazyBody); the identity comes from a scan.
+// readBodies finds the bodies that describe the object. The response body, when audited and
+// when it is the object itself (not a Status, a Scale or a Binding), completes the identity:
+// generated names, UIDs of creates, kind and controlling owner. Bodies are parsed into trees
+// only when one is diffed, cached or shown (lazyBody); the identity comes from a scan.
+func (c *converter) readBodies(e *eventSpan) {
+	ev, ref := e.ev, e.ref
 	var masks *tagger // redaction of parsed bodies, for redacted resources only
-	if redact {
+	if e.redact {
 		masks = &c.tags
 	}
-	var bodies [3]lazyBody // resp, req, scale: on the stack, no allocation per event
-	var resp, req, scale *lazyBody
-	var respMeta, reqMeta objectMeta
 	if hasBody(ev.ResponseObject) {
 		if m, ok := scanMeta(ev.ResponseObject, c.traceAnnotation); ok {
 			switch {
 			case c.describes(ref, m):
-				bodies[0] = lazyBody{raw: ev.ResponseObject, masks: masks}
-				resp, respMeta = &bodies[0], m
+				e.respBody, e.respMeta = lazyBody{raw: ev.ResponseObject, masks: masks}, m
 			case ref.Subresource == "scale" && m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name):
 				// A Scale mirrors its parent's name, UID and resourceVersion, and its
 				// spec.replicas is the parent's: enough to complete the identity and to diff
 				// the one field.
-				bodies[2] = lazyBody{raw: ev.ResponseObject}
-				scale, respMeta = &bodies[2], m
-				if obj.UID == "" {
-					obj.UID = m.UID
+				e.scaleBody, e.respMeta = lazyBody{raw: ev.ResponseObject}, m
+				if e.obj.UID == "" {
+					e.obj.UID = m.UID
 				}
 			}
 		}
 	}
-	if resp != nil {
-		fillObject(&obj, respMeta)
+	if e.resp() != nil {
+		fillObject(&e.obj, e.respMeta)
 	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
 		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && c.describes(ref, m) {
-			bodies[1] = lazyBody{raw: ev.RequestObject, masks: masks}
-			req = &bodies[1]
+			e.reqBody = lazyBody{raw: ev.RequestObject, masks: masks}
 			m.ResourceVersion = ""
-			fillObject(&obj, m)
-			reqMeta = m
+			fillObject(&e.obj, m)
+			e.reqMeta = m
 		}
 	}
 	// The trace context and the node come from the body that describes the object: the
 	// response (the object as stored) when audited, else the request.
-	traceContext, nodeName := respMeta.TraceContext, respMeta.NodeName
-	if resp == nil {
-		traceContext, nodeName = reqMeta.TraceContext, reqMeta.NodeName
+	e.traceContext, e.nodeName = e.respMeta.TraceContext, e.respMeta.NodeName
+	if e.resp() == nil {
+		e.traceContext, e.nodeName = e.reqMeta.TraceContext, e.reqMeta.NodeName
 	}
-	if ref.Resource == "pods" && ref.APIGroup == "" && ref.Subresource == "binding" && ev.Verb == "create" && !failed && hasBody(ev.RequestObject) {
+	if ref.Resource == "pods" && ref.APIGroup == "" && ref.Subresource == "binding" && ev.Verb == "create" && !e.failed && hasBody(ev.RequestObject) {
 		// The scheduler's binding names the node in its target.
 		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && m.Kind == "Binding" {
-			nodeName = m.Target
+			e.nodeName = m.Target
 		}
 	}
+}
+
+// completeIdentity fills in what neither objectRef nor a body said: whether the object is a
+// root, its UID from the cache, its kind and version from the mapper.
+func (c *converter) completeIdentity(e *eventSpan) {
+	obj := &e.obj
 	// A body of the object itself without a controlling owner reference is a definitive
 	// answer: the object is a root.
-	obj.NoOwner = (resp != nil || req != nil) && obj.Owner.IsZero()
-	if obj.UID == "" && obj.Name != "" && c.cache != nil && !(ev.Verb == "create" && ref.Subresource == "") {
+	obj.NoOwner = (e.resp() != nil || e.req() != nil) && obj.Owner.IsZero()
+	if obj.UID == "" && obj.Name != "" && c.cache != nil && !(e.ev.Verb == "create" && e.ref.Subresource == "") {
 		// Deletions answered with a Status and patches without a body name the object but
 		// not its UID; the cache knows which object last held the name (a create always
 		// starts its entry afresh), so the span joins the UID-keyed trace. A create is a new
@@ -294,37 +354,45 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	if obj.Kind == "" {
 		obj.Kind = obj.Resource
 	}
+}
 
+// startSpan appends the span in the object's trace and window, with its name and times.
+func (c *converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster string) {
+	ev := e.ev
 	// A stage timestamp before the request's, or past what the request's own bound allows,
 	// cannot be the end of this request: the span ends when it began and says so.
 	start := ev.RequestReceivedTimestamp
 	end := ev.StageTimestamp
-	clamped := false
 	if end.Before(start) || end.After(c.now().Add(maxClockSkew)) {
-		end, clamped = start, !ev.StageTimestamp.IsZero()
+		end, e.clamped = start, !ev.StageTimestamp.IsZero()
 	}
 	window := model.WindowStart(start, c.window)
-	key := obj.Key()
+	key := e.obj.Key()
 
-	span := b.AppendSpan(cluster, obj.Kind)
+	span := b.AppendSpan(cluster, e.obj.Kind)
 	span.SetTraceID(model.ObjectTraceID(key, window))
 	span.SetParentSpanID(model.ObjectSpanID(key, window))
 	span.SetSpanID(model.AuditSpanID(ev.AuditID))
-	span.SetName(spanName(ev, code, failed))
+	span.SetName(spanName(ev, e.code, e.failed))
 	span.SetKind(ptrace.SpanKindServer)
 	span.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
 	span.SetEndTimestamp(pcommon.NewTimestampFromTime(end))
-	endTS := span.EndTimestamp()
+	e.span, e.endTS = span, span.EndTimestamp()
+}
 
-	attrs := span.Attributes()
+// putAttributes sets the span's attributes: the object, the request and its outcome, and the
+// link to the trace context the object carries.
+func (c *converter) putAttributes(e *eventSpan, st *batchStats) {
+	ev, ref := e.ev, e.ref
+	attrs := e.span.Attributes()
 	attrs.EnsureCapacity(24)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeAudit)
-	obj.PutAttributes(attrs)
+	e.obj.PutAttributes(attrs)
 	attrs.PutStr(model.AttrAuditID, ev.AuditID)
 	attrs.PutStr(model.AttrAuditVerb, ev.Verb)
 	attrs.PutStr(model.AttrAuditLevel, ev.Level)
 	attrs.PutStr(model.AttrAuditStage, ev.Stage)
-	if clamped {
+	if e.clamped {
 		attrs.PutBool(attrClamped, true)
 	}
 	putNonEmpty(attrs, model.AttrAuditSubresource, ref.Subresource)
@@ -341,52 +409,57 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	}
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
 	putAnnotations(attrs, ev.Annotations)
-	putNonEmpty(attrs, model.AttrNodeName, nodeName)
-	if traceContext != "" {
-		c.linkTraceContext(span, traceContext, ev.AuditID, st)
+	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
+	if e.traceContext != "" {
+		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)
 	}
 	if len(ev.SourceIPs) > 0 {
 		attrs.PutStr(model.AttrClientAddress, ev.SourceIPs[0])
 	}
-	if code != 0 {
-		attrs.PutInt(model.AttrHTTPStatusCode, int64(code))
+	if e.code != 0 {
+		attrs.PutInt(model.AttrHTTPStatusCode, int64(e.code))
 	}
 	if p, _, _ := strings.Cut(ev.RequestURI, "?"); p != "" {
 		attrs.PutStr(model.AttrURLPath, p)
 	}
-	baseRV := ref.ResourceVersion
-	if baseRV == "" && ev.Verb == "patch" && hasBody(ev.RequestObject) {
-		baseRV = patchPrecondition(ev.RequestObject)
+	e.baseRV = ref.ResourceVersion
+	if e.baseRV == "" && ev.Verb == "patch" && hasBody(ev.RequestObject) {
+		e.baseRV = patchPrecondition(ev.RequestObject)
 	}
-	putNonEmpty(attrs, model.AttrObjectResourceVersion, baseRV)
-	if !failed && (resp != nil || scale != nil) {
-		putNonEmpty(attrs, model.AttrObjectNewRV, respMeta.ResourceVersion)
+	putNonEmpty(attrs, model.AttrObjectResourceVersion, e.baseRV)
+	if !e.failed && (e.resp() != nil || e.scale() != nil) {
+		putNonEmpty(attrs, model.AttrObjectNewRV, e.newRV())
 	}
+}
 
-	if failed {
-		setError(span, ev, code, endTS)
+// putBodyParts adds what the bodies and the object cache tell: the error, the patch, the diff
+// or the 409 link (remember), and the snapshot of a created or deleted object.
+func (c *converter) putBodyParts(e *eventSpan) {
+	ev, span, ts := e.ev, e.span, e.endTS
+	if e.failed {
+		setError(span, ev, e.code, ts)
 	}
 	if ev.Verb == "patch" && hasBody(ev.RequestObject) {
-		putPatch(span, ev.RequestObject, redact, endTS)
+		putPatch(span, ev.RequestObject, e.redact, ts)
 	}
 
 	var cached string
-	if c.cache != nil && obj.Name != "" {
-		cached = c.remember(span, ev, ref, obj, baseRV, failed, code, resp, scale, respMeta.ResourceVersion, redact, endTS)
+	if c.cache != nil && e.obj.Name != "" {
+		cached = c.remember(e)
 	}
 
-	if !failed && ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
-		switch {
+	if !e.failed && e.ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
+		switch resp, req := e.resp(), e.req(); {
 		case resp != nil:
 			if t := resp.tree(); t != nil {
-				putSnapshot(span, marshalJSON(t), redact, endTS)
+				putSnapshot(span, marshalJSON(t), e.redact, ts)
 			}
 		case req != nil && ev.Verb == "create":
 			if t := req.tree(); t != nil {
-				putSnapshot(span, marshalJSON(t), redact, endTS)
+				putSnapshot(span, marshalJSON(t), e.redact, ts)
 			}
 		case cached != "" && ev.Verb == "delete":
-			putSnapshot(span, cached, redact, endTS)
+			putSnapshot(span, cached, e.redact, ts)
 		}
 	}
 }
@@ -418,39 +491,26 @@ func (b *lazyBody) tree() tree {
 // remember updates the object cache with this event and adds what the cache knows to the
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
-func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectReference, obj model.Object, baseRV string,
-	failed bool, code int, resp, scale *lazyBody, newRV string, redact bool, ts pcommon.Timestamp,
-) (deletedBody string) {
-	key := obj.NameKey()
+func (c *converter) remember(s *eventSpan) (deletedBody string) {
+	ev, key := s.ev, s.obj.NameKey()
 	c.cache.mu.Lock()
 	defer c.cache.mu.Unlock()
 
-	if failed {
-		if code == http.StatusConflict && baseRV != "" && ev.Verb != "create" &&
-			(ev.ResponseStatus == nil || ev.ResponseStatus.Reason != "AlreadyExists") {
-			if e := c.cache.get(key); e != nil && (obj.UID == "" || e.uid == "" || e.uid == obj.UID) {
-				if w, ok := e.conflictWinner(baseRV); ok {
-					link := span.Links().AppendEmpty()
-					link.SetTraceID(w.traceID)
-					link.SetSpanID(w.spanID)
-					la := link.Attributes()
-					la.PutStr(model.AttrLinkType, model.LinkTypeConflict)
-					la.PutStr(model.AttrAuditID, w.auditID)
-					putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
-				}
-			}
-		}
+	if s.failed {
+		c.linkConflict(s, key)
 		return ""
 	}
+	resp, scale, newRV := s.resp(), s.scale(), s.newRV()
+	span, obj := s.span, &s.obj
+	w := write{auditID: ev.AuditID, baseRV: s.baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()}
 
-	var e *cacheEntry
-	if ev.Verb == "create" && ref.Subresource == "" {
+	if ev.Verb == "create" && s.ref.Subresource == "" {
 		// A create is a new object even when the name was used before.
 		if old := c.cache.get(key); old != nil {
 			c.cache.remove(old)
 		}
 	}
-	if ev.Verb == "delete" && ref.Subresource == "" && (resp == nil || !stillExists(resp.tree())) {
+	if ev.Verb == "delete" && s.ref.Subresource == "" && (resp == nil || !stillExists(resp.tree())) {
 		// The object is gone: drop its body (the snapshot gets it when the response had none)
 		// but keep its UID and writes as a tombstone, so late requests on the name (a kubelet
 		// retrying the delete, a 404) still join its trace; a create starts the name afresh.
@@ -460,12 +520,12 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 			}
 			old.dropBody()
 			old.rv, old.lastDiff = "", nil
-			old.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
+			old.record(w)
 		}
 		return deletedBody
 	}
-	e = c.cache.entry(key, obj.UID)
-	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(ev.AuditID) {
+	e := c.cache.entry(key, obj.UID)
+	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(w.auditID) {
 		// The apiserver answers a write that changes nothing with the object as it was, same
 		// resourceVersion. A redelivery has the same auditID; a new auditID is a no-op: it gets
 		// no diff (the last one belongs to the write before) and, having moved no
@@ -473,7 +533,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 		span.Attributes().PutBool(attrAuditNoop, true)
 		return ""
 	}
-	e.record(write{auditID: ev.AuditID, baseRV: baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()})
+	e.record(w)
 	var body tree
 	switch {
 	case scale != nil:
@@ -494,7 +554,7 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	case newRV != "" && newRV == e.rv:
 		// The same write delivered again: show the diff it had, never an empty one.
 		if e.lastDiff != nil && isChange {
-			putDiff(span, *e.lastDiff, redact, ts)
+			putDiff(span, *e.lastDiff, s.redact, s.endTS)
 		}
 		return ""
 	case rvOlder(newRV, e.rv):
@@ -515,9 +575,34 @@ func (c *converter) remember(span ptrace.Span, ev *auditEvent, ref *objectRefere
 	c.cache.setBody(e, body)
 	e.rv = newRV
 	if d != nil && isChange {
-		putDiff(span, *d, redact, ts)
+		putDiff(span, *d, s.redact, s.endTS)
 	}
 	return ""
+}
+
+// linkConflict links a write refused with 409 Conflict for a stale resourceVersion to the
+// write that won the race, when the cache holds it. Callers hold the cache's lock.
+func (c *converter) linkConflict(s *eventSpan, key string) {
+	ev := s.ev
+	if s.code != http.StatusConflict || s.baseRV == "" || ev.Verb == "create" ||
+		(ev.ResponseStatus != nil && ev.ResponseStatus.Reason == "AlreadyExists") {
+		return
+	}
+	e := c.cache.get(key)
+	if e == nil || (s.obj.UID != "" && e.uid != "" && e.uid != s.obj.UID) {
+		return
+	}
+	w, ok := e.conflictWinner(s.baseRV)
+	if !ok {
+		return
+	}
+	link := s.span.Links().AppendEmpty()
+	link.SetTraceID(w.traceID)
+	link.SetSpanID(w.spanID)
+	la := link.Attributes()
+	la.PutStr(model.AttrLinkType, model.LinkTypeConflict)
+	la.PutStr(model.AttrAuditID, w.auditID)
+	putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
 }
 
 // describes reports whether a body is the audited object itself. Subresources answer with

@@ -101,7 +101,7 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 		}
 		files := newFileHealth(host)
 		for _, path := range r.cfg.Files {
-			t := newTailer(path, r, client)
+			t := newTailer(path, r.tailerDeps(), client)
 			t.health = func(err error) { files.report(path, err) }
 			r.wg.Add(1)
 			go func() {
@@ -119,6 +119,21 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 		}
 	}
 	return nil
+}
+
+// tailerDeps is what the file tailers take from the receiver: the file pipeline, its logger and
+// telemetry, and the file settings.
+func (r *auditReceiver) tailerDeps() tailerDeps {
+	return tailerDeps{
+		consume: func(ctx context.Context, events []auditEvent) error {
+			_, err := r.consume(ctx, r.obsFile, r.cfg.Cluster, events)
+			return err
+		},
+		logger:       r.set.Logger,
+		telemetry:    r.telemetry,
+		pollInterval: r.cfg.PollInterval,
+		startAtEnd:   r.cfg.StartAt == startAtEnd,
+	}
 }
 
 func (r *auditReceiver) storageClient(ctx context.Context, host component.Host) (storage.Client, error) {

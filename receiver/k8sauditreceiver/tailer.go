@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/retry"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 const (
@@ -51,12 +52,16 @@ type checkpoint struct {
 // restart from the checkpoint neither loses nor, beyond a batch in flight, repeats events.
 type tailer struct {
 	path    string
-	r       *auditReceiver
 	client  storage.Client // nil: no checkpoints
 	key     string
 	logger  *zap.Logger
-	sleep   func(ctx context.Context, d time.Duration) bool
-	started bool // whether the file has been opened once since start
+	consume func(ctx context.Context, events []auditEvent) error
+	// telemetry counts the lines read and the ones dropped.
+	telemetry    *metadata.TelemetryBuilder
+	pollInterval time.Duration
+	startAtEnd   bool
+	sleep        func(ctx context.Context, d time.Duration) bool
+	started      bool // whether the file has been opened once since start
 
 	f       *os.File
 	info    fs.FileInfo
@@ -86,15 +91,29 @@ func (t *tailer) warn(msg string, err error) {
 	t.health(fmt.Errorf("%s: %s: %w", t.path, msg, err))
 }
 
-func newTailer(path string, r *auditReceiver, client storage.Client) *tailer {
+// tailerDeps is what a tailer takes from its receiver: where the events go, how it logs and
+// counts, and the two settings it reads. A tailer keeps no pointer back to the receiver.
+type tailerDeps struct {
+	// consume hands events to the pipeline; an error that is not permanent keeps them for a retry.
+	consume      func(ctx context.Context, events []auditEvent) error
+	logger       *zap.Logger
+	telemetry    *metadata.TelemetryBuilder
+	pollInterval time.Duration // poll_interval
+	startAtEnd   bool          // start_at: end, for a file without a checkpoint
+}
+
+func newTailer(path string, d tailerDeps, client storage.Client) *tailer {
 	return &tailer{
-		path:   path,
-		r:      r,
-		client: client,
-		key:    "file:" + path,
-		logger: r.set.Logger.With(zap.String("file", path)),
-		sleep:  sleepCtx,
-		health: func(error) {},
+		path:         path,
+		client:       client,
+		key:          "file:" + path,
+		logger:       d.logger.With(zap.String("file", path)),
+		consume:      d.consume,
+		telemetry:    d.telemetry,
+		pollInterval: d.pollInterval,
+		startAtEnd:   d.startAtEnd,
+		sleep:        sleepCtx,
+		health:       func(error) {},
 	}
 }
 
@@ -111,7 +130,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (t *tailer) run(ctx context.Context) {
 	defer t.close()
-	tick := time.NewTicker(t.r.cfg.PollInterval)
+	tick := time.NewTicker(t.pollInterval)
 	defer tick.Stop()
 	for {
 		t.poll(ctx)
@@ -232,7 +251,7 @@ func (t *tailer) open(ctx context.Context) bool {
 				t.close()
 				return false
 			}
-		case t.r.cfg.StartAt == startAtEnd:
+		case t.startAtEnd:
 			t.offset = info.Size()
 			t.logger.Info("No checkpoint for the audit log, reading from its end", zap.Int64("offset", t.offset))
 		}
@@ -450,7 +469,7 @@ func (t *tailer) flushLines(ctx context.Context) bool {
 		}
 		if consumed == 0 {
 			if len(t.pending) > maxLineBytes {
-				addWithReason(ctx, t.r.telemetry.K8sAuditDroppedEvents, 1, reasonLineTooLong)
+				addWithReason(ctx, t.telemetry.K8sAuditDroppedEvents, 1, reasonLineTooLong)
 				t.logger.Warn("Dropping an audit log line longer than the limit", zap.Int("limit", maxLineBytes))
 				t.offset += int64(len(t.pending))
 				t.pending, t.skip = t.pending[:0], true
@@ -466,7 +485,7 @@ func (t *tailer) flushLines(ctx context.Context) bool {
 }
 
 func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
-	t.r.telemetry.K8sAuditFileLines.Add(context.Background(), int64(len(lines)))
+	t.telemetry.K8sAuditFileLines.Add(context.Background(), int64(len(lines)))
 	events := make([]auditEvent, 0, len(lines))
 	bad := 0
 	for _, line := range lines {
@@ -478,7 +497,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 		}
 		events = append(events, ev)
 	}
-	addWithReason(context.Background(), t.r.telemetry.K8sAuditDroppedEvents, bad, reasonMalformedLine)
+	addWithReason(context.Background(), t.telemetry.K8sAuditDroppedEvents, bad, reasonMalformedLine)
 	return events
 }
 
@@ -488,7 +507,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool {
 	retries := retry.Exponential(minRetryDelay, maxRetryDelay)
 	for len(events) > 0 {
-		_, err := t.r.consume(ctx, t.r.obsFile, t.r.cfg.Cluster, events)
+		err := t.consume(ctx, events)
 		if err == nil {
 			break
 		}

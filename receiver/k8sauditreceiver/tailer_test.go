@@ -73,7 +73,7 @@ func (e *tailEnv) tailer(withStorage bool) *tailer {
 	if withStorage {
 		client = e.store
 	}
-	tl := newTailer(e.path, e.rcv, client)
+	tl := newTailer(e.path, e.rcv.tailerDeps(), client)
 	tl.sleep = func(_ context.Context, d time.Duration) bool {
 		e.slept = append(e.slept, d)
 		if len(e.slept) == 3 {
@@ -336,7 +336,7 @@ func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tl := newTailer(path, r, nil)
+			tl := newTailer(path, r.tailerDeps(), nil)
 			defer tl.close()
 			tl.poll(context.Background())
 
