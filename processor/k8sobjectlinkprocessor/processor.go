@@ -351,7 +351,7 @@ type processResult struct {
 func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
 	hold func(pos int) (time.Time, bool), dedup bool,
 ) (res processResult) {
-	r := newResolver(ctx, p, now)
+	r := newResolver(ctx, p.resolverDeps(), now)
 	var items []item
 	var jb joinBatch
 	pos := 0
