@@ -238,9 +238,7 @@ func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 	p.tel.K8sObjectLinkSpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
-	res := p.process(ctx, td, now, func(int) (time.Time, bool) {
-		return now.Add(p.cfg.OwnerWait), p.cfg.OwnerWait <= 0
-	}, true)
+	res := p.process(ctx, td, now, freshHold(now, p.cfg.OwnerWait), true)
 	return p.send(ctx, td, res)
 }
 
@@ -353,7 +351,7 @@ type processResult struct {
 // drop or mark for holding each span, hold the marked ones, and emit the object spans this
 // replica wrote first.
 func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
-	hold func(pos int) (time.Time, bool), dedup bool,
+	hold holdPolicy, dedup bool,
 ) (res processResult) {
 	r := newResolver(ctx, p.resolverDeps(), now)
 	items, jb, spans := p.collectItems(ctx, r, td, hold, dedup)
@@ -386,7 +384,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 // first fresh span. spans is the number of spans walked (object spans included): the size of
 // the removal mask.
 func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td ptrace.Traces,
-	hold func(pos int) (time.Time, bool), dedup bool,
+	hold holdPolicy, dedup bool,
 ) (items []item, jb joinBatch, spans int) {
 	pos := 0
 	windowChecked := false
@@ -428,7 +426,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 					p.checkWindow(ctx, obj, s, w)
 				}
 				var force bool
-				it.deadline, force = hold(it.pos)
+				it.deadline, force = hold.span(it.pos)
 				it.uidFromName = obj.UID == ""
 				n := r.node(obj, w)
 				n.direct = true

@@ -406,7 +406,8 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		if n.obj.NoOwner {
-			// Its own body named no owner: a root for certain, with nothing to wait for.
+			// Its own body named no owner: a root for certain, with nothing to wait for (never
+			// held; see holdPolicy).
 			n.root = true
 			r.create(n)
 			return true
@@ -421,7 +422,7 @@ func (r *resolver) plan(n *node) bool {
 			r.lookups = append(r.lookups, n)
 			return true
 		}
-		if !n.force && r.deps.ownerWait > 0 {
+		if mayHold(n, r.deps.ownerWait) {
 			n.state = stHeld
 			return true
 		}
