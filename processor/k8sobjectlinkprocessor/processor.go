@@ -477,12 +477,12 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	dedupOps := r.writes[:nDedup:nDedup]
 	r.writes = r.writes[nDedup:]
 	for j := range dedupOps {
-		idx := dedupIdx[j]
+		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
 		r.queue(dedupOps[j], func(op *Op) {
 			if op.Found {
-				items[idx].dup = true
+				it.dup = true
 			} else {
-				items[idx].mark = op.Key
+				it.mark = op.Key
 			}
 		})
 	}
