@@ -10,6 +10,58 @@ import (
 	"go.uber.org/zap"
 )
 
+// holdPolicy is the owner_wait holding decision for the spans of one batch, in one place. An
+// activity span whose object's owner is still unknown (after the spans, relation records and
+// the apiserver were asked) may be held until its deadline, for the owner to turn up; a forced
+// span may not be held. Which spans are forced, and their deadlines:
+//   - a fresh span (freshHold) may wait owner_wait from its arrival; with owner_wait 0 it is
+//     forced;
+//   - a released span (releaseHold) keeps the deadline it was first held with, and is forced
+//     once that has passed, or at shutdown;
+//   - a span that overflowed max_held_spans (noHold) is forced.
+//
+// Per object (mayHold): an object is held only while owner_wait is on and no span of it, nor
+// of an object below it, is forced (linkOwner spreads force up the chain). An object whose own
+// body names no owner is a root for certain and is never held (resolver.plan settles it before
+// asking anyone).
+type holdPolicy struct {
+	now       time.Time
+	wait      time.Duration
+	deadlines []time.Time // by span ordinal, for spans held before; nil for fresh spans
+	force     bool        // no span may be held
+}
+
+// freshHold is the policy for spans just received: held at most wait from now.
+func freshHold(now time.Time, wait time.Duration) holdPolicy {
+	return holdPolicy{now: now, wait: wait, force: wait <= 0}
+}
+
+// releaseHold is the policy for held spans processed again: each keeps its deadline, and may
+// not be held past it; with all set (shutdown) none may be held.
+func releaseHold(now time.Time, deadlines []time.Time, all bool) holdPolicy {
+	return holdPolicy{now: now, deadlines: deadlines, force: all}
+}
+
+// noHold is the policy for spans that may not be held at all.
+func noHold() holdPolicy {
+	return holdPolicy{force: true}
+}
+
+// span returns until when the span at ordinal pos may be held, and whether it must not be.
+func (h holdPolicy) span(pos int) (deadline time.Time, force bool) {
+	if h.deadlines != nil {
+		d := h.deadlines[pos]
+		return d, h.force || !h.now.Before(d)
+	}
+	return h.now.Add(h.wait), h.force // noHold: the zero time, forced
+}
+
+// mayHold reports whether n, whose owner is still unknown, is held for owner_wait rather than
+// settled as a root now.
+func mayHold(n *node, ownerWait time.Duration) bool {
+	return !n.force && ownerWait > 0
+}
+
 // holdSpans moves the spans at the given items out of td into the held list. Past
 // max_held_spans a span is not held but released at once as a root would be, counted.
 func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, items []item, idx []int, fresh bool) (map[int]bool, []*node) {
@@ -60,7 +112,7 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 		// the processor growing without bound.
 		n := overflow.SpanCount()
 		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "hold_full")))
-		res := p.process(ctx, overflow, p.clock.Now(), func(int) (time.Time, bool) { return time.Time{}, true }, false)
+		res := p.process(ctx, overflow, p.clock.Now(), noHold(), false)
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		return held, res.objects
 	}
@@ -116,10 +168,7 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 			timedOut++
 		}
 	}
-	res := p.process(ctx, td, now, func(pos int) (time.Time, bool) {
-		d := deadlines[pos]
-		return d, all || !now.Before(d)
-	}, false)
+	res := p.process(ctx, td, now, releaseHold(now, deadlines, all), false)
 	reheld := res.held
 	reason := "timeout"
 	if all {

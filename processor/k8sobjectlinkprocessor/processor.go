@@ -238,9 +238,7 @@ func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 	p.tel.K8sObjectLinkSpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
-	res := p.process(ctx, td, now, func(int) (time.Time, bool) {
-		return now.Add(p.cfg.OwnerWait), p.cfg.OwnerWait <= 0
-	}, true)
+	res := p.process(ctx, td, now, freshHold(now, p.cfg.OwnerWait), true)
 	return p.send(ctx, td, res)
 }
 
@@ -348,16 +346,50 @@ type processResult struct {
 // under their object's span, duplicates and held spans are removed, object spans are appended.
 // hold says, per span ordinal, until when the span may be held and whether it must not be. It
 // returns the duplicate marks it set (to undo if the batch is refused).
+//
+// The steps: collect the batch's activity spans, settle their objects' assignments, rewrite,
+// drop or mark for holding each span, hold the marked ones, and emit the object spans this
+// replica wrote first.
 func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
-	hold func(pos int) (time.Time, bool), dedup bool,
+	hold holdPolicy, dedup bool,
 ) (res processResult) {
-	r := newResolver(ctx, p, now)
-	var items []item
-	var jb joinBatch
+	r := newResolver(ctx, p.resolverDeps(), now)
+	items, jb, spans := p.collectItems(ctx, r, td, hold, dedup)
+	if p.join != nil {
+		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
+		p.joinRequests(r, &jb)
+	}
+	if len(items) == 0 {
+		if len(r.ops) > 0 || len(r.writes) > 0 {
+			r.flush()
+		}
+		return res
+	}
+	p.resolveItems(r, items, &jb, now)
+	remove, toHold := p.rewriteActivitySpans(ctx, items, spans)
+	if p.join != nil {
+		p.joinAfter(ctx, items, remove, &jb, now)
+	}
+	res = p.holdItems(ctx, td, items, toHold, dedup)
+	if removed := countTrue(remove); removed > 0 {
+		removeSpans(td, remove)
+	}
+	p.emitObjectSpans(ctx, td, r, &res)
+	return res
+}
+
+// collectItems walks td once: it gives every activity span that names an object an item bound
+// to its object's node (with the hold deadline hold gives it), collects apiserver request spans
+// for the join, teaches r the batch's name → UID pairs and checks the senders' window on the
+// first fresh span. spans is the number of spans walked (object spans included): the size of
+// the removal mask.
+func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td ptrace.Traces,
+	hold holdPolicy, dedup bool,
+) (items []item, jb joinBatch, spans int) {
 	pos := 0
 	windowChecked := false
 	for _, rs := range td.ResourceSpans().All() {
-		res := rs.Resource().Attributes()
+		resAttrs := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, s := range ss.Spans().All() {
 				pos++
@@ -372,7 +404,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 						continue
 					}
 				}
-				obj, ok := model.ObjectFromAttributes(res, attrs)
+				obj, ok := model.ObjectFromAttributes(resAttrs, attrs)
 				if !ok {
 					continue
 				}
@@ -394,7 +426,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 					p.checkWindow(ctx, obj, s, w)
 				}
 				var force bool
-				it.deadline, force = hold(it.pos)
+				it.deadline, force = hold.span(it.pos)
 				it.uidFromName = obj.UID == ""
 				n := r.node(obj, w)
 				n.direct = true
@@ -407,19 +439,13 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			}
 		}
 	}
-	if p.join != nil {
-		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
-		p.joinRequests(r, &jb)
-	}
-	if len(items) == 0 {
-		if len(r.ops) > 0 || len(r.writes) > 0 {
-			r.flush()
-		}
-		return res
-	}
+	return items, jb, pos
+}
 
-	// Round one carries the batch's unconditional writes: duplicate marks, the name index and
-	// relations named by the spans themselves.
+// resolveItems settles the assignments of the items' objects. Round one carries the batch's
+// unconditional writes: duplicate marks (whose answers decide which spans drop), the name index
+// and relations named by the spans themselves.
+func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBatch, now time.Time) {
 	seen := make(map[pcommon.SpanID]struct{})
 	dedupExpiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	var dedupIdx []int
@@ -451,24 +477,28 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	dedupOps := r.writes[:nDedup:nDedup]
 	r.writes = r.writes[nDedup:]
 	for j := range dedupOps {
-		idx := dedupIdx[j]
+		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
 		r.queue(dedupOps[j], func(op *Op) {
 			if op.Found {
-				items[idx].dup = true
+				it.dup = true
 			} else {
-				items[idx].mark = op.Key
+				it.mark = op.Key
 			}
 		})
 	}
 	if p.join != nil {
-		p.joinAudits(r, items, &jb)
+		p.joinAudits(r, items, jb)
 	}
 	r.run()
 	r.report()
+}
 
-	// Rewrite, drop or hold each activity span.
-	remove := make([]bool, pos)
-	var toHold []int
+// rewriteActivitySpans moves each settled item's span under its object's span (with an owner
+// link when the object's trace is not its owner's) and decides the rest: duplicates are marked
+// for removal (and counted), held items are marked for removal and returned in toHold, and spans
+// whose object stayed unsettled pass on as received. remove is indexed by span ordinal.
+func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, items []item, spans int) (remove []bool, toHold []int) {
+	remove = make([]bool, spans)
 	duplicates := 0
 	for i := range items {
 		it := &items[i]
@@ -508,16 +538,17 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 			}
 		}
 	}
-
-	if p.join != nil {
-		p.joinAfter(ctx, items, remove, &jb, now)
-	}
 	if duplicates > 0 {
 		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, "duplicate")))
 	}
-	var overflowObjects []*node
-	var heldPos map[int]bool
-	heldPos, overflowObjects = p.holdSpans(ctx, td, items, toHold, dedup)
+	return remove, toHold
+}
+
+// holdItems holds the items at toHold and returns the batch's result so far: how many spans it
+// held, the duplicate marks to undo if the batch is refused, and the object spans of spans that
+// overflowed the hold (processed again, as roots, and appended to td).
+func (p *objectLinkProcessor) holdItems(ctx context.Context, td ptrace.Traces, items []item, toHold []int, fresh bool) (res processResult) {
+	heldPos, overflowObjects := p.holdSpans(ctx, td, items, toHold, fresh)
 	res.held = len(heldPos)
 	// A refused batch has its marks undone so that its redelivery passes; a held span stays in
 	// our custody whatever the next consumer says, so its mark stays and catches the redelivery.
@@ -527,11 +558,12 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		}
 	}
 	res.objects = overflowObjects
-	if removed := countTrue(remove); removed > 0 {
-		removeSpans(td, remove)
-	}
+	return res
+}
 
-	// Object spans: one per assignment this replica wrote first, ancestors included.
+// emitObjectSpans appends to td one object span per assignment this replica wrote first,
+// ancestors included, and records their nodes in res.
+func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Traces, r *resolver, res *processResult) {
 	b := model.NewTracesBuilder(metadata.ScopeName, "")
 	emitted := 0
 	for _, n := range r.order {
@@ -545,7 +577,6 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		p.tel.K8sObjectLinkObjectSpansEmitted.Add(ctx, int64(emitted))
 		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
-	return res
 }
 
 func countTrue(b []bool) int {

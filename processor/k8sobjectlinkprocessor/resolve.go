@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 // maxDepth bounds an ownership chain. Real chains are two or three deep (CronJob → Job → Pod);
@@ -105,7 +106,7 @@ func (r *resolver) report() {
 			c.Add(r.ctx, n, metric.WithAttributes(attrs...))
 		}
 	}
-	tel := r.p.tel
+	tel := r.deps.tel
 	add(tel.K8sObjectLinkAssignments, r.count.created, attribute.String(attrResult, "created"))
 	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, "reused"))
 	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, "relation"), attribute.String(attrResult, "hit"))
@@ -115,7 +116,7 @@ func (r *resolver) report() {
 // resolver settles the assignments of one batch: every object of the batch and all its
 // ancestors, in as few store round trips as the ownership levels new in the window require.
 type resolver struct {
-	p     *objectLinkProcessor
+	deps  resolverDeps
 	ctx   context.Context
 	now   time.Time
 	nodes map[nodeID]*node
@@ -129,8 +130,57 @@ type resolver struct {
 	lookups []*node
 }
 
-func newResolver(ctx context.Context, p *objectLinkProcessor, now time.Time) *resolver {
-	return &resolver{p: p, ctx: ctx, now: now, nodes: make(map[nodeID]*node), names: make(map[string]string)}
+// resolverDeps is what a resolver takes from the processor: the ID map, the owner look-up, the
+// kind mapper, telemetry and the configuration values it reads. It is a value, filled per batch
+// (the store, mapper and look-up are set at Start), so the resolver never reaches back into the
+// processor.
+type resolverDeps struct {
+	store  Store
+	mapper model.Mapper
+	lookup *ownerLookup // nil without owner_lookup
+	logger *zap.Logger
+	tel    *metadata.TelemetryBuilder
+	// forbidden is told of a look-up the apiserver refused for lack of RBAC.
+	forbidden forbiddenReporter
+
+	window, grace, relationTTL, ownerWait time.Duration
+}
+
+// forbiddenReporter is told when the apiserver forbids an owner look-up.
+type forbiddenReporter interface {
+	lookupForbidden(err error)
+}
+
+// resolverDeps gives a batch's resolver what it needs from p.
+func (p *objectLinkProcessor) resolverDeps() resolverDeps {
+	return resolverDeps{
+		store:       p.store,
+		mapper:      p.mapper,
+		lookup:      p.lookup,
+		logger:      p.logger,
+		tel:         p.tel,
+		forbidden:   p,
+		window:      p.cfg.Window,
+		grace:       p.cfg.Grace,
+		relationTTL: p.cfg.RelationTTL,
+		ownerWait:   p.cfg.OwnerWait,
+	}
+}
+
+// lookupForbidden reports forbidden owner look-ups: RBAC will not fix itself, so it says so
+// once, loudly; spans keep flowing (as roots or through relations).
+func (p *objectLinkProcessor) lookupForbidden(err error) {
+	if p.host == nil {
+		return
+	}
+	p.forbiddenOnce.Do(func() {
+		p.logger.Error("Owner look-ups are forbidden; grant get on the resources or remove owner_lookup", zap.Error(err))
+		componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
+	})
+}
+
+func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
+	return &resolver{deps: deps, ctx: ctx, now: now, nodes: make(map[nodeID]*node), names: make(map[string]string)}
 }
 
 // node returns the batch's node of obj in window w, creating it.
@@ -179,12 +229,12 @@ func (r *resolver) linkOwner(n *node) {
 	if n.owner != nil || n.root {
 		return
 	}
-	oobj, ok := n.obj.OwnerObject(r.p.mapper)
+	oobj, ok := n.obj.OwnerObject(r.deps.mapper)
 	if !ok {
 		return
 	}
 	if oobj.Key() == n.id.key {
-		r.p.logger.Debug("Object names itself as owner; treating it as a root", zap.String("object", string(n.id.key)))
+		r.deps.logger.Debug("Object names itself as owner; treating it as a root", zap.String("object", string(n.id.key)))
 		n.root = true
 		return
 	}
@@ -192,7 +242,7 @@ func (r *resolver) linkOwner(n *node) {
 	depth := 0
 	for a := o; a != nil; a = a.owner {
 		if a == n || depth >= maxDepth {
-			r.p.logger.Debug("Ownership cycle or over-deep chain; treating the object as a root", zap.String("object", string(n.id.key)))
+			r.deps.logger.Debug("Ownership cycle or over-deep chain; treating the object as a root", zap.String("object", string(n.id.key)))
 			n.root = true
 			return
 		}
@@ -221,7 +271,7 @@ func (r *resolver) asgExpiry(w time.Time) time.Time {
 	// An assignment must outlive the following window, which links back to it, plus grace for
 	// late spans. A window read long after the fact (a backlog) gets as long from now: a record
 	// born expired would let every later span of that window emit the object span again.
-	return later(w.Add(2*r.p.cfg.Window+r.p.cfg.Grace), r.now.Add(r.p.cfg.Window+r.p.cfg.Grace))
+	return later(w.Add(2*r.deps.window+r.deps.grace), r.now.Add(r.deps.window+r.deps.grace))
 }
 
 func later(a, b time.Time) time.Time {
@@ -256,7 +306,7 @@ func (r *resolver) localRound() {
 		if len(ops) == 0 {
 			return
 		}
-		authoritative := r.p.store.Local(ops)
+		authoritative := r.deps.store.Local(ops)
 		for i, n := range targets {
 			switch {
 			case rel[i]:
@@ -356,7 +406,8 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		if n.obj.NoOwner {
-			// Its own body named no owner: a root for certain, with nothing to wait for.
+			// Its own body named no owner: a root for certain, with nothing to wait for (never
+			// held; see holdPolicy).
 			n.root = true
 			r.create(n)
 			return true
@@ -366,12 +417,12 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		// Only the configured cluster's apiserver is asked, and only about its own objects.
-		if r.p.lookup != nil && !n.lookupDone && r.p.lookup.serves(n.obj.Cluster) {
+		if r.deps.lookup != nil && !n.lookupDone && r.deps.lookup.serves(n.obj.Cluster) {
 			n.lookupDone = true
 			r.lookups = append(r.lookups, n)
 			return true
 		}
-		if !n.force && r.p.cfg.OwnerWait > 0 {
+		if mayHold(n, r.deps.ownerWait) {
 			n.state = stHeld
 			return true
 		}
@@ -431,7 +482,7 @@ func (r *resolver) create(n *node) {
 			n.inflight = false
 			r.settle(n, op.Value, !op.Found)
 		})
-	prevW := n.window.Add(-r.p.cfg.Window)
+	prevW := n.window.Add(-r.deps.window)
 	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *Op) {
 		if a, ok := decodeAssignment(op.Value); op.Found && ok {
 			n.prev, n.hasPrev = a, true
@@ -489,10 +540,10 @@ func (r *resolver) flush() {
 	if len(ops) == 0 {
 		return
 	}
-	if err := r.p.store.Do(r.ctx, ops); err != nil {
+	if err := r.deps.store.Do(r.ctx, ops); err != nil {
 		// Only a closed store fails; every op is then "absent" and the nodes settle as roots
 		// from derived IDs, so the spans still flow.
-		r.p.logger.Debug("ID map batch failed", zap.Error(err))
+		r.deps.logger.Debug("ID map batch failed", zap.Error(err))
 		for i := range ops {
 			ops[i].Found = false
 		}
@@ -526,7 +577,7 @@ func (r *resolver) runLookups() {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			a := &answers[i]
-			a.res, a.owner, a.err = r.p.lookup.lookup(r.ctx, obj)
+			a.res, a.owner, a.err = r.deps.lookup.lookup(r.ctx, obj)
 		})
 	}
 	wg.Wait()
@@ -536,14 +587,9 @@ func (r *resolver) runLookups() {
 		switch {
 		case err != nil:
 			result = "error"
-			r.p.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
-			if apierrors.IsForbidden(err) && r.p.host != nil {
-				// RBAC will not fix itself: say so once, loudly; spans keep flowing (as roots or
-				// through relations).
-				r.p.forbiddenOnce.Do(func() {
-					r.p.logger.Error("Owner look-ups are forbidden; grant get on the resources or remove owner_lookup", zap.Error(err))
-					componentstatus.ReportStatus(r.p.host, componentstatus.NewPermanentErrorEvent(err))
-				})
+			r.deps.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
+			if apierrors.IsForbidden(err) {
+				r.deps.forbidden.lookupForbidden(err)
 			}
 		case res == lookupOwner:
 			result = "hit"
@@ -553,7 +599,7 @@ func (r *resolver) runLookups() {
 			result = "hit"
 			n.root = true
 		}
-		r.p.tel.K8sObjectLinkOwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
+		r.deps.tel.K8sObjectLinkOwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
 			attribute.String(attrSource, "apiserver"), attribute.String(attrResult, result)))
 	}
 	r.lookups = r.lookups[:0]
@@ -566,7 +612,7 @@ func (r *resolver) writeRelation(n *node) {
 		return
 	}
 	r.writes = append(r.writes, Op{Kind: OpSet, Key: relationKey(n.id.key), Value: encodeOwner(n.obj.Owner),
-		ExpireAt: r.now.Add(r.p.cfg.RelationTTL)})
+		ExpireAt: r.now.Add(r.deps.relationTTL)})
 }
 
 // objectSpan writes n's object span into b.
