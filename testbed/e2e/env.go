@@ -208,6 +208,14 @@ func setup() (*Env, error) {
 	if e.Collector.AuditURL != "" {
 		e.Router.SetRoute(ToAll(e.Collector.AuditURL))
 	}
+	if e.TracingAddr != "" {
+		// The apiserver's span exporter reconnects with a growing backoff after failing while
+		// the collector was not yet listening; the scenarios' request spans must not depend on
+		// when it next tries, so wait until its spans flow to Jaeger through the collector.
+		if err := e.step("wait for the apiserver's spans", e.waitAPIServerSpans); err != nil {
+			return e, err
+		}
+	}
 	e.setupDone = time.Now()
 	for _, name := range e.scenarios {
 		run, err := e.RunScenario(name)
@@ -634,4 +642,23 @@ func logLevels(path string) (warn, errs int) {
 		}
 	}
 	return warn, errs
+}
+
+// waitAPIServerSpans waits until Jaeger holds an apiserver trace that began after the collector
+// started, that is one the apiserver exported to the running collector.
+func (e *Env) waitAPIServerSpans() error {
+	since := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for {
+		ids, err := e.Jaeger.TraceIDs(ctx, apiserverService, since, time.Now().Add(time.Minute), nil)
+		if err == nil && len(ids) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no apiserver trace reached Jaeger within 90 s of the collector's start (last error: %v)", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
