@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -14,11 +11,10 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+	"github.com/kubetrail/kubetrail/internal/audittest"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor"
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver"
 )
 
 // replayWithWindow posts a recorded scenario's audit webhook bodies through the real k8s_audit
@@ -43,35 +39,7 @@ func replayWithWindow(t *testing.T, scenario string, window time.Duration) []ptr
 	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	rf := k8sauditreceiver.NewFactory()
-	rcfg := rf.CreateDefaultConfig().(*k8sauditreceiver.Config)
-	rcfg.Window = window
-	endpoint := closedPort(t)
-	rcfg.ServerConfig.NetAddr.Endpoint = endpoint
-	rcv, err := rf.CreateTraces(context.Background(), receivertest.NewNopSettings(rf.Type()), rcfg, proc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range posts {
-		body, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.Post("http://"+endpoint+"/audit/testbed", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s: %d", p, resp.StatusCode)
-		}
-	}
-	if err := rcv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	audittest.PostCapture(t, posts, window, proc)
 	if err := proc.Shutdown(context.Background()); err != nil { // releases spans held for owner_wait
 		t.Fatal(err)
 	}

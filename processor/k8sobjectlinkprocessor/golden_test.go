@@ -1,11 +1,8 @@
 package k8sobjectlinkprocessor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,12 +16,11 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/kubetrail/kubetrail/internal/audittest"
 	"github.com/kubetrail/kubetrail/internal/goldentest"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver"
 )
 
 const fixturesDir = "../../testbed/fixtures"
@@ -58,34 +54,7 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 		t.Fatal(err)
 	}
 
-	f := k8sauditreceiver.NewFactory()
-	rcfg := f.CreateDefaultConfig()
-	endpoint := freeAddr(t)
-	rcfg.(*k8sauditreceiver.Config).ServerConfig.NetAddr.Endpoint = endpoint
-	rcv, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(f.Type()), rcfg, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	for _, post := range posts {
-		body, err := os.ReadFile(post)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.Post("http://"+endpoint+"/audit/testbed", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s: webhook answered %d", post, resp.StatusCode)
-		}
-	}
-	if err := rcv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	audittest.PostCapture(t, posts, 0, p)
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -94,15 +63,6 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
 	}
 	return all
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func TestGoldenFixturesThroughTheAuditReceiver(t *testing.T) {
