@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,11 +20,14 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// AnnotationTraceContext is the annotation of the Kubernetes tracing KEP (647) that carries a W3C
-// traceparent on an object, so the changes that follow can be read as one trace.
-const AnnotationTraceContext = "trace.kubernetes.io/context"
+// AnnotationTraceContext is the annotation of the object-lifecycle tracing proposal that carries
+// a W3C traceparent on an object, so the changes that follow can be read as one trace; k8s_audit
+// reads the same key by default.
+const AnnotationTraceContext = model.DefaultTraceContextAnnotation
 
 // annotateClients are what annotate needs from a cluster; tests give fakes.
 type annotateClients struct {
@@ -79,19 +81,9 @@ func runAnnotate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stderr, "Writes a fresh "+AnnotationTraceContext+" (W3C traceparent) on the object and prints its trace ID.")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
-	}
-	if len(pos) != 1 {
-		return usagef("annotate takes one KIND/NAME, e.g. deployment/web (got %d arguments)", len(pos))
-	}
-	kindArg, name, ok := strings.Cut(pos[0], "/")
-	if !ok || kindArg == "" || name == "" {
-		return usagef("%q: want KIND/NAME, e.g. deployment/web", pos[0])
+	kindArg, name, err := parseObjectArg(fs, args, "annotate")
+	if err != nil || kindArg == "" {
+		return err
 	}
 	c, defaultNS, err := newAnnotateClients(kubeconfig, kubecontext)
 	if err != nil {

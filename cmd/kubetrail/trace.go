@@ -31,6 +31,26 @@ type traceFlags struct {
 
 // parseInterleaved parses flags that may come before or after the positional arguments, as
 // kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
+// parseObjectArg parses the flags and the one KIND/NAME argument of a subcommand. An empty kind
+// and a nil error mean help was asked for (and printed).
+func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name string, err error) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", "", nil
+		}
+		return "", "", usageError{err}
+	}
+	if len(pos) != 1 {
+		return "", "", usagef("%s takes one KIND/NAME, e.g. deployment/web (got %d arguments)", cmd, len(pos))
+	}
+	kind, name, ok := strings.Cut(pos[0], "/")
+	if !ok || kind == "" || name == "" {
+		return "", "", usagef("%q: want KIND/NAME, e.g. deployment/web", pos[0])
+	}
+	return kind, name, nil
+}
+
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -66,19 +86,9 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "Usage: kubetrail trace KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
-	}
-	if len(pos) != 1 {
-		return usagef("trace takes one KIND/NAME, e.g. deployment/web (got %d arguments)", len(pos))
-	}
-	kindArg, name, ok := strings.Cut(pos[0], "/")
-	if !ok || kindArg == "" || name == "" {
-		return usagef("%q: want KIND/NAME, e.g. deployment/web", pos[0])
+	kindArg, name, err := parseObjectArg(fs, args, "trace")
+	if err != nil || kindArg == "" {
+		return err
 	}
 	if !slices.Contains([]string{"tree", "timeline", "json", "html"}, f.output) {
 		return usagef("-o %q: want tree, timeline, json or html", f.output)
