@@ -1,6 +1,9 @@
 package model
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // DefaultWindow is the span length of an object span. Thirty minutes bounds the size of one
 // trace (a busy Deployment writes thousands of audit events a day) while keeping a typical
@@ -21,4 +24,16 @@ func WindowStart(t time.Time, size time.Duration) time.Time {
 		start -= s
 	}
 	return time.Unix(0, start).UTC()
+}
+
+// MinWindow is the shortest window a component accepts: shorter ones would make a trace of every
+// few requests.
+const MinWindow = time.Second
+
+// ValidateWindow is the one rule for every component's `window` setting.
+func ValidateWindow(size time.Duration) error {
+	if size < MinWindow {
+		return fmt.Errorf("window must be at least %s, got %s", MinWindow, size)
+	}
+	return nil
 }

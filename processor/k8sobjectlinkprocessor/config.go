@@ -119,7 +119,7 @@ type OwnerLookupConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Window:        30 * time.Minute,
+		Window:        model.DefaultWindow,
 		Grace:         5 * time.Minute,
 		RelationTTL:   24 * time.Hour,
 		OwnerWait:     2 * time.Second,
@@ -146,8 +146,8 @@ func createDefaultConfig() *Config {
 
 // Validate checks the configuration without touching the network.
 func (c *Config) Validate() error {
-	if c.Window < time.Second {
-		return fmt.Errorf("window must be at least 1s, got %s", c.Window)
+	if err := model.ValidateWindow(c.Window); err != nil {
+		return err
 	}
 	if c.Grace < 0 {
 		return fmt.Errorf("grace must not be negative, got %s", c.Grace)

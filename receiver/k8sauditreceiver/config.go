@@ -170,8 +170,8 @@ func (cfg *Config) Validate() error {
 	if cfg.DiffCacheSize > 0 && cfg.DiffCacheMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("diff_cache_max_bytes: must be positive while diff_cache_size is, got %d (diff_cache_size: 0 turns diffs off)", cfg.DiffCacheMaxBytes))
 	}
-	if cfg.Window <= 0 {
-		errs = append(errs, fmt.Errorf("window: must be positive, got %s", cfg.Window))
+	if err := model.ValidateWindow(cfg.Window); err != nil {
+		errs = append(errs, err)
 	}
 	if msgs := validation.IsQualifiedName(cfg.TraceContextAnnotation); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", cfg.TraceContextAnnotation, strings.Join(msgs, "; ")))

@@ -87,7 +87,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
 		{name: "a trace-context annotation that is not an annotation key is refused", id: component.MustNewIDWithName("k8s_audit", "bad_trace_context_annotation"), wantErr: "trace_context_annotation:"},
-		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window:"},
+		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window must be at least 1s"},
 		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},
 	}
 	for _, tt := range tests {

@@ -144,8 +144,8 @@ func (c *Config) Validate() error {
 	if _, err := fields.ParseSelector(c.FieldSelector); err != nil {
 		errs = append(errs, fmt.Errorf("field_selector: %w", err))
 	}
-	if c.Window <= 0 {
-		errs = append(errs, fmt.Errorf("window %s must be positive", c.Window))
+	if err := model.ValidateWindow(c.Window); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxEventAge < 0 {
 		errs = append(errs, fmt.Errorf("max_event_age %s must not be negative (0 keeps every Event)", c.MaxEventAge))
