@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8sclock "k8s.io/utils/clock"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -28,7 +29,7 @@ func TestOwnerLookupMapsCRDOwnersThroughDiscoveryAcrossRestarts(t *testing.T) {
 	}}
 	cfg := createDefaultConfig()
 	cfg.OwnerLookup = configoptional.Some(OwnerLookupConfig{APIConfig: k8sconfig.APIConfig{AuthType: k8sconfig.AuthTypeServiceAccount}, Cluster: "c1", CacheTTL: time.Minute, Timeout: time.Second})
-	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), realClock{})
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(), k8sclock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
+	k8sclock "k8s.io/utils/clock"
 
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
@@ -20,5 +21,5 @@ func NewFactory() processor.Factory {
 }
 
 func createTraces(_ context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
-	return newProcessor(set, cfg.(*Config), next, realClock{})
+	return newProcessor(set, cfg.(*Config), next, k8sclock.RealClock{})
 }

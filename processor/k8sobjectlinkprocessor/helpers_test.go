@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	k8sclock "k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -36,46 +38,44 @@ func refusingConsumer(sink *consumertest.TracesSink, refuse *bool) consumer.Trac
 	return next
 }
 
-// fakeClock is moved by the test; its tickers fire only when the test says so.
+// fakeClock is k8s.io/utils/clock's fake, moved by the test with Advance; its tickers fire
+// only when the test calls FireTickers, so a test decides exactly when held spans are re-examined.
 type fakeClock struct {
+	*testingclock.FakeClock
 	mu      sync.Mutex
-	now     time.Time
-	tickers []chan time.Time
+	tickers []*manualTicker
 }
 
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{FakeClock: testingclock.NewFakeClock(t)} }
 
-func (c *fakeClock) Now() time.Time {
+// Advance moves the time on by d.
+func (c *fakeClock) Advance(d time.Duration) { c.Step(d) }
+
+// NewTicker returns a ticker that fires on FireTickers only.
+func (c *fakeClock) NewTicker(time.Duration) k8sclock.Ticker {
+	t := &manualTicker{ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.tickers = append(c.tickers, t)
+	c.mu.Unlock()
+	return t
+}
+
+// FireTickers fires every ticker once (without blocking if one has not consumed the last tick).
+func (c *fakeClock) FireTickers() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Ticker(time.Duration) (<-chan time.Time, func()) {
-	ch := make(chan time.Time, 1)
-	c.mu.Lock()
-	c.tickers = append(c.tickers, ch)
-	c.mu.Unlock()
-	return ch, func() {}
-}
-
-// Tick fires every ticker once (without blocking if one has not consumed the last tick).
-func (c *fakeClock) Tick() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, ch := range c.tickers {
+	for _, t := range c.tickers {
 		select {
-		case ch <- c.now:
+		case t.ch <- c.Now():
 		default:
 		}
 	}
 }
+
+type manualTicker struct{ ch chan time.Time }
+
+func (t *manualTicker) C() <-chan time.Time { return t.ch }
+func (t *manualTicker) Stop()               {}
 
 var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 

@@ -177,12 +177,17 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 	p.started = true
 	var tick <-chan time.Time
 	stopTick := func() {}
+	every := time.Duration(0)
 	switch {
 	case p.cfg.OwnerWait > 0:
 		// A quarter of the wait: a held span leaves at most 25% late, and the check is cheap.
-		tick, stopTick = p.clock.Ticker(max(p.cfg.OwnerWait/4, 10*time.Millisecond))
+		every = max(p.cfg.OwnerWait/4, 10*time.Millisecond)
 	case p.cfg.Storage != nil:
-		tick, stopTick = p.clock.Ticker(time.Second) // only to retry spans left unsent
+		every = time.Second // only to retry spans left unsent
+	}
+	if every > 0 {
+		t := p.clock.NewTicker(every)
+		tick, stopTick = t.C(), t.Stop
 	}
 	go p.releaseLoop(tick, stopTick)
 	p.logger.Info("k8s_object_link started", zap.String("backend", p.cfg.IDMap.Backend),

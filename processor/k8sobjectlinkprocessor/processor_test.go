@@ -227,7 +227,7 @@ func TestOwnerWait(t *testing.T) {
 			t.Fatalf("released before owner_wait: %d spans", n)
 		}
 		clk.Advance(2 * time.Second)
-		clk.Tick() // through the release goroutine this time
+		clk.FireTickers() // through the release goroutine this time
 		waitFor(t, func() bool { return len(h.spans()) == 2 })
 		assertRoot(t, h.one("Pod default/demo-a-1"))
 		assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event scheduled"))
