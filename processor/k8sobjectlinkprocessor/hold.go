@@ -160,7 +160,7 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		}
 		h.td.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
-	// Spans, not entries: a batch held again after a refused release is one entry of many spans.
+	// Spans, not entries: an entry holds one span today, but the gauge counts spans either way.
 	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(len(deadlines)))
 	timedOut := 0
 	for _, d := range deadlines {
