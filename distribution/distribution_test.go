@@ -340,11 +340,12 @@ func expectedAuditIDs(t *testing.T, bodies [][]byte) map[string]bool {
 	return want
 }
 
-func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
-	requireBinary(t)
-	files, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "deployment", "audit-webhook", "*.json"))
+// recordedBodies reads the audit webhook bodies recorded for a testbed scenario, in order.
+func recordedBodies(t *testing.T, scenario string) [][]byte {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", scenario, "audit-webhook", "*.json"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no recorded deployment capture: %v", err)
+		t.Fatalf("no recorded %s capture: %v", scenario, err)
 	}
 	var bodies [][]byte
 	for _, f := range files {
@@ -354,6 +355,12 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 		}
 		bodies = append(bodies, b)
 	}
+	return bodies
+}
+
+func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
+	requireBinary(t)
+	bodies := recordedBodies(t, "deployment")
 
 	out := filepath.Join(t.TempDir(), "traces.jsonl")
 	auditPort, healthPort := freePort(t), freePort(t)

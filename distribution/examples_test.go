@@ -47,18 +47,7 @@ func TestControllerRatesExample(t *testing.T) {
 	config := filepath.Join(root, "distribution", "examples", "controller-rates.yaml")
 	validate(t, config)
 
-	files, err := filepath.Glob(filepath.Join(root, "testbed", "fixtures", "conflict", "audit-webhook", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no recorded conflict capture: %v", err)
-	}
-	var bodies [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bodies = append(bodies, b)
-	}
+	bodies := recordedBodies(t, "conflict")
 	traced := expectedAuditIDs(t, bodies)
 	want := map[writeKey]int64{}
 	for _, b := range bodies {
