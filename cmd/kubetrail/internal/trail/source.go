@@ -1,7 +1,6 @@
 package trail
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/tracetree"
 )
 
 // Source is a trace backend: it returns whole traces by ID and searches for traces by the
@@ -60,9 +61,8 @@ type File struct {
 	byTrace map[pcommon.TraceID][]*Span
 }
 
-// maxLine bounds one line of the file: the file exporter writes one export batch per line, and a
-// batch of the recommended exporter settings (3 MiB) is far below it.
-const maxLine = 256 << 20
+// maxResponse bounds one answer of the Jaeger query service.
+const maxResponse = 256 << 20
 
 // OpenFile reads path.
 func OpenFile(path string) (*File, error) {
@@ -77,26 +77,14 @@ func OpenFile(path string) (*File, error) {
 // ReadFile reads OTLP JSON lines from r; path names it in errors.
 func ReadFile(path string, r io.Reader) (*File, error) {
 	fs := &File{Path: path, byTrace: map[pcommon.TraceID][]*Span{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	var u ptrace.JSONUnmarshaler
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		td, err := u.UnmarshalTraces(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: not an OTLP JSON traces line: %w", path, line, err)
-		}
+	batches, err := tracetree.ReadOTLPJSONLines(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not OTLP JSON trace lines as the file exporter writes them: %w", path, err)
+	}
+	for _, td := range batches {
 		for _, s := range SpansFromTraces(td) {
 			fs.byTrace[s.TraceID] = append(fs.byTrace[s.TraceID], s)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
 	}
 	return fs, nil
 }
@@ -171,7 +159,7 @@ func (j *Jaeger) get(ctx context.Context, path string, q url.Values) ([]byte, in
 		return nil, 0, fmt.Errorf("%w: %s: %v (is Jaeger's query service running there? check the URL and port, usually 16686)", ErrUnreachable, j.Base, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxLine))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %s: %v", ErrUnreachable, u, err)
 	}
