@@ -1,7 +1,6 @@
 package k8sauditreceiver
 
 import (
-	"encoding/json"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -23,29 +22,16 @@ type write struct {
 	spanID  pcommon.SpanID
 }
 
-// hotTrees is how many of the most recently written bodies are kept parsed. Controllers write
-// the same object several times in a burst (a rollout updates a Deployment's status a dozen
-// times in seconds); keeping those bodies as trees spares a parse and a marshal per write. Other
-// bodies are kept as JSON, which is about five times smaller: a Pod of the fixtures is 2.3 KB
-// as JSON and 11 KB parsed, so 512 trees are about 6 MB (treeBytes measures each).
-const hotTrees = 512
-
-type hotSlot struct {
-	e   *cacheEntry
-	gen uint64
-}
-
 // cacheEntry is everything the receiver remembers about one object: its last audited body
 // (for diffs) and its last few writes (for conflict links).
 type cacheEntry struct {
 	key string // the object's name key: history must survive the UID being unknown in some events
 	uid string
-	// The last body, managedFields stripped and redacted values tagged: parsed (tree) while it
-	// is among the hotTrees most recent, else as JSON (body).
-	tree   tree
-	body   []byte
-	hotGen uint64
-	rv     string
+	// The last body as JSON, managedFields left out and redacted values tagged: indexed
+	// (flatten) again when the next write is diffed against it, which costs less than keeping
+	// it parsed.
+	body []byte
+	rv   string
 
 	// lastDiff is the diff that produced body. The apiserver can deliver an event twice
 	// (batch retries, webhook plus log file); the second copy reuses it instead of
@@ -54,9 +40,8 @@ type cacheEntry struct {
 
 	history []write
 
-	c        *objectCache // the cache the entry's bytes are charged to
-	cost     int64        // bytes charged for the entry (footprint at its last charge)
-	treeCost int64        // treeBytes of tree, computed once when it became the body
+	c    *objectCache // the cache the entry's bytes are charged to
+	cost int64        // bytes charged for the entry (footprint at its last charge)
 
 	prev, next *cacheEntry
 }
@@ -77,26 +62,12 @@ type objectCache struct {
 	bytes    int64
 	onBytes  func(delta int64)
 	onEvict  func(reason string)
-
-	hot    [hotTrees]hotSlot // ring of the entries whose body is a tree
-	hotPos int
-	gen    uint64
 }
 
-// setBody makes t the entry's body, kept parsed; the entry that held the oldest hot slot has
-// its tree turned into JSON. Least recently used entries leave until the bytes fit. Callers hold
-// mu and never modify t afterwards.
-func (c *objectCache) setBody(e *cacheEntry, t tree) {
-	e.tree, e.body, e.treeCost = t, nil, treeBytes(t)
-	c.gen++
-	e.hotGen = c.gen
-	slot := &c.hot[c.hotPos]
-	if o := slot.e; o != nil && o.hotGen == slot.gen && o.tree != nil {
-		o.body, o.tree, o.treeCost = []byte(marshalJSON(o.tree)), nil, 0
-		o.charge()
-	}
-	*slot = hotSlot{e: e, gen: c.gen}
-	c.hotPos = (c.hotPos + 1) % hotTrees
+// setBody makes body (memory of the entry's own) the entry's body. Least recently used entries
+// leave until the bytes fit. Callers hold mu.
+func (c *objectCache) setBody(e *cacheEntry, body []byte) {
+	e.body = body
 	e.charge()
 	c.fit(e)
 }
@@ -150,41 +121,6 @@ var (
 	changeSize    = int64(unsafe.Sizeof(change{}))
 )
 
-// treeNodeBytes is what a parsed body costs per JSON value beyond the bytes of its strings:
-// map entries and tables, interface boxes, slice backing, json.Number and string headers.
-// Measured with runtime.MemStats (Go 1.26) over the 526 bodies of testbed/fixtures
-// (managedFields stripped, 24,606 values, 411 KB of string bytes): 103 bytes per value, so
-// that the bodies' 2.9 MB of heap is 5.4 times their compact JSON. A flat factor on the JSON
-// length would be wrong fivefold for a ConfigMap of a few long values (1 MB of data is about
-// 1.05 MB parsed), which is exactly the body a byte bound is for; string bytes plus a cost per
-// value came within 6% of the measured heap for the fixtures, such a ConfigMap and one of
-// 2,000 short values. TestTreeBytesTracksTheHeap keeps the estimate honest.
-const treeNodeBytes = 104
-
-// treeBytes estimates the heap held by a parsed body.
-func treeBytes(v any) int64 {
-	switch x := v.(type) {
-	case map[string]any:
-		n := int64(treeNodeBytes)
-		for k, e := range x {
-			n += int64(len(k)) + treeBytes(e)
-		}
-		return n
-	case []any:
-		n := int64(treeNodeBytes)
-		for _, e := range x {
-			n += treeBytes(e)
-		}
-		return n
-	case string:
-		return treeNodeBytes + int64(len(x))
-	case json.Number:
-		return treeNodeBytes + int64(len(x))
-	default:
-		return treeNodeBytes
-	}
-}
-
 // footprint is the entry's estimated size: itself, its key and UID, its writes, its last diff
 // and its body.
 func (e *cacheEntry) footprint() int64 {
@@ -198,13 +134,7 @@ func (e *cacheEntry) footprint() int64 {
 			n += int64(len(ch.Path) + len(ch.Old) + len(ch.New))
 		}
 	}
-	switch {
-	case e.tree != nil:
-		n += e.treeCost
-	case e.body != nil:
-		n += int64(cap(e.body))
-	}
-	return n
+	return n + int64(cap(e.body))
 }
 
 // charge brings the bytes the cache counts for the entry up to date. Callers hold mu.
@@ -227,29 +157,28 @@ func (c *objectCache) addBytes(delta int64) {
 	}
 }
 
-func (e *cacheEntry) hasBody() bool { return e.tree != nil || e.body != nil }
+func (e *cacheEntry) hasBody() bool { return e.body != nil }
 
-// bodyTree returns the body parsed. A hot tree is shared: callers only read it.
+// bodyTree returns the body parsed into a tree of the caller's own.
 func (e *cacheEntry) bodyTree() (tree, bool) {
-	if e.tree != nil {
-		return e.tree, true
+	if e.body == nil {
+		return nil, false
 	}
-	if e.body != nil {
-		return parseTree(e.body)
-	}
-	return nil, false
+	return parseBody(e.body)
 }
 
+// bodyJSON returns the body encoded as a snapshot shows it (see encodeFlat).
 func (e *cacheEntry) bodyJSON() string {
-	if e.tree != nil {
-		return marshalJSON(e.tree)
+	f, ok := flatten(e.body, nil)
+	if !ok {
+		return ""
 	}
-	return string(e.body)
+	return encodeFlat(&f)
 }
 
 // dropBody forgets the body and the diff that produced it. Callers hold mu.
 func (e *cacheEntry) dropBody() {
-	e.tree, e.body, e.hotGen, e.treeCost, e.lastDiff = nil, nil, 0, 0, nil
+	e.body, e.lastDiff = nil, nil
 	e.charge()
 }
 
@@ -312,7 +241,7 @@ func (c *objectCache) remove(e *cacheEntry) {
 	}
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
-	e.tree, e.body, e.hotGen, e.treeCost, e.lastDiff = nil, nil, 0, 0, nil
+	e.body, e.lastDiff = nil, nil
 	c.addBytes(-e.cost)
 	e.cost, e.c = 0, nil
 	delete(c.entries, e.key)

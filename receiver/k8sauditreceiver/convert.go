@@ -3,7 +3,9 @@ package k8sauditreceiver
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -206,6 +208,9 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 	c.startSpan(&e, b, cluster)
 	c.putAttributes(&e, st)
 	c.putBodyParts(&e)
+	e.respBody.release()
+	e.reqBody.release()
+	e.scaleBody.release()
 }
 
 // eventSpan is one kept event on its way to a span: the object it concerns, the bodies that
@@ -451,12 +456,12 @@ func (c *converter) putBodyParts(e *eventSpan) {
 	if !e.failed && e.ref.Subresource == "" && (ev.Verb == "create" || ev.Verb == "delete") {
 		switch resp, req := e.resp(), e.req(); {
 		case resp != nil:
-			if t := resp.tree(); t != nil {
-				putSnapshot(span, marshalJSON(t), e.redact, ts)
+			if f := resp.flat(); f != nil {
+				putSnapshot(span, encodeFlat(f), e.redact, ts)
 			}
 		case req != nil && ev.Verb == "create":
-			if t := req.tree(); t != nil {
-				putSnapshot(span, marshalJSON(t), e.redact, ts)
+			if f := req.flat(); f != nil {
+				putSnapshot(span, encodeFlat(f), e.redact, ts)
 			}
 		case cached != "" && ev.Verb == "delete":
 			putSnapshot(span, cached, e.redact, ts)
@@ -464,14 +469,30 @@ func (c *converter) putBodyParts(e *eventSpan) {
 	}
 }
 
-// lazyBody is an audited body that is parsed into a tree on first use, managedFields left
-// out and redacted values tagged (masks, for redacted resources): most bodies are only
-// scanned (scanMeta), never parsed.
+// lazyBody is an audited body that is indexed (flat) or parsed into a tree on first use,
+// managedFields left out and redacted values tagged (masks, for redacted resources): most
+// bodies are only scanned (scanMeta), never indexed, and few are ever parsed into trees.
 type lazyBody struct {
 	raw    []byte
 	masks  *tagger
 	t      tree
 	parsed bool
+	f      flatBody
+	state  int8     // 0: not indexed yet; 1: f holds it; -1: not a JSON object
+	nodes  *[]fnode // f's nodes, from nodePool until release
+}
+
+// nodePool holds node slices for the bodies of one event at a time: a Pod is some 200 nodes.
+var nodePool = sync.Pool{New: func() any { s := make([]fnode, 0, 256); return &s }}
+
+// release returns the body's nodes to nodePool: nothing of f outlives the event (the cache keeps
+// kept, a copy; diffs and snapshots are strings).
+func (b *lazyBody) release() {
+	if b.nodes != nil && cap(*b.nodes) <= 1<<16 {
+		*b.nodes = (*b.nodes)[:0]
+		nodePool.Put(b.nodes)
+	}
+	b.nodes, b.f, b.state = nil, flatBody{}, 0
 }
 
 // tree returns the parsed body, or nil when it is not a JSON object.
@@ -486,6 +507,41 @@ func (b *lazyBody) tree() tree {
 		}
 	}
 	return b.t
+}
+
+// flat returns the body indexed, or nil when it is not a JSON object. A redacted body is
+// indexed from its tagged tree, encoded: redaction works on trees, and such bodies are few.
+func (b *lazyBody) flat() *flatBody {
+	if b.state == 0 {
+		b.state = -1
+		src := b.raw
+		if b.masks != nil {
+			t := b.tree()
+			if t == nil {
+				return nil
+			}
+			src = []byte(marshalJSON(t))
+		}
+		nodes := nodePool.Get().(*[]fnode)
+		if f, ok := flatten(src, *nodes); ok {
+			b.f, b.state = f, 1
+			*nodes = f.nodes
+		}
+		b.nodes = nodes
+	}
+	if b.state < 0 {
+		return nil
+	}
+	return &b.f
+}
+
+// kept is the indexed body as the object cache keeps it: memory of its own, without
+// managedFields, redacted values tagged.
+func (b *lazyBody) kept() []byte {
+	if b.masks != nil {
+		return b.f.d // encoded from the tagged tree for this body alone
+	}
+	return b.f.compact()
 }
 
 // remember updates the object cache with this event and adds what the cache knows to the
@@ -510,7 +566,7 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 			c.cache.remove(old)
 		}
 	}
-	if ev.Verb == "delete" && s.ref.Subresource == "" && (resp == nil || !stillExists(resp.tree())) {
+	if ev.Verb == "delete" && s.ref.Subresource == "" && (resp == nil || !stillExists(resp.flat())) {
 		// The object is gone: drop its body (the snapshot gets it when the response had none)
 		// but keep its UID and writes as a tombstone, so late requests on the name (a kubelet
 		// retrying the delete, a 404) still join its trace; a create starts the name afresh.
@@ -534,14 +590,22 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 		return ""
 	}
 	e.record(w)
-	var body tree
+	var body *flatBody
+	var kept []byte
 	switch {
 	case scale != nil:
-		if body = scaledBody(e, scale.tree(), newRV); body == nil {
+		t := scaledBody(e, scale.tree(), newRV)
+		if t == nil {
 			return ""
 		}
+		kept = []byte(marshalJSON(t))
+		f, ok := flatten(kept, nil)
+		if !ok {
+			return ""
+		}
+		body = &f
 	case resp != nil:
-		// Parsed below only when it is diffed or becomes the cached body.
+		// Indexed below only when it is diffed or becomes the cached body.
 	default:
 		return ""
 	}
@@ -561,18 +625,18 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 		return "" // arrived out of order: never move the cache backwards
 	}
 	if body == nil {
-		if body = resp.tree(); body == nil {
+		if body = resp.flat(); body == nil {
 			return ""
 		}
+		kept = resp.kept()
 	}
 	if e.hasBody() {
-		if old, ok := e.bodyTree(); ok {
-			res := diffTrees(old, body)
+		if res, ok := diffWithBytes(e.body, body); ok {
 			d = &res
 		}
 	}
 	e.lastDiff = d
-	c.cache.setBody(e, body)
+	c.cache.setBody(e, kept)
 	e.rv = newRV
 	if d != nil && isChange {
 		putDiff(span, *d, s.redact, s.endTS)
@@ -635,8 +699,7 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 	if !ok || !e.hasBody() || (newRV != e.rv && rvOlder(newRV, e.rv)) {
 		return nil
 	}
-	// A copy, never the cached tree itself: the diff compares the two.
-	body, ok := parseTree([]byte(e.bodyJSON()))
+	body, ok := e.bodyTree()
 	if !ok {
 		return nil
 	}
@@ -671,13 +734,19 @@ func patchPrecondition(raw []byte) string {
 // stillExists reports whether a deletion's response describes an object that is still there:
 // a graceful deletion (deletionGracePeriodSeconds > 0, a Pod's first delete) or one held by
 // finalizers (foreground deletion, PVC protection). Otherwise the body is the object's last state.
-func stillExists(t tree) bool {
-	md := child(t, "metadata")
-	if f, _ := md["finalizers"].([]any); len(f) > 0 {
+func stillExists(f *flatBody) bool {
+	if f == nil {
+		return false
+	}
+	md := f.member(0, "metadata")
+	if md < 0 || f.nodes[md].kind != '{' {
+		return false
+	}
+	if fin := f.member(md, "finalizers"); fin >= 0 && f.nodes[fin].kind == '[' && f.nodes[fin].size > 1 {
 		return true
 	}
-	if g, ok := md["deletionGracePeriodSeconds"].(json.Number); ok {
-		n, err := g.Int64()
+	if g := f.member(md, "deletionGracePeriodSeconds"); g >= 0 && f.nodes[g].kind == '0' {
+		n, err := strconv.ParseInt(string(f.raw(g)), 10, 64)
 		return err == nil && n > 0
 	}
 	return false

@@ -408,10 +408,21 @@ func TestDiffs(t *testing.T) {
 	})
 }
 
+// diffTrees diffs two trees as the receiver diffs bodies: encoded, indexed, diffFlat.
+func diffTrees(t *testing.T, old, cur tree) diffResult {
+	t.Helper()
+	a, okA := flatten([]byte(marshalJSON(old)), nil)
+	b, okB := flatten([]byte(marshalJSON(cur)), nil)
+	if !okA || !okB {
+		t.Fatal("a tree did not index")
+	}
+	return diffFlat(&a, &b)
+}
+
 func TestDiffPaths(t *testing.T) {
 	old, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"a","keep":"x"},"resourceVersion":"1","generation":1,"managedFields":[1]},"spec":{"list":[1,2,3],"gone":{"a":1}}}`))
 	cur, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"b","keep":"x"},"resourceVersion":"2","generation":2,"managedFields":[2]},"spec":{"list":[1,5],"new":"v"}}`))
-	d := diffTrees(old, cur)
+	d := diffTrees(t, old, cur)
 	want := `metadata.labels["app.kubernetes.io/name"],spec.gone,spec.list[1],spec.list[2],spec.new`
 	if d.paths() != want || d.Total != 5 {
 		t.Fatalf("paths = %s (total %d), want %s", d.paths(), d.Total, want)
@@ -424,7 +435,7 @@ func TestDiffPaths(t *testing.T) {
 			"spec":{"containers":[{"name":"web","image":"a"},{"name":"log","image":"b"}],"ports":[{"port":80},{"port":81}]}}`))
 		cur, _ := parseTree([]byte(`{"status":{"conditions":[{"type":"Available","status":"True"},{"type":"Progressing","status":"True"}]},
 			"spec":{"containers":[{"name":"log","image":"b"},{"name":"web","image":"c"},{"name":"proxy","image":"d"}],"ports":[{"port":80},{"port":82}]}}`))
-		d := diffTrees(old, cur)
+		d := diffTrees(t, old, cur)
 		want := `spec.containers[name=proxy],spec.containers[name=web].image,spec.ports[1].port,status.conditions[type=Available].status`
 		if d.paths() != want {
 			t.Fatalf("paths = %s, want %s: reordering is no change, unkeyed lists go by index", d.paths(), want)
@@ -440,7 +451,7 @@ func TestDiffPaths(t *testing.T) {
 	}
 	many.WriteString("}}")
 	big, _ := parseTree([]byte(many.String()))
-	d = diffTrees(tree{"spec": map[string]any{}}, big)
+	d = diffTrees(t, tree{"spec": map[string]any{}}, big)
 	if len(d.Changes) != maxDiffPaths || d.Total != maxDiffPaths+10 {
 		t.Fatalf("changes = %d, total = %d: a diff is capped but counts everything", len(d.Changes), d.Total)
 	}
@@ -563,33 +574,6 @@ func TestRequestDetails(t *testing.T) {
 			t.Fatal("end before start")
 		}
 	})
-}
-
-func TestBodiesLeavingTheHotSetStillDiff(t *testing.T) {
-	c := testConverter()
-	cm := func(i int, v string) (objectReference, string) {
-		ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i), APIVersion: "v1"}
-		return ref, fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u%d","resourceVersion":"%d"},"data":{"k":%q}}`, i, i, i+10, v)
-	}
-	for i := range hotTrees + 1 {
-		ref, body := cm(i, "old")
-		_, _ = convertOne(t, c, event(fmt.Sprint("c", i), "create", "alice", ref, 201, withResponse(body)))
-	}
-	first := c.cache.entries[(objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm-0"}).key("c1")]
-	if first == nil || first.tree != nil || first.body == nil {
-		t.Fatal("the oldest body must have left the hot set as JSON")
-	}
-	ref, _ := cm(0, "")
-	ref.UID = "u0"
-	_, body := cm(0, "new")
-	body = strings.Replace(body, `"resourceVersion":"10"`, `"resourceVersion":"9999"`, 1)
-	s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", ref, 200, withResponse(body)))))
-	if got := diffOf(t, s); got["data.k"] != `"old" -> "new"` || len(got) != 1 {
-		t.Fatalf("diff = %v", got)
-	}
-	if first.tree == nil {
-		t.Fatal("the updated body is hot again")
-	}
 }
 
 // paths lists a diff's paths, comma-separated.

@@ -1,11 +1,8 @@
 package k8sauditreceiver
 
 import (
-	"encoding/json"
-	"maps"
-	"slices"
+	"bytes"
 	"strconv"
-	"strings"
 )
 
 const (
@@ -38,163 +35,197 @@ var noisePaths = map[string]bool{
 	"metadata.generation":      true,
 }
 
-// diffTrees compares two bodies leaf by leaf. Objects are compared key by key in sorted order
-// and arrays index by index, so the result is stable; a subtree that appears or disappears as
-// a whole is one change carrying the whole subtree.
-func diffTrees(old, cur tree) diffResult {
-	var d diffResult
-	var path []byte
-	diffValue(&d, path, old, cur, true, true)
+// diffFlat compares two bodies leaf by leaf. Objects are compared key by key in sorted order
+// and arrays index by index (or element by key, see listKey), so the result is stable; a subtree
+// that appears or disappears as a whole is one change carrying the whole subtree.
+func diffFlat(old, cur *flatBody) diffResult {
+	w := getFlatWork()
+	defer w.put()
+	return w.diff(old, cur)
+}
+
+func (w *flatWork) diff(old, cur *flatBody) diffResult {
+	if cap(w.path) < 256 {
+		w.path = make([]byte, 0, 512) // paths extend it in place, level by level
+	}
+	w.diffValue(old, cur, w.path[:0], 0, 0)
+	d := w.d
+	w.d = diffResult{}
 	return d
 }
 
-func diffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
+// diffValue compares node ai of a with node bi of b (-1: absent on that side) at path.
+func (w *flatWork) diffValue(a, b *flatBody, path []byte, ai, bi int) {
 	if len(path) > 0 && noisePaths[string(path)] {
 		return
 	}
-	if hasA && hasB {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			diffEntries(d, am, bm, func(k string) []byte { return appendKey(path, k) })
+	if ai >= 0 && bi >= 0 {
+		ak, bk := a.nodes[ai].kind, b.nodes[bi].kind
+		switch {
+		case ak == '{' && bk == '{':
+			sa := w.pushMembers(a, ai)
+			sb := w.pushMembers(b, bi)
+			w.diffEntries(a, b, path, "", sa, sb)
 			return
-		}
-		as, aok := a.([]any)
-		bs, bok := b.([]any)
-		if aok && bok {
-			if field := listKey(as, bs); field != "" {
-				diffKeyedList(d, path, field, as, bs)
+		case ak == '[' && bk == '[':
+			if w.diffKeyedList(a, b, path, ai, bi) {
 				return
 			}
-			for i := 0; i < max(len(as), len(bs)); i++ {
-				var av, bv any
-				if i < len(as) {
-					av = as[i]
+			ca, ea := ai+1, ai+int(a.nodes[ai].size)
+			cb, eb := bi+1, bi+int(b.nodes[bi].size)
+			for i := 0; ca < ea || cb < eb; i++ {
+				na, nb := -1, -1
+				if ca < ea {
+					na = ca
+					ca += int(a.nodes[ca].size)
 				}
-				if i < len(bs) {
-					bv = bs[i]
+				if cb < eb {
+					nb = cb
+					cb += int(b.nodes[cb].size)
 				}
-				diffValue(d, appendIndex(path, i), av, bv, i < len(as), i < len(bs))
+				w.diffValue(a, b, appendIndex(path, i), na, nb)
 			}
 			return
 		}
-		if scalarEqual(a, b) {
+		if scalarEqual(a, b, ai, bi) {
 			return
 		}
 	}
-	d.Total++
-	if len(d.Changes) >= maxDiffPaths {
+	w.d.Total++
+	if len(w.d.Changes) >= maxDiffPaths {
 		return
 	}
 	c := change{Path: string(path)}
-	if hasA {
-		c.Old = marshalJSON(a)
+	if ai >= 0 {
+		c.Old = w.text(a, ai)
 	}
-	if hasB {
-		c.New = marshalJSON(b)
+	if bi >= 0 {
+		c.New = w.text(b, bi)
 	}
-	d.Changes = append(d.Changes, c)
+	w.d.Changes = append(w.d.Changes, c)
 }
 
 // listKeys are the fields Kubernetes lists are keyed by, in order of preference: containers,
 // volumes, env and most others by name, conditions by type.
 var listKeys = []string{"name", "type"}
 
-// listKey returns the field that identifies the elements of both lists, or "" when the lists
-// must be compared by index: every element must be an object with a distinct, non-empty
-// string value for the field. Compared by key, a reordered or inserted element does not make
-// every later index look changed (conditions are reordered on every transition).
-func listKey(as, bs []any) string {
-	if len(as) == 0 && len(bs) == 0 {
-		return ""
+// diffKeyedList compares two lists element by element key, in key order
+// (spec.template.spec.containers[name=web].image, status.conditions[type=Ready].status), when
+// both are keyed by the same field of listKeys: every element an object with a distinct,
+// non-empty string value for it. Compared by key, a reordered or inserted element does not make
+// every later index look changed (conditions are reordered on every transition). It reports
+// false, having compared nothing, for lists that must be compared by index.
+func (w *flatWork) diffKeyedList(a, b *flatBody, path []byte, ai, bi int) bool {
+	if a.nodes[ai].size == 1 && b.nodes[bi].size == 1 {
+		return false // both empty
 	}
 	for _, field := range listKeys {
-		if keyedBy(as, field) && keyedBy(bs, field) {
-			return field
-		}
-	}
-	return ""
-}
-
-func keyedBy(list []any, field string) bool {
-	seen := make(map[string]bool, len(list))
-	for _, el := range list {
-		m, ok := el.(map[string]any)
+		sa, ok := w.pushKeyed(a, ai, field)
 		if !ok {
-			return false
+			continue
 		}
-		k, ok := m[field].(string)
-		if !ok || k == "" || seen[k] {
-			return false
+		sb, ok := w.pushKeyed(b, bi, field)
+		if !ok {
+			w.ents = w.ents[:sa]
+			continue
 		}
-		seen[k] = true
-	}
-	return true
-}
-
-// diffKeyedList compares two lists element by element key, in key order:
-// spec.template.spec.containers[name=web].image, status.conditions[type=Ready].status.
-func diffKeyedList(d *diffResult, path []byte, field string, as, bs []any) {
-	index := func(list []any) map[string]any {
-		m := make(map[string]any, len(list))
-		for _, el := range list {
-			m[el.(map[string]any)[field].(string)] = el
-		}
-		return m
-	}
-	diffEntries(d, index(as), index(bs), func(k string) []byte { return appendListKey(path, field, k) })
-}
-
-// diffEntries diffs two keyed collections (an object's fields, or a keyed list's items) over the
-// union of their keys in sorted order, so the diff's paths come out in a stable order; pathOf
-// gives an entry's path.
-func diffEntries(d *diffResult, am, bm map[string]any, pathOf func(key string) []byte) {
-	keys := slices.Collect(maps.Keys(am))
-	for k := range bm {
-		if _, dup := am[k]; !dup {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		av, ha := am[k]
-		bv, hb := bm[k]
-		diffValue(d, pathOf(k), av, bv, ha, hb)
-	}
-}
-
-func appendListKey(path []byte, field, key string) []byte {
-	path = append(path, '[')
-	path = append(path, field...)
-	path = append(path, '=')
-	if plainKey(strings.ReplaceAll(strings.ReplaceAll(key, ".", "-"), ":", "-")) {
-		path = append(path, key...)
-	} else {
-		path = strconv.AppendQuote(path, key)
-	}
-	return append(path, ']')
-}
-
-func scalarEqual(a, b any) bool {
-	switch av := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		bv, ok := b.(string)
-		return ok && av == bv
-	case bool:
-		bv, ok := b.(bool)
-		return ok && av == bv
-	case json.Number:
-		bv, ok := b.(json.Number)
-		return ok && av == bv
+		w.diffEntries(a, b, path, field, sa, sb)
+		return true
 	}
 	return false
 }
 
+// diffEntries diffs two keyed collections pushed on the entry stack (a's from sa, b's from sb
+// to the top): an object's members (field "") or a keyed list's elements by field. It walks the
+// union of their keys in sorted order, so the diff's paths come out in a stable order, and pops
+// both.
+func (w *flatWork) diffEntries(a, b *flatBody, path []byte, field string, sa, sb int) {
+	ea, eb := sb, len(w.ents)
+	ia, ib := sa, sb
+	for ia < ea || ib < eb {
+		cmp := 0
+		switch {
+		case ia == ea:
+			cmp = 1
+		case ib == eb:
+			cmp = -1
+		default:
+			cmp = bytes.Compare(w.ents[ia].key, w.ents[ib].key)
+		}
+		na, nb := -1, -1
+		var key []byte
+		if cmp <= 0 {
+			na, key = int(w.ents[ia].node), w.ents[ia].key
+			ia++
+		}
+		if cmp >= 0 {
+			nb, key = int(w.ents[ib].node), w.ents[ib].key
+			ib++
+		}
+		var p []byte
+		if field == "" {
+			p = appendKey(path, key)
+		} else {
+			p = appendListKey(path, field, key)
+		}
+		w.diffValue(a, b, p, na, nb)
+	}
+	w.ents = w.ents[:sa]
+}
+
+// scalarEqual compares two values that are not both objects or both lists: equal JSON values of
+// the same kind (numbers by their text, as json.Number compares them).
+func scalarEqual(a, b *flatBody, ai, bi int) bool {
+	ak, bk := a.nodes[ai].kind, b.nodes[bi].kind
+	if ak != bk {
+		return false
+	}
+	switch ak {
+	case 'n', 't', 'f':
+		return true
+	case '0':
+		return bytes.Equal(a.raw(ai), b.raw(bi))
+	case '"':
+		if bytes.Equal(a.raw(ai), b.raw(bi)) {
+			return true
+		}
+		if a.nodes[ai].plain && b.nodes[bi].plain {
+			return false
+		}
+		return bytes.Equal(a.str(ai), b.str(bi))
+	}
+	return false
+}
+
+func appendListKey(path []byte, field string, key []byte) []byte {
+	path = append(path, '[')
+	path = append(path, field...)
+	path = append(path, '=')
+	if plainListKey(key) {
+		path = append(path, key...)
+	} else {
+		path = strconv.AppendQuote(path, string(key))
+	}
+	return append(path, ']')
+}
+
+// plainListKey reports whether a list key can stand unquoted in a path: a plain key that may
+// also hold dots and colons (an IP address, a port name, an image).
+func plainListKey(k []byte) bool {
+	if len(k) == 0 {
+		return false
+	}
+	for _, c := range k {
+		if !plainKeyByte(c) && c != '.' && c != ':' {
+			return false
+		}
+	}
+	return true
+}
+
 // appendKey extends a path the way people write them: spec.replicas for plain keys, and
 // metadata.labels["app.kubernetes.io/name"] for keys a dot would make ambiguous.
-func appendKey(path []byte, key string) []byte {
+func appendKey(path []byte, key []byte) []byte {
 	if plainKey(key) {
 		if len(path) > 0 {
 			path = append(path, '.')
@@ -202,7 +233,7 @@ func appendKey(path []byte, key string) []byte {
 		return append(path, key...)
 	}
 	path = append(path, '[')
-	path = strconv.AppendQuote(path, key)
+	path = strconv.AppendQuote(path, string(key))
 	return append(path, ']')
 }
 
@@ -212,17 +243,20 @@ func appendIndex(path []byte, i int) []byte {
 	return append(path, ']')
 }
 
-func plainKey(k string) bool {
-	if k == "" {
+func plainKey(k []byte) bool {
+	if len(k) == 0 {
 		return false
 	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+	for _, c := range k {
+		if !plainKeyByte(c) {
 			return false
 		}
 	}
 	return true
+}
+
+func plainKeyByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 func clip(s string) string { return clipTo(s, maxValueBytes) }

@@ -163,22 +163,6 @@ func readString(d []byte, i int) (string, int, error) {
 	return string(unquote(d[i+1 : end-1])), end, nil
 }
 
-// readKey is readString for object keys: a plain key is returned as a slice of d, which
-// callers only compare, so matching a field name allocates nothing.
-func readKey(d []byte, i int) ([]byte, int, error) {
-	if i >= len(d) || d[i] != '"' {
-		return nil, 0, errAt(i, "expected a string key")
-	}
-	end, plain, err := scanString(d, i)
-	if err != nil {
-		return nil, 0, err
-	}
-	if plain {
-		return d[i+1 : end-1], end, nil
-	}
-	return unquote(d[i+1 : end-1]), end, nil
-}
-
 // scanNumber checks the number at d[i] and returns the offset after it.
 func scanNumber(d []byte, i int) (int, error) {
 	start := i
@@ -230,30 +214,57 @@ func scanLiteral(d []byte, i int, lit string) (int, error) {
 // It returns the next key and the offset of its value, or done at the closing brace (end is
 // then the offset after it).
 func objectNext(d []byte, i int, first bool) (key []byte, next int, done bool, err error) {
+	var k memberKey
+	if k, next, done, err = objectMember(d, i, first); err != nil || done {
+		return nil, next, done, err
+	}
+	return k.value(d), next, false, nil
+}
+
+// memberKey is where a member's key stands: d[at] is its opening quote, d[end-1] its closing
+// one; plain as scanString says.
+type memberKey struct {
+	at, end int
+	plain   bool
+}
+
+// value is the key decoded: a slice of d when plain, which callers only compare.
+func (k memberKey) value(d []byte) []byte {
+	if k.plain {
+		return d[k.at+1 : k.end-1]
+	}
+	return unquote(d[k.at+1 : k.end-1])
+}
+
+// objectMember is objectNext that leaves the key where it stands.
+func objectMember(d []byte, i int, first bool) (key memberKey, next int, done bool, err error) {
 	i = skipSpace(d, i)
 	if i >= len(d) {
-		return nil, 0, false, errAt(i, "unexpected end of object")
+		return key, 0, false, errAt(i, "unexpected end of object")
 	}
 	if d[i] == '}' {
-		return nil, i + 1, true, nil
+		return key, i + 1, true, nil
 	}
 	if !first {
 		if d[i] != ',' {
-			return nil, 0, false, errAt(i, "expected , or } in object")
+			return key, 0, false, errAt(i, "expected , or } in object")
 		}
 		i = skipSpace(d, i+1)
 	}
-	key, i, err = readKey(d, i)
-	if err != nil {
-		return nil, 0, false, err
+	if i >= len(d) || d[i] != '"' {
+		return key, 0, false, errAt(i, "expected a string key")
 	}
-	i = skipSpace(d, i)
+	key.at = i
+	if key.end, key.plain, err = scanString(d, i); err != nil {
+		return key, 0, false, err
+	}
+	i = skipSpace(d, key.end)
 	if i >= len(d) || d[i] != ':' {
-		return nil, 0, false, errAt(i, "expected : after object key")
+		return key, 0, false, errAt(i, "expected : after object key")
 	}
 	// Callers look at d[next] to dispatch on the value's first byte.
 	if i = skipSpace(d, i+1); i >= len(d) {
-		return nil, 0, false, errAt(i, "unexpected end of input")
+		return key, 0, false, errAt(i, "unexpected end of input")
 	}
 	return key, i, false, nil
 }

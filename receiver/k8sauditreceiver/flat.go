@@ -1,0 +1,362 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"sync"
+	"unsafe"
+)
+
+// A flatBody is an object body indexed in place: one pass over its bytes records where every
+// value stands, in document order, without building maps or copying strings. Diffs, snapshots
+// and the object cache work on it instead of on map trees, which cost a map and an interface
+// value per node, several times the body's size in garbage, and a marshal to turn back into
+// text. It reads as a tree does (metadata.managedFields left out, the last of duplicate keys
+// counting) and encodes as marshalJSON encodes that tree, byte for byte.
+type flatBody struct {
+	d     []byte
+	nodes []fnode
+
+	// cut is the byte range the first metadata.managedFields member takes in d, with one comma,
+	// so that the rest is still JSON: the cache keeps d without it (compact).
+	cut [2]int32
+}
+
+// fnode is one value of a flatBody. Children follow their parent: the first at index+1, each
+// next sibling size nodes after the one before.
+type fnode struct {
+	start, end int32 // the value is d[start:end]
+	key        int32 // the member's key is d[key:keyEnd], quotes included; key is -1 for elements and the root
+	keyEnd     int32
+	size       int32 // nodes in the subtree, this one included
+	kind       byte  // '{', '[', '"', '0' (a number), 't', 'f', 'n'
+	plain      bool  // a string whose bytes between the quotes are its value (scanString)
+	plainKey   bool
+}
+
+// Where a value stands decides what flatten leaves out.
+const (
+	inBody = iota
+	inRoot
+	inMetadata
+)
+
+// flatten indexes an object body into nodes (reusing their storage); ok is false for anything
+// but one JSON object.
+func flatten(d []byte, nodes []fnode) (f flatBody, ok bool) {
+	i := skipSpace(d, 0)
+	if i >= len(d) || d[i] != '{' || len(d) > math.MaxInt32 {
+		return flatBody{}, false
+	}
+	f = flatBody{d: d, nodes: nodes[:0]}
+	end, err := f.add(i, memberKey{at: -1}, 0, inRoot)
+	if err != nil || skipSpace(d, end) != len(d) {
+		return flatBody{}, false
+	}
+	return f, true
+}
+
+// add indexes the value at d[i] and returns the offset after it.
+func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
+	d := f.d
+	if i >= len(d) {
+		return 0, errAt(i, "unexpected end of input")
+	}
+	at := len(f.nodes)
+	f.nodes = append(f.nodes, fnode{start: int32(i), key: int32(key.at), keyEnd: int32(key.end), plainKey: key.plain})
+	var end int
+	var err error
+	switch c := d[i]; c {
+	case '"':
+		var plain bool
+		end, plain, err = scanString(d, i)
+		f.nodes[at].kind, f.nodes[at].plain = '"', plain
+	case '{':
+		f.nodes[at].kind = '{'
+		end, err = f.addMembers(i, depth, where)
+	case '[':
+		f.nodes[at].kind = '['
+		if depth >= maxDepth {
+			return 0, errAt(i, "nested too deeply")
+		}
+		end = i + 1
+		for first := true; ; first = false {
+			next, done, aerr := arrayNext(d, end, first)
+			if aerr != nil || done {
+				end, err = next, aerr
+				break
+			}
+			if end, err = f.add(next, memberKey{at: -1}, depth+1, inBody); err != nil {
+				break
+			}
+		}
+	case 't':
+		f.nodes[at].kind = 't'
+		end, err = scanLiteral(d, i, "true")
+	case 'f':
+		f.nodes[at].kind = 'f'
+		end, err = scanLiteral(d, i, "false")
+	case 'n':
+		f.nodes[at].kind = 'n'
+		end, err = scanLiteral(d, i, "null")
+	default:
+		f.nodes[at].kind = '0'
+		end, err = scanNumber(d, i)
+	}
+	if err != nil {
+		return 0, err
+	}
+	f.nodes[at].end, f.nodes[at].size = int32(end), int32(len(f.nodes)-at)
+	return end, nil
+}
+
+// addMembers indexes the members of the object at d[i]. The root's metadata leaves out
+// managedFields, whose place is remembered in cut.
+func (f *flatBody) addMembers(i, depth, where int) (int, error) {
+	d := f.d
+	if depth >= maxDepth {
+		return 0, errAt(i, "nested too deeply")
+	}
+	end := i + 1
+	for first := true; ; first = false {
+		prev := end
+		key, next, done, err := objectMember(d, end, first)
+		if err != nil || done {
+			return next, err
+		}
+		switch {
+		case where == inRoot && d[next] == '{' && keyIs(d, key, "metadata"):
+			end, err = f.add(next, key, depth+1, inMetadata)
+		case where == inMetadata && keyIs(d, key, "managedFields"):
+			if end, err = skipValue(d, next, depth+1); err == nil && f.cut[1] == 0 {
+				f.cut = memberCut(d, key.at, prev, end, first)
+			}
+		default:
+			end, err = f.add(next, key, depth+1, inBody)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// memberCut is the range to remove for a member from its key at to its value's end, so that
+// what is left is still JSON: the comma before it, or, for a first member, the one after it.
+func memberCut(d []byte, at, prevEnd, end int, first bool) [2]int32 {
+	if !first {
+		return [2]int32{int32(prevEnd), int32(end)}
+	}
+	if j := skipSpace(d, end); j < len(d) && d[j] == ',' {
+		return [2]int32{int32(at), int32(j + 1)}
+	}
+	return [2]int32{int32(at), int32(end)}
+}
+
+func keyIs(d []byte, k memberKey, name string) bool {
+	if k.plain {
+		return string(d[k.at+1:k.end-1]) == name
+	}
+	return string(k.value(d)) == name
+}
+
+// compact returns a copy of the body without its managedFields: what the object cache keeps.
+func (f *flatBody) compact() []byte {
+	a, b := int(f.cut[0]), int(f.cut[1])
+	out := make([]byte, 0, len(f.d)-(b-a))
+	out = append(out, f.d[:a]...)
+	return append(out, f.d[b:]...)
+}
+
+// keyOf is a member's key, decoded.
+func (f *flatBody) keyOf(n int) []byte {
+	return memberKey{at: int(f.nodes[n].key), end: int(f.nodes[n].keyEnd), plain: f.nodes[n].plainKey}.value(f.d)
+}
+
+// str is a string node's value, decoded.
+func (f *flatBody) str(n int) []byte {
+	nd := &f.nodes[n]
+	inner := f.d[nd.start+1 : nd.end-1]
+	if nd.plain {
+		return inner
+	}
+	return unquote(inner)
+}
+
+// raw is a node's bytes as they stand in the body.
+func (f *flatBody) raw(n int) []byte { return f.d[f.nodes[n].start:f.nodes[n].end] }
+
+// member returns the node of an object's member (the last one of that key), or -1.
+func (f *flatBody) member(obj int, name string) int {
+	found := -1
+	for c, end := obj+1, obj+int(f.nodes[obj].size); c < end; c += int(f.nodes[c].size) {
+		if keyIs(f.d, memberKey{at: int(f.nodes[c].key), end: int(f.nodes[c].keyEnd), plain: f.nodes[c].plainKey}, name) {
+			found = c
+		}
+	}
+	return found
+}
+
+// entry is a keyed child: an object's member by its key, or a keyed list's element by the
+// value of its key field.
+type entry struct {
+	key  []byte
+	node int32
+}
+
+// flatWork is the scratch of diffs and encodings, pooled: entries are a stack that each object
+// being walked pushes its sorted members onto and pops when done.
+type flatWork struct {
+	ents   []entry
+	nodesA []fnode
+	nodesB []fnode
+	path   []byte // the path being diffed
+	buf    []byte // the value being encoded
+	d      diffResult
+}
+
+var flatWorkPool = sync.Pool{New: func() any { return new(flatWork) }}
+
+func getFlatWork() *flatWork { return flatWorkPool.Get().(*flatWork) }
+
+// put returns w to the pool; buffers that grew past a large body's needs are let go.
+func (w *flatWork) put() {
+	if cap(w.ents) > 1<<14 || cap(w.nodesA) > 1<<16 || cap(w.nodesB) > 1<<16 || cap(w.path) > 1<<12 || cap(w.buf) > 1<<16 {
+		return
+	}
+	w.ents, w.d = w.ents[:0], diffResult{}
+	flatWorkPool.Put(w)
+}
+
+// pushMembers pushes an object's members sorted by key, one per key (the last, as a map keeps
+// it), and returns where they start.
+func (w *flatWork) pushMembers(f *flatBody, obj int) int {
+	start := len(w.ents)
+	for c, end := obj+1, obj+int(f.nodes[obj].size); c < end; c += int(f.nodes[c].size) {
+		w.ents = append(w.ents, entry{key: f.keyOf(c), node: int32(c)})
+	}
+	w.sortUnique(start)
+	return start
+}
+
+// sortUnique sorts the entries from start by key, keeping the last of each run of equal keys.
+func (w *flatWork) sortUnique(start int) {
+	s := w.ents[start:]
+	if !slices.IsSortedFunc(s, cmpEntry) {
+		slices.SortStableFunc(s, cmpEntry)
+	}
+	out := start
+	for i := start; i < len(w.ents); i++ {
+		if i+1 < len(w.ents) && bytes.Equal(w.ents[i].key, w.ents[i+1].key) {
+			continue
+		}
+		w.ents[out] = w.ents[i]
+		out++
+	}
+	w.ents = w.ents[:out]
+}
+
+func cmpEntry(a, b entry) int { return bytes.Compare(a.key, b.key) }
+
+// pushKeyed pushes a list's elements sorted by the string value of their field and reports
+// whether the list is keyed by it: every element an object whose field is a distinct,
+// non-empty string. When it is not, nothing stays pushed.
+func (w *flatWork) pushKeyed(f *flatBody, list int, field string) (int, bool) {
+	start := len(w.ents)
+	for c, end := list+1, list+int(f.nodes[list].size); c < end; c += int(f.nodes[c].size) {
+		if f.nodes[c].kind != '{' {
+			w.ents = w.ents[:start]
+			return start, false
+		}
+		m := f.member(c, field)
+		if m < 0 || f.nodes[m].kind != '"' {
+			w.ents = w.ents[:start]
+			return start, false
+		}
+		k := f.str(m)
+		if len(k) == 0 {
+			w.ents = w.ents[:start]
+			return start, false
+		}
+		w.ents = append(w.ents, entry{key: k, node: int32(c)})
+	}
+	s := w.ents[start:]
+	slices.SortFunc(s, cmpEntry)
+	for i := 1; i < len(s); i++ {
+		if bytes.Equal(s[i-1].key, s[i].key) {
+			w.ents = w.ents[:start]
+			return start, false
+		}
+	}
+	return start, true
+}
+
+// appendValue encodes node n as marshalJSON encodes the same value of a tree: keys sorted, one
+// per key, strings quoted as appendQuoted quotes them.
+func (w *flatWork) appendValue(dst []byte, f *flatBody, n int) []byte {
+	nd := &f.nodes[n]
+	switch nd.kind {
+	case '{':
+		start := w.pushMembers(f, n)
+		dst = append(dst, '{')
+		for i := start; i < len(w.ents); i++ {
+			if i > start {
+				dst = append(dst, ',')
+			}
+			e := w.ents[i]
+			c := &f.nodes[e.node]
+			if c.plainKey {
+				dst = append(dst, f.d[c.key:c.keyEnd]...)
+			} else {
+				dst = appendQuoted(dst, string(e.key))
+			}
+			dst = append(dst, ':')
+			dst = w.appendValue(dst, f, int(e.node))
+		}
+		w.ents = w.ents[:start]
+		return append(dst, '}')
+	case '[':
+		dst = append(dst, '[')
+		for c, end := n+1, n+int(nd.size); c < end; c += int(f.nodes[c].size) {
+			if c > n+1 {
+				dst = append(dst, ',')
+			}
+			dst = w.appendValue(dst, f, c)
+		}
+		return append(dst, ']')
+	case '"':
+		if nd.plain {
+			return append(dst, f.d[nd.start:nd.end]...)
+		}
+		return appendQuoted(dst, string(f.str(n)))
+	default: // numbers and literals stand as they are
+		return append(dst, f.d[nd.start:nd.end]...)
+	}
+}
+
+// text encodes node n as a string (see appendValue).
+func (w *flatWork) text(f *flatBody, n int) string {
+	w.buf = w.appendValue(w.buf[:0], f, n)
+	return string(w.buf)
+}
+
+// encodeFlat encodes a whole body as marshalJSON encodes its tree.
+func encodeFlat(f *flatBody) string {
+	w := getFlatWork()
+	defer w.put()
+	buf := w.appendValue(make([]byte, 0, len(f.d)), f, 0)
+	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
+}
+
+// diffWithBytes diffs the body the cache keeps (old) against cur; ok is false when old is not
+// a JSON object.
+func diffWithBytes(old []byte, cur *flatBody) (diffResult, bool) {
+	w := getFlatWork()
+	defer w.put()
+	f, ok := flatten(old, w.nodesA)
+	w.nodesA = f.nodes[:0]
+	if !ok {
+		return diffResult{}, false
+	}
+	return w.diff(&f, cur), true
+}
