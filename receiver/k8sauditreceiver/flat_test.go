@@ -183,3 +183,25 @@ func FuzzFlat(f *testing.F) {
 		}
 	})
 }
+
+// TestStringStopFindsEveryStopByte puts each byte value at each place of a word of plain
+// letters (and of high bytes, which carry borrows differently): stringStop must flag exactly
+// the quote, the backslash and the control characters.
+func TestStringStopFindsEveryStopByte(t *testing.T) {
+	for _, fill := range []byte{'a', 0xC3, 0x20, 0x7F} {
+		for pos := range 8 {
+			for b := range 256 {
+				word := bytes.Repeat([]byte{fill}, 8)
+				word[pos] = byte(b)
+				x := uint64(0)
+				for i := 7; i >= 0; i-- {
+					x = x<<8 | uint64(word[i])
+				}
+				want := b == '"' || b == '\\' || b < 0x20
+				if got := stringStop(x); got != want {
+					t.Fatalf("byte %#x at %d among %#x: stringStop = %v, want %v", b, pos, fill, got, want)
+				}
+			}
+		}
+	}
+}
