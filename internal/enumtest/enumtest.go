@@ -7,6 +7,7 @@
 package enumtest
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -153,6 +154,7 @@ type Call struct {
 func NoLiterals(tb testing.TB, dir string, calls ...Call) {
 	tb.Helper()
 	fset := token.NewFileSet()
+	var found []string
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		tb.Fatal(err)
@@ -188,10 +190,13 @@ func NoLiterals(tb testing.TB, dir string, calls ...Call) {
 					}
 				}
 				if lit, ok := call.Args[c.Arg].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-					tb.Errorf("%s: %s records the literal %s; use a constant the telemetry test lists", fset.Position(lit.Pos()), fn, lit.Value)
+					found = append(found, fmt.Sprintf("%s: %s records the literal %s; use a constant the telemetry test lists", fset.Position(lit.Pos()), fn, lit.Value))
 				}
 			}
 			return true
 		})
+	}
+	for _, f := range found {
+		tb.Errorf("%s", f)
 	}
 }
