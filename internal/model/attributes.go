@@ -1,9 +1,15 @@
 package model
 
+import semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+// Names that the OpenTelemetry semantic conventions define take their values from the semconv
+// package, so they cannot be misspelled; the k8s.object.*, k8s.audit.*, k8s.event.* and
+// kubetrail.* names are kubetrail's own.
+
 // Resource attributes.
 const (
-	AttrClusterName = "k8s.cluster.name"
-	AttrServiceName = "service.name"
+	AttrClusterName = string(semconv.K8SClusterNameKey)
+	AttrServiceName = string(semconv.ServiceNameKey)
 )
 
 // Object identity, on every span a receiver emits (docs/design.md, Object identity).
@@ -12,7 +18,7 @@ const (
 	AttrObjectAPIVersion = "k8s.object.api_version"
 	AttrObjectResource   = "k8s.object.resource"
 	AttrObjectKind       = "k8s.object.kind"
-	AttrNamespaceName    = "k8s.namespace.name"
+	AttrNamespaceName    = string(semconv.K8SNamespaceNameKey)
 	AttrObjectName       = "k8s.object.name"
 	AttrObjectUID        = "k8s.object.uid"
 	AttrOwnerAPIVersion  = "k8s.object.owner.api_version"
@@ -44,11 +50,11 @@ const (
 	AttrAuditUserGroups       = "k8s.audit.user.groups"
 	AttrAuditImpersonatedUser = "k8s.audit.impersonated_user.name"
 	AttrAuditPatch            = "k8s.audit.patch"
-	AttrUserName              = "user.name"
-	AttrUserAgent             = "user_agent.original"
-	AttrClientAddress         = "client.address"
-	AttrHTTPStatusCode        = "http.response.status_code"
-	AttrURLPath               = "url.path"
+	AttrUserName              = string(semconv.UserNameKey)
+	AttrUserAgent             = string(semconv.UserAgentOriginalKey)
+	AttrClientAddress         = string(semconv.ClientAddressKey)
+	AttrHTTPStatusCode        = string(semconv.HTTPResponseStatusCodeKey)
+	AttrURLPath               = string(semconv.URLPathKey)
 
 	EventObjectDiff     = "k8s.object.diff"
 	EventObjectSnapshot = "k8s.object.snapshot"

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // AttrLinkType says why a span links to another; its values are the LinkType* constants. Every
@@ -30,7 +31,7 @@ const (
 const DefaultTraceContextAnnotation = "trace.kubernetes.io/context"
 
 // AttrNodeName is the node a Pod is bound to (semantic conventions' k8s.node.name).
-const AttrNodeName = "k8s.node.name"
+const AttrNodeName = string(semconv.K8SNodeNameKey)
 
 // Reasons ParseTraceparent gives for a value it refuses.
 const (

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // Owner is an object's controlling owner, as its ownerReference names it.
@@ -196,17 +197,20 @@ func putNonEmpty(m pcommon.Map, key, value string) {
 	}
 }
 
+// semconvName is the pair of semantic-convention attributes naming an object of one kind.
+type semconvName struct{ name, uid string }
+
 // semconvKinds are the kinds the OpenTelemetry semantic conventions name: an object of one of
 // them also carries k8s.<kind>.name and k8s.<kind>.uid, which backends already index.
-var semconvKinds = map[[2]string]string{
-	{"", "Pod"}:             "pod",
-	{"", "Node"}:            "node",
-	{"apps", "Deployment"}:  "deployment",
-	{"apps", "ReplicaSet"}:  "replicaset",
-	{"apps", "StatefulSet"}: "statefulset",
-	{"apps", "DaemonSet"}:   "daemonset",
-	{"batch", "Job"}:        "job",
-	{"batch", "CronJob"}:    "cronjob",
+var semconvKinds = map[[2]string]semconvName{
+	{"", "Pod"}:             {string(semconv.K8SPodNameKey), string(semconv.K8SPodUIDKey)},
+	{"", "Node"}:            {string(semconv.K8SNodeNameKey), string(semconv.K8SNodeUIDKey)},
+	{"apps", "Deployment"}:  {string(semconv.K8SDeploymentNameKey), string(semconv.K8SDeploymentUIDKey)},
+	{"apps", "ReplicaSet"}:  {string(semconv.K8SReplicaSetNameKey), string(semconv.K8SReplicaSetUIDKey)},
+	{"apps", "StatefulSet"}: {string(semconv.K8SStatefulSetNameKey), string(semconv.K8SStatefulSetUIDKey)},
+	{"apps", "DaemonSet"}:   {string(semconv.K8SDaemonSetNameKey), string(semconv.K8SDaemonSetUIDKey)},
+	{"batch", "Job"}:        {string(semconv.K8SJobNameKey), string(semconv.K8SJobUIDKey)},
+	{"batch", "CronJob"}:    {string(semconv.K8SCronJobNameKey), string(semconv.K8SCronJobUIDKey)},
 }
 
 // PutSemconvAttributes writes the semantic-convention names of the object next to the generic
@@ -221,6 +225,6 @@ func (o Object) PutSemconvAttributes(attrs pcommon.Map) {
 	if !ok {
 		return
 	}
-	putNonEmpty(attrs, "k8s."+k+".name", o.Name)
-	putNonEmpty(attrs, "k8s."+k+".uid", o.UID)
+	putNonEmpty(attrs, k.name, o.Name)
+	putNonEmpty(attrs, k.uid, o.UID)
 }

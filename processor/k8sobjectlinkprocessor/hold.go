@@ -111,7 +111,7 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 		// Processed again with no holding allowed: the object becomes a root now rather than
 		// the processor growing without bound.
 		n := overflow.SpanCount()
-		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "hold_full")))
+		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reasonHoldFull)))
 		res := p.process(ctx, overflow, p.clock.Now(), noHold(), false)
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		return held, res.objects
@@ -170,15 +170,15 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	}
 	res := p.process(ctx, td, now, releaseHold(now, deadlines, all), false)
 	reheld := res.held
-	reason := "timeout"
+	reason := reasonHoldTimeout
 	if all {
-		reason, timedOut = "shutdown", len(deadlines)
+		reason, timedOut = reasonShutdown, len(deadlines)
 	}
 	if timedOut > 0 {
 		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(timedOut), metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 	if found := len(deadlines) - timedOut - reheld; found > 0 {
-		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(attrReason, "owner_found")))
+		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(attrReason, reasonOwnerFound)))
 	}
 	// Released spans are in our custody until the next consumer takes them: keep a copy of the
 	// activity spans, and if it refuses, keep them unsent (processed: they go as they are on the

@@ -154,7 +154,7 @@ func (m *memoryStore) applyDedup(op *Op, id [8]byte, now int64) {
 		op.Found = m.dedup.has(id, now)
 		if !op.Found || op.Kind == OpSet {
 			for range m.dedup.add(id, now, op.ExpireAt) {
-				m.onEvict("max_entries")
+				m.onEvict(reasonMaxEntries)
 			}
 		}
 		op.Value = ""
@@ -212,11 +212,11 @@ func (m *memoryStore) insert(k memKey, val string, expire int64) {
 func (m *memoryStore) evict() {
 	for len(m.index) > m.maxEntries && m.tail >= 0 {
 		m.remove(m.tail)
-		m.onEvict("max_entries")
+		m.onEvict(reasonMaxEntries)
 	}
 	for m.bytes > m.maxBytes && m.tail >= 0 {
 		m.remove(m.tail)
-		m.onEvict("max_bytes")
+		m.onEvict(reasonMaxBytes)
 	}
 }
 

@@ -118,15 +118,6 @@ func (s *redisStore) start() error {
 	return nil
 }
 
-// Reasons of otelcol_k8s_object_link_redis_errors.
-const (
-	reasonUnavailable = "unavailable" // network error, connection refused, or a server-wide reply error
-	reasonTimeout     = "timeout"     // a round trip or ping exceeded id_map.redis.timeout
-	reasonAuth        = "auth"        // WRONGPASS, NOAUTH, NOPERM, ERR AUTH …, a bad database index
-	reasonReply       = "reply"       // a reply error about one record (WRONGTYPE on a foreign key)
-	reasonPendingFull = "pending_full"
-)
-
 // errorReason classifies a failed round trip or ping.
 func errorReason(err error) string {
 	switch {
@@ -461,9 +452,9 @@ func (s *redisStore) reconcile(batch []Op) error {
 			return err
 		}
 		for i := range part {
-			result := "written"
+			result := resultWritten
 			if part[i].Kind == OpSetIfAbsent && part[i].Found && part[i].Value != original[i] {
-				result = "conflict"
+				result = resultConflict
 			}
 			s.tel.K8sObjectLinkRedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrResult, result)))
 		}

@@ -117,11 +117,11 @@ func (m *joinMap) claim(auditID string, rec joinRecord) (joinRecord, bool) {
 	m.bytes += int64(len(auditID)) + joinEntryOverhead
 	for m.order.Len() > m.maxEntries {
 		m.remove(m.order.Front())
-		m.onEvict("max_entries")
+		m.onEvict(reasonMaxEntries)
 	}
 	for m.bytes > m.maxBytes && m.order.Len() > 0 {
 		m.remove(m.order.Front())
-		m.onEvict("max_bytes")
+		m.onEvict(reasonMaxBytes)
 	}
 	return joinRecord{}, false
 }
@@ -141,7 +141,7 @@ func (m *joinMap) peek(auditID string) (joinRecord, bool) {
 func (m *joinMap) expire(now time.Time) {
 	for el := m.order.Front(); el != nil && !el.Value.(*joinEntry).expire.After(now); el = m.order.Front() {
 		m.remove(el)
-		m.onEvict("expired")
+		m.onEvict(reasonJoinExpired)
 	}
 }
 
@@ -211,7 +211,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
 		rec := joinRecord{side: sideRequest, traceID: req.span.TraceID(), spanID: req.span.SpanID()}
 		if other, ok := p.join.claim(req.auditID, rec); ok && other.side == sideAudit {
 			linkJoined(req.span, req.auditID, other)
-			p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource("memory"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource(sourceMemory))
 			continue
 		}
 		if p.redis == nil {
@@ -221,7 +221,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
 		r.queue(Op{Kind: OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire}, func(op *Op) {
 			if other, ok := decodeJoinRecord(op.Value); op.Found && ok && other.side == sideAudit {
 				linkJoined(span, id, other)
-				p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource("redis"))
+				p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource(sourceRedis))
 			}
 		})
 	}
@@ -279,12 +279,12 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 		rec := joinRecord{side: sideAudit, traceID: it.span.TraceID(), spanID: it.span.SpanID()}
 		if other, ok := p.join.claim(it.auditID, rec); ok && other.side == sideRequest {
 			linkJoined(it.span, it.auditID, other)
-			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource("memory"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource(sourceMemory))
 			continue
 		}
 		if other, ok := jb.target[i]; ok {
 			linkJoined(it.span, it.auditID, other)
-			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource("redis"))
+			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource(sourceRedis))
 			continue
 		}
 		if jb.deferred[i] {
@@ -293,7 +293,7 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 				p.joinPending = append(p.joinPending, Op{Kind: OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(),
 					ExpireAt: now.Add(p.cfg.APIServerJoin.TTL)})
 			} else {
-				p.tel.K8sObjectLinkApiserverJoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(attrReason, "pending_full")))
+				p.tel.K8sObjectLinkApiserverJoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(attrReason, reasonJoinPendingFull)))
 			}
 			p.joinMu.Unlock()
 		}

@@ -294,7 +294,7 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 		if p.owed.SpanCount()+count <= maxOwedSpans {
 			objectSpans.ResourceSpans().MoveAndAppendTo(p.owed.ResourceSpans())
 		} else {
-			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(count), metric.WithAttributes(attribute.String(attrReason, "owed_full")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(count), metric.WithAttributes(attribute.String(attrReason, reasonOwedFull)))
 		}
 		p.heldMu.Unlock()
 	}
@@ -544,7 +544,7 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, items []
 		}
 	}
 	if duplicates > 0 {
-		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, "duplicate")))
+		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, reasonDuplicate)))
 	}
 	return remove, toHold
 }

@@ -107,10 +107,10 @@ func (r *resolver) report() {
 		}
 	}
 	tel := r.deps.tel
-	add(tel.K8sObjectLinkAssignments, r.count.created, attribute.String(attrResult, "created"))
-	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, "reused"))
-	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, "relation"), attribute.String(attrResult, "hit"))
-	add(tel.K8sObjectLinkOwnerLookups, r.count.relationMiss, attribute.String(attrSource, "relation"), attribute.String(attrResult, "miss"))
+	add(tel.K8sObjectLinkAssignments, r.count.created, attribute.String(attrResult, resultCreated))
+	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, resultReused))
+	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultHit))
+	add(tel.K8sObjectLinkOwnerLookups, r.count.relationMiss, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultMiss))
 }
 
 // resolver settles the assignments of one batch: every object of the batch and all its
@@ -583,24 +583,24 @@ func (r *resolver) runLookups() {
 	wg.Wait()
 	for i, n := range r.lookups {
 		res, owner, err := answers[i].res, answers[i].owner, answers[i].err
-		result := "miss"
+		result := resultMiss
 		switch {
 		case err != nil:
-			result = "error"
+			result = resultError
 			r.deps.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
 			if apierrors.IsForbidden(err) {
 				r.deps.forbidden.lookupForbidden(err)
 			}
 		case res == lookupOwner:
-			result = "hit"
+			result = resultHit
 			n.obj.Owner = owner
 			r.writeRelation(n)
 		case res == lookupRoot:
-			result = "hit"
+			result = resultHit
 			n.root = true
 		}
 		r.deps.tel.K8sObjectLinkOwnerLookups.Add(r.ctx, 1, metric.WithAttributes(
-			attribute.String(attrSource, "apiserver"), attribute.String(attrResult, result)))
+			attribute.String(attrSource, sourceAPIServer), attribute.String(attrResult, result)))
 	}
 	r.lookups = r.lookups[:0]
 }

@@ -111,7 +111,7 @@ func (p *objectLinkProcessor) saveUnsent(ctx context.Context) error {
 	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(unsentCount))
 	if p.storage == nil {
 		if n > 0 {
-			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "shutdown_refused")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reasonShutdownRefused)))
 			p.logger.Error("Next consumer refused spans at shutdown and no storage is configured; they are lost",
 				zap.Int("spans", n), zap.Int("object_spans", owedCount))
 		}
@@ -131,7 +131,7 @@ func (p *objectLinkProcessor) saveUnsent(ctx context.Context) error {
 		if err == nil {
 			p.logger.Info("Next consumer refused spans at shutdown; kept in storage for the next start", zap.Int("spans", n))
 		} else {
-			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, "shutdown_refused")))
+			p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reasonShutdownRefused)))
 			p.logger.Error("Could not keep the spans refused at shutdown in storage; they are lost", zap.Int("spans", n), zap.Error(err))
 		}
 	}

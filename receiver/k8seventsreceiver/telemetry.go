@@ -7,7 +7,8 @@ import (
 
 // The values of the reason attribute on the receiver's counters. The counters themselves are
 // generated from metadata.yaml (internal/metadata), which lists these values per counter for
-// documentation.md: a value added here belongs in that list too.
+// documentation.md: a value added here belongs in that list too, and in reasons_test.go, whose
+// TestReasonsMatchMetadata compares the two.
 const (
 	// otelcol_k8s_event_spans_dropped
 	reasonMissingRegarding  = "missing_regarding"

@@ -16,7 +16,7 @@ import (
 // trace.kubernetes.io/context annotation.
 const demoTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
-// TestDeploymentJoinsTraces checks the joins of issue 12 on the deployment scenario: the
+// TestDeploymentJoinsTraces checks the joins with other traces on the deployment scenario: the
 // Deployment created with a trace context has its window span linked to that trace, and every
 // kubectl write's audit span is joined with the apiserver's own request trace (KEP-647), which
 // holds the etcd call of a create or an update.

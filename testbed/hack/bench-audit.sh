@@ -21,14 +21,14 @@
 #                instead sets the passes directly
 #   WORKLOADS    "replay fresh" (default): replay = same objects each pass, only auditIDs rewritten
 #                (same byte length); fresh = new UIDs and names each pass (new object spans)
-#   REPEAT       runs per binary and workload (default 1; the issue's figures are medians of 3)
+#   REPEAT       runs per binary and workload (default 1; use 3 and take the median for figures to quote)
 #   BASELINE     a git revision: its collector is built with ocb from a temporary git worktree
 #                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one
 #   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
 #   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10) and a heap-allocation profile
 #                of each collector that has the pprof extension, while it ingests, and print where
 #                its CPU goes (build/bench-audit/<run>.cpu.pprof, .allocs.pprof; go tool pprof reads them)
-#   BENCH_BATCH  processor (default: the batch processor, as the issue measured) or exporter (the
+#   BENCH_BATCH  processor (default: the batch processor) or exporter (the
 #                exporter's sending_queue batching of the shipped Kubernetes config)
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
 set -euo pipefail

@@ -1,0 +1,36 @@
+package k8sobjectlinkprocessor
+
+import (
+	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/enumtest"
+)
+
+// recordedValues are the values the processor records, per attribute of metadata.yaml.
+var recordedValues = map[string][]string{
+	"assignment_result":    {resultCreated, resultReused},
+	"lookup_result":        {resultHit, resultMiss, resultError},
+	"lookup_source":        {sourceRelation, sourceAPIServer},
+	"reconcile_result":     {resultWritten, resultConflict},
+	"join_source":          {sourceMemory, sourceRedis},
+	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused},
+	"release_reason":       {reasonOwnerFound, reasonHoldTimeout, reasonShutdown, reasonHoldFull},
+	"eviction_reason":      {reasonMaxEntries, reasonMaxBytes},
+	"join_eviction_reason": {reasonJoinExpired, reasonMaxEntries, reasonMaxBytes, reasonJoinPendingFull},
+	"redis_error_reason":   {reasonUnavailable, reasonTimeout, reasonAuth, reasonReply, reasonPendingFull},
+}
+
+// TestAttributeValuesMatchMetadata keeps the attribute value constants and metadata.yaml's
+// enums (and so documentation.md) in step.
+func TestAttributeValuesMatchMetadata(t *testing.T) {
+	enumtest.Check(t, "metadata.yaml", recordedValues)
+	isKey := map[string]bool{attrResult: true, attrSource: true, attrReason: true}
+	consts := enumtest.StringConsts(t, "telemetry.go")
+	enumtest.Declared(t, "telemetry.go", func(name string) bool { return !isKey[consts[name]] }, recordedValues)
+	var calls []enumtest.Call
+	for _, key := range []string{"attrResult", "attrSource", "attrReason"} {
+		calls = append(calls, enumtest.Call{Func: "String", Arg: 1, Key: key})
+	}
+	calls = append(calls, enumtest.Call{Func: "metricSource"}, enumtest.Call{Func: "onEvict"}, enumtest.Call{Func: "runError"})
+	enumtest.NoLiterals(t, ".", calls...)
+}

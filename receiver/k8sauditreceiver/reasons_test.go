@@ -1,0 +1,48 @@
+package k8sauditreceiver
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/enumtest"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// recordedReasons are the values the receiver records, per attribute of metadata.yaml.
+var recordedReasons = map[string][]string{
+	"rejected_reason": {
+		reasonMalformedJSON, reasonWrongKind, reasonTooLarge, reasonReadError, reasonBadEncoding,
+		reasonMethod, reasonNotFound, reasonNoCluster, reasonClientNotAllowed, reasonPipelineBusy,
+		reasonPipelineFailure, reasonInFlightBytes,
+	},
+	"filtered_reason": {
+		reasonStage, reasonReadVerb, reasonVerb, reasonNonResource, reasonExcludedResource,
+		reasonExcludedUserAgent, reasonDryRun,
+	},
+	"dropped_reason": {
+		reasonInvalidEvent, reasonInvalidTimestamp, reasonMalformedLine, reasonLineTooLong,
+		reasonConsumerPermanent,
+	},
+	"eviction_reason": {reasonEvictedCount, reasonEvictedBytes, reasonEvictedTooLarge},
+	"trace_context_reason": {
+		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
+		model.TraceparentZeroID, model.TraceparentTrailing,
+	},
+}
+
+// TestReasonsMatchMetadata keeps the reason constants and metadata.yaml's enums (and so
+// documentation.md) in step.
+func TestReasonsMatchMetadata(t *testing.T) {
+	enumtest.Check(t, "metadata.yaml", recordedReasons)
+	enumtest.Declared(t, "telemetry.go", func(name string) bool { return strings.HasPrefix(name, "reason") }, recordedReasons)
+	enumtest.Declared(t, "../../internal/model/links.go", func(name string) bool { return strings.HasPrefix(name, "Traceparent") }, recordedReasons)
+	enumtest.NoLiterals(t, ".",
+		enumtest.Call{Func: "withReason"},
+		enumtest.Call{Func: "addWithReason", Arg: 3},
+		enumtest.Call{Func: "reject", Arg: 3},
+		enumtest.Call{Func: "drop"},
+		enumtest.Call{Func: "filter"},
+		enumtest.Call{Func: "badContext"},
+		enumtest.Call{Func: "onEvict"},
+	)
+}
