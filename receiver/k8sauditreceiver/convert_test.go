@@ -766,3 +766,42 @@ func TestAnnotationsBecomeAttributes(t *testing.T) {
 		return true
 	})
 }
+
+// annotationSlice returns a string-array attribute, nil when absent.
+func annotationSlice(attrs pcommon.Map, key string) []string {
+	v, ok := attrs.Get(key)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, e := range v.Slice().All() {
+		out = append(out, e.Str())
+	}
+	return out
+}
+
+// The apiserver writes its annotations with sorted keys: the eleventh webhook of a round
+// (index_10) comes before the third (index_2). Attributes list webhooks in call order.
+func TestWebhooksAreListedInCallOrder(t *testing.T) {
+	ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+	ev := event("order", "create", "alice", ref, 201)
+	mutation := func(round, index int, webhook string, mutated bool) annotation {
+		return annotation{
+			Key:   fmt.Sprintf("mutation.webhook.admission.k8s.io/round_%d_index_%d", round, index),
+			Value: fmt.Sprintf(`{"configuration":"c","webhook":%q,"mutated":%t}`, webhook, mutated),
+		}
+	}
+	ev.Annotations = []annotation{
+		mutation(0, 0, "first.example.com", false),
+		mutation(0, 10, "eleventh.example.com", true),
+		mutation(0, 2, "third.example.com", true),
+		mutation(1, 0, "reinvoked.example.com", false),
+	}
+	attrs := onlySpan(t, must(convertOne(t, testConverter(), ev))).Attributes()
+	if got, want := annotationSlice(attrs, "k8s.audit.admission.webhooks"), []string{"first.example.com", "third.example.com", "eleventh.example.com", "reinvoked.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("webhooks = %v, want %v", got, want)
+	}
+	if got, want := annotationSlice(attrs, "k8s.audit.admission.mutated_by"), []string{"third.example.com", "eleventh.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("mutated_by = %v, want %v", got, want)
+	}
+}
