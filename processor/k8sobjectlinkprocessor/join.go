@@ -195,18 +195,15 @@ type joinBatch struct {
 }
 
 // joinRequests runs before the batch's first round trip. Request spans claim their audit ID
-// (their IDs are final) and link at once when the audit span waited here; with Redis they are
-// also written there, in the batch's first round trip.
-func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
+// (their IDs are final) and link at once when the audit span waited here; with Redis the others
+// are also written there, in the batch's first round trip. Audit records of earlier batches
+// (joinPending) ride on that round trip too, but only when the batch makes one anyway (it has
+// activity spans, or request spans Redis must answer): a batch of other spans (another
+// service's, or the apiserver's without a request's server span) leaves them for the next.
+func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch, hasItems bool) {
 	expire := r.now.Add(p.cfg.APIServerJoin.TTL)
-	if p.redis != nil {
-		// Audit records of earlier batches ride on this batch's first round trip. Should
-		// another replica's request span be there already, that pair stays unjoined: its
-		// audit span has left.
-		for _, op := range p.takeJoinPending() {
-			r.queue(op, func(*Op) {})
-		}
-	}
+	var asks []Op
+	var answers []func(*Op)
 	for _, req := range jb.requests {
 		rec := joinRecord{side: sideRequest, traceID: req.span.TraceID(), spanID: req.span.SpanID()}
 		if other, ok := p.join.claim(req.auditID, rec); ok && other.side == sideAudit {
@@ -218,12 +215,26 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch) {
 			continue
 		}
 		span, id := req.span, req.auditID
-		r.queue(Op{Kind: OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire}, func(op *Op) {
+		asks = append(asks, Op{Kind: OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire})
+		answers = append(answers, func(op *Op) {
 			if other, ok := decodeJoinRecord(op.Value); op.Found && ok && other.side == sideAudit {
 				linkJoined(span, id, other)
 				p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource(sourceRedis))
 			}
 		})
+	}
+	if p.redis == nil || !hasItems && len(asks) == 0 {
+		return
+	}
+	// The pending audit records go first: should this batch hold a request span of one of them
+	// (its audit span left this replica's map), the request's SET NX GET then finds it. Should
+	// another replica's request span be in Redis already, that pair stays unjoined: its audit
+	// span has left.
+	for _, op := range p.takeJoinPending() {
+		r.queue(op, func(*Op) {})
+	}
+	for i := range asks {
+		r.queue(asks[i], answers[i])
 	}
 }
 

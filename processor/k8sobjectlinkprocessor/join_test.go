@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -268,4 +269,147 @@ func TestAPIServerJoinThroughRedis(t *testing.T) {
 func joinConfig(cfg *Config) *Config {
 	cfg.APIServerJoin.Enabled = true
 	return cfg
+}
+
+// The join's Redis records ride on the round trip a batch makes anyway. Over a stream like
+// BenchmarkProcess's (a fifth of the spans about Pods new to the processor, the rest about
+// known Pods and ReplicaSets; every audit span's request span one batch before or one batch
+// after it), each batch costs exactly the round trips it costs with the join off, on one
+// replica joining in memory and on two replicas joining only through Redis.
+func TestAPIServerJoinAddsNoRedisRoundTrip(t *testing.T) {
+	requireRedis(t)
+	const batches, size = 30, 50
+	at := model.WindowStart(t0, model.DefaultWindow).Add(time.Minute)
+	fleet := newBenchFleet(10, 20)
+	fleet.apiserver = true
+	// batchAt's stream: its kubetrail spans, and the apiserver's request spans.
+	stream := func(i int) (kubetrail, requests ptrace.Traces) {
+		td := fleet.batchAt(i, size, at)
+		requests = ptrace.NewTraces()
+		td.ResourceSpans().RemoveIf(func(rs ptrace.ResourceSpans) bool {
+			if v, _ := rs.Resource().Attributes().Get(model.AttrServiceName); v.Str() != "apiserver" {
+				return false
+			}
+			rs.MoveTo(requests.ResourceSpans().AppendEmpty())
+			return true
+		})
+		return td, requests
+	}
+	// Each pair whose two sides are both in the stream gives one link.
+	wantLinks := 0
+	for i := range batches {
+		for j := range size {
+			if j%5 != 1 && (j%2 == 0 && i+1 < batches || j%2 == 1 && i > 0) {
+				wantLinks++
+			}
+		}
+	}
+	replica := func(t *testing.T, prefix string, join bool) *harness {
+		cfg := redisConfig(t, redisAddr)
+		if prefix != "" {
+			cfg.IDMap.Redis.KeyPrefix = prefix
+		}
+		cfg.IDMap.Redis.Timeout = 10 * time.Second // a loaded machine must not take Redis for down
+		cfg.APIServerJoin.Enabled = join
+		h := newHarness(t, cfg, newFakeClock(t0))
+		// As in a running collector, the fleet's ReplicaSets and Deployments are known.
+		var warm []activity
+		for k, rs := range fleet.rss {
+			warm = append(warm, audit(fleet.deploys[k], fmt.Sprintf("warm-d-%d", k), at), audit(rs, fmt.Sprintf("warm-rs-%d", k), at))
+		}
+		h.consume(warm...)
+		return h
+	}
+	trips := func(h *harness, td ptrace.Traces) int64 {
+		h.t.Helper()
+		before := h.p.redis.roundTrips.Load()
+		h.consumeTraces(td)
+		return h.p.redis.roundTrips.Load() - before
+	}
+	links := func(hs ...*harness) int {
+		n := 0
+		for _, h := range hs {
+			for _, o := range h.spans() {
+				n += len(joinLinks(o.span))
+			}
+		}
+		return n
+	}
+	stayedUp := func(t *testing.T, hs ...*harness) {
+		t.Helper()
+		for _, h := range hs {
+			h.p.redis.mu.Lock()
+			down := h.p.redis.down
+			h.p.redis.mu.Unlock()
+			if down {
+				t.Fatal("Redis was marked down during the test: round trips were not counted")
+			}
+		}
+	}
+
+	t.Run("one replica", func(t *testing.T) {
+		on, off := replica(t, "", true), replica(t, "", false)
+		for i := range batches {
+			td, requests := stream(i)
+			requests.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+			offTD := ptrace.NewTraces()
+			td.CopyTo(offTD)
+			got, want := trips(on, td), trips(off, offTD)
+			if got != want {
+				t.Fatalf("batch %d: %d round trips with the join, %d without", i, got, want)
+			}
+			// The first batch meets Events naming Pods new to Redis without their owner: one
+			// round trip finds neither an assignment nor a relation, a second writes them, with
+			// the join or without. Every later batch costs one.
+			if i > 0 && got != 1 {
+				t.Fatalf("batch %d: %d round trips, want 1", i, got)
+			}
+		}
+		stayedUp(t, on, off)
+		if n := links(on); n != wantLinks {
+			t.Fatalf("%d apiserver_request links, want %d", n, wantLinks)
+		}
+	})
+
+	t.Run("two replicas joining through Redis", func(t *testing.T) {
+		// Replica A takes the audit webhook's batches, replica B the apiserver's; A0 takes A's
+		// stream with the join off.
+		shared := uniquePrefix(t)
+		cleanupPrefix(t, redisAddr, shared)
+		a, b, a0 := replica(t, shared, true), replica(t, shared, true), replica(t, "", false)
+		foreign := func() ptrace.Traces {
+			td := ptrace.NewTraces()
+			rs := td.ResourceSpans().AppendEmpty()
+			rs.Resource().Attributes().PutStr(model.AttrServiceName, "checkout")
+			s := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+			s.SetTraceID(pcommon.TraceID{1})
+			s.SetSpanID(pcommon.SpanID{2})
+			s.SetKind(ptrace.SpanKindServer)
+			s.SetName("GET /cart")
+			return td
+		}
+		for i := range batches {
+			td, requests := stream(i)
+			offTD := ptrace.NewTraces()
+			td.CopyTo(offTD)
+			got, want := trips(a, td), trips(a0, offTD)
+			if got != want || i > 0 && got != 1 {
+				t.Fatalf("batch %d: %d round trips with the join, %d without, want 1 after the first", i, got, want)
+			}
+			// A batch of spans that are not kubetrail's nor request spans makes no round trip,
+			// though A holds audit records of new objects for its next one.
+			if n := trips(a, foreign()); n != 0 {
+				t.Fatalf("batch %d: a batch of other spans made %d round trips", i, n)
+			}
+			// B's batches hold only request spans: their records are their round trip (one;
+			// with the join off such a batch makes none).
+			if n := trips(b, requests); n != 1 {
+				t.Fatalf("batch %d: the request spans' batch made %d round trips, want 1", i, n)
+			}
+		}
+		stayedUp(t, a, b, a0)
+		if n := links(a, b); n != wantLinks {
+			t.Fatalf("%d apiserver_request links, want %d", n, wantLinks)
+		}
+	})
 }

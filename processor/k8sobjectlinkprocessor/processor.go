@@ -362,7 +362,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	items, jb, spans := p.collectItems(ctx, r, td, hold, dedup)
 	if p.join != nil {
 		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
-		p.joinRequests(r, &jb)
+		p.joinRequests(r, &jb, len(items) > 0)
 	}
 	if len(items) == 0 {
 		if len(r.ops) > 0 || len(r.writes) > 0 {

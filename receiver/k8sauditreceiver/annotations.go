@@ -1,7 +1,11 @@
 package k8sauditreceiver
 
 import (
+	"cmp"
 	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +19,9 @@ const (
 	attrAuthzReason          = "k8s.audit.authorization.reason"
 	attrAdmissionWebhooks    = "k8s.audit.admission.webhooks"
 	attrAdmissionMutatedBy   = "k8s.audit.admission.mutated_by"
+	attrAdmissionPatchedBy   = "k8s.audit.admission.patched_by"
+	attrAdmissionPatches     = "k8s.audit.admission.patches"
+	attrAdmissionPatchesCut  = "k8s.audit.admission.patches.truncated"
 	attrAdmissionPolicyFails = "k8s.audit.admission.policy_failures"
 	attrPodSecurityPrefix    = "k8s.audit.pod_security."
 	attrLatencyPrefix        = "k8s.audit.latency."
@@ -24,6 +31,7 @@ const (
 	annAuthzDecision       = "authorization.k8s.io/decision"
 	annAuthzReason         = "authorization.k8s.io/reason"
 	annMutationPrefix      = "mutation.webhook.admission.k8s.io/"
+	annPatchPrefix         = "patch.webhook.admission.k8s.io/"
 	annPolicyFailure       = "validation.policy.admission.k8s.io/validation_failure"
 	annPodSecurityPrefix   = "pod-security.kubernetes.io/"
 	annLatencyPrefix       = "apiserver.latency.k8s.io/"
@@ -35,15 +43,19 @@ const (
 // putAnnotations turns the annotations the receiver understands into span attributes; others
 // are left out (an audit policy or a webhook can write any number of them).
 //   - authorization decision and reason;
-//   - mutating admission webhooks, in call order, and those that changed the object (the
-//     annotations mutation.webhook.admission.k8s.io/round_<r>_index_<i>, whose value is
-//     {"configuration","webhook","mutated"});
+//   - mutating admission webhooks, in call order (round, then index), and those that changed
+//     the object (the annotations mutation.webhook.admission.k8s.io/round_<r>_index_<i>, whose
+//     value is {"configuration","webhook","mutated"});
+//   - the patches those webhooks applied (patch.webhook.admission.k8s.io/round_<r>_index_<i>,
+//     {"configuration","webhook","patch","patchType"}, logged at Request level and above): the
+//     webhooks, in call order, and their JSON patches, redacted like a patch body when the
+//     resource is (redact), all of them together within the body bound (maxBodyBytes);
 //   - validating admission policy failures, as the apiserver wrote them (JSON);
 //   - Pod Security (enforce-policy, audit-violations, exempt), under k8s.audit.pod_security.*;
 //   - the latency breakdown of slow requests (apiserver.latency.k8s.io/<stage>, Go durations) as
 //     numbers of seconds under k8s.audit.latency.<stage>, so that a backend can aggregate them.
-func putAnnotations(attrs pcommon.Map, anns []annotation) {
-	var webhooks, mutated pcommon.Slice
+func putAnnotations(attrs pcommon.Map, anns []annotation, redact bool) {
+	var calls, patches []webhookCall
 	for _, a := range anns {
 		switch {
 		case a.Key == annAuthzDecision:
@@ -60,16 +72,18 @@ func putAnnotations(attrs pcommon.Map, anns []annotation) {
 			if json.Unmarshal([]byte(a.Value), &m) != nil || m.Webhook == "" {
 				continue
 			}
-			if webhooks == (pcommon.Slice{}) {
-				webhooks = attrs.PutEmptySlice(attrAdmissionWebhooks)
+			round, index := callOrder(a.Key[len(annMutationPrefix):])
+			calls = append(calls, webhookCall{round: round, index: index, webhook: m.Webhook, mutated: m.Mutated})
+		case strings.HasPrefix(a.Key, annPatchPrefix):
+			var p struct {
+				Webhook string          `json:"webhook"`
+				Patch   json.RawMessage `json:"patch"`
 			}
-			webhooks.AppendEmpty().SetStr(m.Webhook)
-			if m.Mutated {
-				if mutated == (pcommon.Slice{}) {
-					mutated = attrs.PutEmptySlice(attrAdmissionMutatedBy)
-				}
-				mutated.AppendEmpty().SetStr(m.Webhook)
+			if json.Unmarshal([]byte(a.Value), &p) != nil || p.Webhook == "" {
+				continue
 			}
+			round, index := callOrder(a.Key[len(annPatchPrefix):])
+			patches = append(patches, webhookCall{round: round, index: index, webhook: p.Webhook, patch: webhookPatch(p.Patch, redact)})
 		case strings.HasPrefix(a.Key, annPodSecurityPrefix):
 			if name := attrName(a.Key[len(annPodSecurityPrefix):]); name != "" {
 				putNonEmpty(attrs, attrPodSecurityPrefix+name, clipAnnotation(a.Value))
@@ -82,6 +96,92 @@ func putAnnotations(attrs pcommon.Map, anns []annotation) {
 			}
 		}
 	}
+	putPatches(attrs, patches)
+	if len(calls) == 0 {
+		return
+	}
+	sortCalls(calls)
+	webhooks := attrs.PutEmptySlice(attrAdmissionWebhooks)
+	webhooks.EnsureCapacity(len(calls))
+	var mutated pcommon.Slice
+	for _, c := range calls {
+		webhooks.AppendEmpty().SetStr(c.webhook)
+		if c.mutated {
+			if mutated == (pcommon.Slice{}) {
+				mutated = attrs.PutEmptySlice(attrAdmissionMutatedBy)
+			}
+			mutated.AppendEmpty().SetStr(c.webhook)
+		}
+	}
+}
+
+// webhookCall is one mutating webhook call an annotation records, with its place in the
+// admission chain: the reinvocation round, then the webhook's index in that round.
+type webhookCall struct {
+	round, index int
+	webhook      string
+	mutated      bool
+	patch        string // the patch as exported (webhookPatch), for a patch annotation
+}
+
+// webhookPatch is the text a webhook's patch is exported as: compact JSON, or for a redacted
+// resource what redactPatch leaves of it (a JSON patch, the only type the apiserver applies,
+// loses every value). No patch gives "".
+func webhookPatch(raw json.RawMessage, redact bool) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	if redact {
+		return redactPatch(raw)
+	}
+	return validText(compactJSON(raw))
+}
+
+// putPatches sets the webhooks that patched the object and their patches, as two parallel
+// arrays in call order. The patches share one budget, the body bound: the patch that exceeds
+// it is cut, those after it are left "", and the span says so.
+func putPatches(attrs pcommon.Map, patches []webhookCall) {
+	if len(patches) == 0 {
+		return
+	}
+	sortCalls(patches)
+	names := attrs.PutEmptySlice(attrAdmissionPatchedBy)
+	texts := attrs.PutEmptySlice(attrAdmissionPatches)
+	names.EnsureCapacity(len(patches))
+	texts.EnsureCapacity(len(patches))
+	budget, truncated := maxBodyBytes, false
+	for _, p := range patches {
+		names.AppendEmpty().SetStr(p.webhook)
+		text, cut := clipText(p.patch, budget)
+		budget -= len(text)
+		if cut {
+			// What the cut left of the budget (part of a character) is no room for the next.
+			budget, truncated = 0, true
+		}
+		texts.AppendEmpty().SetStr(text)
+	}
+	if truncated {
+		attrs.PutBool(attrAdmissionPatchesCut, true)
+	}
+}
+
+// sortCalls puts calls in call order. The apiserver writes its annotations as a JSON object with
+// sorted keys, so round_0_index_10 comes before round_0_index_2.
+func sortCalls(calls []webhookCall) {
+	slices.SortStableFunc(calls, func(a, b webhookCall) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.index, b.index))
+	})
+}
+
+// callOrder reads round_<r>_index_<i>; a name of another shape sorts last.
+func callOrder(name string) (round, index int) {
+	r, i, ok := strings.Cut(strings.TrimPrefix(name, "round_"), "_index_")
+	rn, err1 := strconv.Atoi(r)
+	in, err2 := strconv.Atoi(i)
+	if !ok || !strings.HasPrefix(name, "round_") || err1 != nil || err2 != nil {
+		return math.MaxInt, math.MaxInt
+	}
+	return rn, in
 }
 
 // attrName makes an annotation's name (enforce-policy, etcd) an attribute name segment
@@ -100,12 +200,19 @@ func attrName(s string) string {
 }
 
 func clipAnnotation(s string) string {
-	if len(s) <= maxAnnotationValueSize {
-		return s
+	s, _ = clipText(s, maxAnnotationValueSize)
+	return s
+}
+
+// clipText cuts valid UTF-8 text to at most n bytes on a character boundary, and says whether it
+// did.
+func clipText(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
 	}
-	cut := maxAnnotationValueSize
+	cut := max(n, 0)
 	for cut > 0 && !utf8Start(s[cut]) {
 		cut--
 	}
-	return s[:cut]
+	return s[:cut], true
 }

@@ -413,7 +413,7 @@ func (c *converter) putAttributes(e *eventSpan, st *batchStats) {
 		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username)
 	}
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
-	putAnnotations(attrs, ev.Annotations)
+	putAnnotations(attrs, ev.Annotations, e.redact)
 	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
 	if e.traceContext != "" {
 		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)

@@ -1,6 +1,7 @@
 package k8sauditreceiver
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -748,5 +749,149 @@ func TestAnnotationsBecomeAttributes(t *testing.T) {
 			t.Errorf("unknown annotation exported as %s", k)
 		}
 		return true
+	})
+}
+
+// annotationSlice returns a string-array attribute, nil when absent.
+func annotationSlice(attrs pcommon.Map, key string) []string {
+	v, ok := attrs.Get(key)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, e := range v.Slice().All() {
+		out = append(out, e.Str())
+	}
+	return out
+}
+
+// The apiserver writes its annotations with sorted keys: the eleventh webhook of a round
+// (index_10) comes before the third (index_2). Attributes list webhooks in call order.
+func TestWebhooksAreListedInCallOrder(t *testing.T) {
+	ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+	ev := event("order", "create", "alice", ref, 201)
+	mutation := func(round, index int, webhook string, mutated bool) annotation {
+		return annotation{
+			Key:   fmt.Sprintf("mutation.webhook.admission.k8s.io/round_%d_index_%d", round, index),
+			Value: fmt.Sprintf(`{"configuration":"c","webhook":%q,"mutated":%t}`, webhook, mutated),
+		}
+	}
+	ev.Annotations = []annotation{
+		mutation(0, 0, "first.example.com", false),
+		mutation(0, 10, "eleventh.example.com", true),
+		mutation(0, 2, "third.example.com", true),
+		mutation(1, 0, "reinvoked.example.com", false),
+	}
+	attrs := onlySpan(t, must(convertOne(t, testConverter(), ev))).Attributes()
+	if got, want := annotationSlice(attrs, "k8s.audit.admission.webhooks"), []string{"first.example.com", "third.example.com", "eleventh.example.com", "reinvoked.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("webhooks = %v, want %v", got, want)
+	}
+	if got, want := annotationSlice(attrs, "k8s.audit.admission.mutated_by"), []string{"third.example.com", "eleventh.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("mutated_by = %v, want %v", got, want)
+	}
+}
+
+// The apiserver records each applied webhook patch (Request level and above) as
+// patch.webhook.admission.k8s.io/round_<r>_index_<i> = {"configuration","webhook","patch","patchType"}.
+func TestWebhookPatchesBecomeAttributes(t *testing.T) {
+	patchAnn := func(round, index int, value string) annotation {
+		return annotation{Key: fmt.Sprintf("patch.webhook.admission.k8s.io/round_%d_index_%d", round, index), Value: value}
+	}
+	convert := func(t *testing.T, c *converter, ref objectReference, anns ...annotation) pcommon.Map {
+		t.Helper()
+		ev := event("patched", "create", "alice", ref, 201)
+		ev.Annotations = anns
+		return onlySpan(t, must(convertOne(t, c, ev))).Attributes()
+	}
+	pod := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+
+	t.Run("webhooks and patches in call order", func(t *testing.T) {
+		attrs := convert(t, testConverter(), pod,
+			annotation{Key: "mutation.webhook.admission.k8s.io/round_0_index_0", Value: `{"configuration":"inject","webhook":"sidecar.example.com","mutated":true}`},
+			patchAnn(0, 2, `{"configuration":"labels","webhook":"labels.example.com","patch":[{"op":"add","path":"/metadata/labels/team","value":"payments"}],"patchType":"JSONPatch"}`),
+			patchAnn(0, 0, `{"configuration":"inject","webhook":"sidecar.example.com","patch":[ {"op":"add", "path":"/spec/containers/1", "value":{"name":"proxy","image":"proxy:1.2"}} ],"patchType":"JSONPatch"}`),
+			patchAnn(0, 1, `not json`),
+			patchAnn(0, 3, `{"configuration":"nameless","patch":[]}`),
+		)
+		if got, want := annotationSlice(attrs, "k8s.audit.admission.patched_by"), []string{"sidecar.example.com", "labels.example.com"}; !slices.Equal(got, want) {
+			t.Errorf("patched_by = %v, want %v", got, want)
+		}
+		want := []string{
+			`[{"op":"add","path":"/spec/containers/1","value":{"name":"proxy","image":"proxy:1.2"}}]`,
+			`[{"op":"add","path":"/metadata/labels/team","value":"payments"}]`,
+		}
+		if got := annotationSlice(attrs, "k8s.audit.admission.patches"); !slices.Equal(got, want) {
+			t.Errorf("patches = %q, want %q", got, want)
+		}
+		if _, ok := attrs.Get("k8s.audit.admission.patches.truncated"); ok {
+			t.Error("patches within the bound are not marked truncated")
+		}
+	})
+
+	t.Run("a redacted resource's patches lose their values", func(t *testing.T) {
+		const value, lastApplied = "webhook-injected-password", "webhook-last-applied-token"
+		b64 := base64.StdEncoding.EncodeToString([]byte(value))
+		secret := objectReference{Resource: "secrets", Namespace: "default", Name: "creds", APIVersion: "v1"}
+		ops := fmt.Sprintf(`[{"op":"add","path":"/data/password","value":%q},{"op":"add","path":"/stringData","value":{"token":%q}},`+
+			`{"op":"replace","path":"/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration","value":%q},{"op":"add","path":"/data/x","val":%q}]`,
+			b64, value, lastApplied, value)
+		ann, err := json.Marshal(map[string]any{"configuration": "vault", "webhook": "vault.example.com", "patch": json.RawMessage(ops), "patchType": "JSONPatch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := event("secret", "create", "alice", secret, 201)
+		ev.Annotations = []annotation{patchAnn(0, 0, string(ann))}
+		td := must(convertOne(t, testConverter(), ev))
+		out, err := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proto, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(td)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, form := range []string{value, b64, lastApplied, base64.StdEncoding.EncodeToString([]byte(lastApplied))} {
+			if strings.Contains(string(out), form) || strings.Contains(string(proto), form) {
+				t.Fatalf("a value a webhook patched into a Secret was exported (%q): %s", form, out)
+			}
+		}
+		attrs := onlySpan(t, td).Attributes()
+		if got := annotationSlice(attrs, "k8s.audit.admission.patched_by"); !slices.Equal(got, []string{"vault.example.com"}) {
+			t.Errorf("patched_by = %v", got)
+		}
+		want := `[{"op":"add","path":"/data/password","value":"<redacted>"},{"op":"add","path":"/stringData","value":"<redacted>"},` +
+			`{"op":"replace","path":"/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration","value":"<redacted>"},{"op":"add","path":"/data/x"}]`
+		if got := annotationSlice(attrs, "k8s.audit.admission.patches"); !slices.Equal(got, []string{want}) {
+			t.Errorf("patches = %q, want the paths with masked values %q", got, want)
+		}
+	})
+
+	t.Run("all patches share the body bound", func(t *testing.T) {
+		big := func(webhook string, n int) annotation {
+			return annotation{Value: fmt.Sprintf(`{"webhook":%q,"patch":[{"op":"add","path":"/metadata/annotations/big","value":%q}]}`, webhook, strings.Repeat("é", n/2))}
+		}
+		a, b, c := big("a.example.com", 40<<10), big("b.example.com", 40<<10), big("c.example.com", 10)
+		a.Key, b.Key, c.Key = patchAnn(0, 0, "").Key, patchAnn(0, 1, "").Key, patchAnn(0, 2, "").Key
+		attrs := convert(t, testConverter(), pod, a, b, c)
+		got := annotationSlice(attrs, "k8s.audit.admission.patches")
+		if len(got) != 3 {
+			t.Fatalf("patches = %d entries, want one per webhook", len(got))
+		}
+		total := 0
+		for _, p := range got {
+			total += len(p)
+			if !utf8.ValidString(p) {
+				t.Error("a patch was cut inside a character")
+			}
+		}
+		if total > maxBodyBytes || total < maxBodyBytes-1 {
+			t.Errorf("patches hold %d bytes, want the body bound (%d) filled", total, maxBodyBytes)
+		}
+		if !json.Valid([]byte(got[0])) || got[2] != "" {
+			t.Errorf("the first patch is whole and the last, past the bound, empty: %d, %d bytes", len(got[0]), len(got[2]))
+		}
+		if v, ok := attrs.Get("k8s.audit.admission.patches.truncated"); !ok || !v.Bool() {
+			t.Error("cut patches are marked truncated")
+		}
 	})
 }
