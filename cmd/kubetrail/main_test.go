@@ -58,11 +58,17 @@ func writeJSONL(t *testing.T, batches ...ptrace.Traces) string {
 	return path
 }
 
-// kubetrail runs the command and returns its exit code, stdout and stderr.
+// kubetrail runs the command as bin/kubetrail and returns its exit code, stdout and stderr.
 func kubetrail(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return invoke(t, "/usr/local/bin/kubetrail", args...)
+}
+
+// invoke runs the command with argv[0] set to prog, as an exec would.
+func invoke(t *testing.T, prog string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, &out, &errOut)
+	code := run(context.Background(), append([]string{prog}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -30,8 +30,6 @@ type traceFlags struct {
 	depth                           int
 }
 
-// parseInterleaved parses flags that may come before or after the positional arguments, as
-// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
 // parseObjectArg parses the flags and the one KIND/NAME argument of a subcommand. An empty kind
 // and a nil error mean help was asked for (and printed).
 func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name string, err error) {
@@ -52,6 +50,8 @@ func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name str
 	return kind, name, nil
 }
 
+// parseInterleaved parses flags that may come before or after the positional arguments, as
+// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -67,9 +67,10 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// runTrace is `kubetrail trace`; cmd is the command as the user typed it, for the usage text.
+func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	var f traceFlags
-	fs := flag.NewFlagSet("kubetrail trace", flag.ContinueOnError)
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.namespace, "n", "", "namespace of the object (empty for cluster-scoped objects)")
 	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
@@ -84,7 +85,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all")
 	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: kubetrail trace KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
+		fmt.Fprintln(stderr, "Usage: "+cmd+" KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
 		fs.PrintDefaults()
 	}
 	kindArg, name, err := parseObjectArg(fs, args, "trace")
