@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -421,4 +422,37 @@ func TestRecordedRootTraceIsTheDerivedTraceID(t *testing.T) {
 		}
 	}
 	t.Fatal("no Deployment root")
+}
+
+// A Jaeger that answers but with an error status: the message names the status and, like the
+// connection failure, says what to check next.
+func TestJaegerAnsweringAnErrorSaysWhatToTryNext(t *testing.T) {
+	tests := []struct {
+		code int
+		body string
+		hint string
+	}{
+		{http.StatusInternalServerError, `{"error":{"httpCode":500,"message":"storage: context deadline exceeded"}}`, "check its logs and its storage backend"},
+		{http.StatusServiceUnavailable, "upstream connect error", "check its logs and its storage backend"},
+		{http.StatusForbidden, "forbidden", "check the proxy's credentials"},
+		{http.StatusBadRequest, "bad request", "is the URL Jaeger's query service (usually port 16686"},
+	}
+	for _, tc := range tests {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, tc.body, tc.code)
+		}))
+		t.Cleanup(srv.Close)
+		for _, how := range [][]string{{"--uid", "1a8e24cf-7024-43fb-9ae8-16151a19b473"}, nil} { // trace GETs, then the tag search
+			args := append([]string{"trace", "deployment/demo", "-n", "default", "--source", "jaeger=" + srv.URL, "--since", "1h"}, how...)
+			code, _, errOut := kubetrail(t, args...)
+			if code != 1 {
+				t.Fatalf("%d %v: exit %d: %s", tc.code, how, code, errOut)
+			}
+			for _, want := range []string{"backend unreachable", srv.URL, fmt.Sprintf("answered %d", tc.code), tc.hint} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("%d %v: stderr %q lacks %q", tc.code, how, errOut, want)
+				}
+			}
+		}
+	}
 }
