@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -422,6 +423,57 @@ func TestRecordedRootTraceIsTheDerivedTraceID(t *testing.T) {
 		}
 	}
 	t.Fatal("no Deployment root")
+}
+
+// The Event spans of a scenario, as the k8s_event_spans receiver recorded them from the same run
+// as the audit capture, joined with the audit spans by the real processor: --only events keeps
+// them and nothing else, under the objects they are about.
+func TestOnlyEventsKeepsTheEventSpans(t *testing.T) {
+	events, err := golden.ReadTraces("../../receiver/k8seventsreceiver/testdata/golden/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "file=" + writeJSONL(t, replayWithWindow(t, "deployment", 30*time.Minute, events)...)
+	code, out, errOut := kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", src, "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	all := spansOf(decodeTree(t, out))
+	code, out, errOut = kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", src, "-o", "json", "--only", "events")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	root := decodeTree(t, out)
+	only := spansOf(root)
+	var wantEvents int
+	for _, s := range all {
+		if s.Type == "event" {
+			wantEvents++
+		}
+	}
+	reasons := map[string]bool{}
+	for _, s := range only {
+		if s.Type != "event" || s.Verb != "event" {
+			t.Fatalf("--only events kept a %s span %q", s.Type, s.Name)
+		}
+		reasons[s.Attributes["k8s.event.reason"].(string)] = true
+	}
+	t.Logf("%d of %d spans are Events; reasons %v", len(only), len(all), reasons)
+	if len(only) != wantEvents || len(only) == 0 || len(only) == len(all) {
+		t.Fatalf("--only events kept %d spans; the tree has %d Events among %d spans", len(only), wantEvents, len(all))
+	}
+	// The Pods' Scheduled Events are under the Pods, below the ReplicaSets.
+	var podEvents int
+	for _, rs := range root.Children {
+		for _, pod := range rs.Children {
+			if pod.Kind == "Pod" {
+				podEvents += len(pod.Spans)
+			}
+		}
+	}
+	if !reasons["Scheduled"] || podEvents == 0 {
+		t.Fatalf("no Scheduled Events under the Pods (%d Pod Events)", podEvents)
+	}
 }
 
 // A Jaeger that answers but with an error status: the message names the status and, like the
