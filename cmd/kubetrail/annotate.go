@@ -68,8 +68,9 @@ func newTraceparent() (traceparent, traceID string, err error) {
 	return "00-" + traceID + "-" + hex.EncodeToString(b[16:]) + "-01", traceID, nil
 }
 
-func runAnnotate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kubetrail annotate", flag.ContinueOnError)
+// runAnnotate is `kubetrail annotate`; cmd is the command as the user typed it, for the usage text.
+func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var namespace, kubeconfig, kubecontext string
 	fs.StringVar(&namespace, "n", "", "namespace of the object (default: the kubeconfig context's)")
@@ -77,7 +78,7 @@ func runAnnotate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&kubecontext, "context", "", "kubeconfig context")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: kubetrail annotate KIND/NAME -n NAMESPACE [--kubeconfig FILE] [--context NAME]")
+		fmt.Fprintln(stderr, "Usage: "+cmd+" KIND/NAME -n NAMESPACE [--kubeconfig FILE] [--context NAME]")
 		fmt.Fprintln(stderr, "Writes a fresh "+AnnotationTraceContext+" (W3C traceparent) on the object and prints its trace ID.")
 		fs.PrintDefaults()
 	}

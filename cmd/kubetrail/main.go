@@ -15,44 +15,72 @@ import (
 	"strings"
 )
 
-const usage = `kubetrail reads the traces of Kubernetes objects that the kubetrail collector components wrote.
+// usage is the command's help; prog is how it was invoked: "kubetrail", or "kubectl trail" as a
+// kubectl plugin, where trace is the default subcommand.
+func usage(prog string, plugin bool) string {
+	trace := prog + " trace"
+	if plugin {
+		trace = prog
+	}
+	return fmt.Sprintf(`%[1]s reads the traces of Kubernetes objects that the kubetrail collector components wrote.
 
 Usage:
-  kubetrail trace KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]
-  kubetrail annotate KIND/NAME -n NAMESPACE [--kubeconfig FILE] [--context NAME]
+  %[2]s KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]
+  %[1]s annotate KIND/NAME -n NAMESPACE [--kubeconfig FILE] [--context NAME]
 
-Run "kubetrail trace -h" or "kubetrail annotate -h" for the flags; docs/cli.md has examples.
-`
+Run "%[2]s -h" or "%[1]s annotate -h" for the flags; docs/cli.md has examples.
+`, prog, trace)
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args, os.Stdout, os.Stderr))
 }
 
-// run is the whole command; it returns the exit code: 0 done, 1 an error, 2 a usage error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	name := filepath.Base(os.Args[0])
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+// progName is how the command was invoked, from argv[0]: "kubetrail", or for a kubectl plugin
+// binary (kubectl-trail) the command the user typed, "kubectl trail".
+func progName(argv0 string) (prog string, plugin bool) {
+	name := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	if rest, ok := strings.CutPrefix(name, "kubectl-"); ok && rest != "" {
+		// kubectl maps "kubectl foo bar" to kubectl-foo-bar, and "foo-bar" to kubectl-foo_bar.
+		return "kubectl " + strings.ReplaceAll(strings.ReplaceAll(rest, "-", " "), "_", "-"), true
+	}
+	if name == "" || name == "." {
+		name = "kubetrail"
+	}
+	return name, false
+}
+
+// run is the whole command, argv as os.Args (argv[0] the program); it returns the exit code: 0
+// done, 1 an error, 2 a usage error.
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	var argv0 string
+	if len(argv) > 0 {
+		argv0, argv = argv[0], argv[1:]
+	}
+	prog, plugin := progName(argv0)
+	if len(argv) == 0 {
+		fmt.Fprint(stderr, usage(prog, plugin))
 		return 2
 	}
 	var err error
-	switch args[0] {
+	switch argv[0] {
 	case "trace":
-		err = runTrace(ctx, args[1:], stdout, stderr)
+		err = runTrace(ctx, prog+" trace", argv[1:], stdout, stderr)
 	case "annotate":
-		err = runAnnotate(ctx, args[1:], stdout, stderr)
+		err = runAnnotate(ctx, prog+" annotate", argv[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage(prog, plugin))
 		return 0
 	default:
-		// As a kubectl plugin, `kubectl trail deployment/web` means trace.
-		if strings.HasPrefix(name, "kubectl-") && strings.Contains(args[0], "/") {
-			err = runTrace(ctx, args, stdout, stderr)
+		// As a kubectl plugin, trace is the default: `kubectl trail deploy/web -n shop` and
+		// `kubectl trail -n shop deploy/web` both trace.
+		if plugin {
+			err = runTrace(ctx, prog, argv, stdout, stderr)
 			break
 		}
-		fmt.Fprintf(stderr, "kubetrail: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", prog, argv[0], usage(prog, plugin))
 		return 2
 	}
 	var ue usageError
@@ -60,10 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "kubetrail: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "kubetrail: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return 1
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -58,11 +60,17 @@ func writeJSONL(t *testing.T, batches ...ptrace.Traces) string {
 	return path
 }
 
-// kubetrail runs the command and returns its exit code, stdout and stderr.
+// kubetrail runs the command as bin/kubetrail and returns its exit code, stdout and stderr.
 func kubetrail(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return invoke(t, "/usr/local/bin/kubetrail", args...)
+}
+
+// invoke runs the command with argv[0] set to prog, as an exec would.
+func invoke(t *testing.T, prog string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, &out, &errOut)
+	code := run(context.Background(), append([]string{prog}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -415,4 +423,88 @@ func TestRecordedRootTraceIsTheDerivedTraceID(t *testing.T) {
 		}
 	}
 	t.Fatal("no Deployment root")
+}
+
+// The Event spans of a scenario, as the k8s_event_spans receiver recorded them from the same run
+// as the audit capture, joined with the audit spans by the real processor: --only events keeps
+// them and nothing else, under the objects they are about.
+func TestOnlyEventsKeepsTheEventSpans(t *testing.T) {
+	events, err := golden.ReadTraces("../../receiver/k8seventsreceiver/testdata/golden/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "file=" + writeJSONL(t, replayWithWindow(t, "deployment", 30*time.Minute, events)...)
+	code, out, errOut := kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", src, "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	all := spansOf(decodeTree(t, out))
+	code, out, errOut = kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", src, "-o", "json", "--only", "events")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	root := decodeTree(t, out)
+	only := spansOf(root)
+	var wantEvents int
+	for _, s := range all {
+		if s.Type == "event" {
+			wantEvents++
+		}
+	}
+	reasons := map[string]bool{}
+	for _, s := range only {
+		if s.Type != "event" || s.Verb != "event" {
+			t.Fatalf("--only events kept a %s span %q", s.Type, s.Name)
+		}
+		reasons[s.Attributes["k8s.event.reason"].(string)] = true
+	}
+	t.Logf("%d of %d spans are Events; reasons %v", len(only), len(all), reasons)
+	if len(only) != wantEvents || len(only) == 0 || len(only) == len(all) {
+		t.Fatalf("--only events kept %d spans; the tree has %d Events among %d spans", len(only), wantEvents, len(all))
+	}
+	// The Pods' Scheduled Events are under the Pods, below the ReplicaSets.
+	var podEvents int
+	for _, rs := range root.Children {
+		for _, pod := range rs.Children {
+			if pod.Kind == "Pod" {
+				podEvents += len(pod.Spans)
+			}
+		}
+	}
+	if !reasons["Scheduled"] || podEvents == 0 {
+		t.Fatalf("no Scheduled Events under the Pods (%d Pod Events)", podEvents)
+	}
+}
+
+// A Jaeger that answers but with an error status: the message names the status and, like the
+// connection failure, says what to check next.
+func TestJaegerAnsweringAnErrorSaysWhatToTryNext(t *testing.T) {
+	tests := []struct {
+		code int
+		body string
+		hint string
+	}{
+		{http.StatusInternalServerError, `{"error":{"httpCode":500,"message":"storage: context deadline exceeded"}}`, "check its logs and its storage backend"},
+		{http.StatusServiceUnavailable, "upstream connect error", "check its logs and its storage backend"},
+		{http.StatusForbidden, "forbidden", "check the proxy's credentials"},
+		{http.StatusBadRequest, "bad request", "is the URL Jaeger's query service (usually port 16686"},
+	}
+	for _, tc := range tests {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, tc.body, tc.code)
+		}))
+		t.Cleanup(srv.Close)
+		for _, how := range [][]string{{"--uid", "1a8e24cf-7024-43fb-9ae8-16151a19b473"}, nil} { // trace GETs, then the tag search
+			args := append([]string{"trace", "deployment/demo", "-n", "default", "--source", "jaeger=" + srv.URL, "--since", "1h"}, how...)
+			code, _, errOut := kubetrail(t, args...)
+			if code != 1 {
+				t.Fatalf("%d %v: exit %d: %s", tc.code, how, code, errOut)
+			}
+			for _, want := range []string{"backend unreachable", srv.URL, fmt.Sprintf("answered %d", tc.code), tc.hint} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("%d %v: stderr %q lacks %q", tc.code, how, errOut, want)
+				}
+			}
+		}
+	}
 }

@@ -18,7 +18,8 @@ import (
 // defaultSince is the range of a backend query without --since: the last hour.
 const defaultSince = time.Hour
 
-// now is the clock of relative times; tests fix it.
+// now is the clock that durations ago, clock times and dates are read against (its time zone is
+// theirs); tests fix it.
 var now = time.Now
 
 type traceFlags struct {
@@ -29,8 +30,6 @@ type traceFlags struct {
 	depth                           int
 }
 
-// parseInterleaved parses flags that may come before or after the positional arguments, as
-// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
 // parseObjectArg parses the flags and the one KIND/NAME argument of a subcommand. An empty kind
 // and a nil error mean help was asked for (and printed).
 func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name string, err error) {
@@ -51,6 +50,8 @@ func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name str
 	return kind, name, nil
 }
 
+// parseInterleaved parses flags that may come before or after the positional arguments, as
+// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -66,24 +67,25 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// runTrace is `kubetrail trace`; cmd is the command as the user typed it, for the usage text.
+func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	var f traceFlags
-	fs := flag.NewFlagSet("kubetrail trace", flag.ContinueOnError)
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.namespace, "n", "", "namespace of the object (empty for cluster-scoped objects)")
 	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
 	fs.StringVar(&f.cluster, "cluster", "", "the collector's `cluster` (k8s.cluster.name); empty matches any")
 	fs.StringVar(&f.uid, "uid", "", "the object's UID: the windows' trace IDs are computed from it instead of searched")
 	fs.StringVar(&f.source, "source", os.Getenv("KUBETRAIL_SOURCE"), "jaeger=URL (Jaeger query service) or file=PATH (OTLP JSON lines); default $KUBETRAIL_SOURCE")
-	fs.StringVar(&f.since, "since", "", "start of the range: RFC 3339 time or a duration ago (30m, 2h); default 1h for jaeger, everything for file")
-	fs.StringVar(&f.until, "until", "", "end of the range: RFC 3339 time or a duration ago; default now")
+	fs.StringVar(&f.since, "since", "", "start of the range: a duration ago (30m, 2h), a local clock time (14:00, today or else yesterday), a date (2026-11-21) or an RFC 3339 time; default 1h for jaeger, everything for file")
+	fs.StringVar(&f.until, "until", "", "end of the range, in the same forms as --since; default now")
 	fs.DurationVar(&f.window, "window", model.DefaultWindow, "the collector's window (k8s_object_link `window`)")
 	fs.StringVar(&f.output, "o", "tree", "output: tree, timeline, json or html")
 	fs.StringVar(&f.out, "out", "", "write the output to this file instead of stdout")
 	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all")
 	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: kubetrail trace KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
+		fmt.Fprintln(stderr, "Usage: "+cmd+" KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
 		fs.PrintDefaults()
 	}
 	kindArg, name, err := parseObjectArg(fs, args, "trace")
@@ -177,7 +179,10 @@ func rangeEnd(t time.Time, zero string) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// parseTime reads an RFC 3339 time or a duration before now.
+// parseTime reads a --since or --until value against the clock now: a duration ago (30m), an
+// RFC 3339 time, a date (2026-11-21, midnight), or a clock time (14:00, 14:00:30) of today, or of
+// yesterday when today's is still to come. Dates and clock times are in now's time zone (the
+// local one, as time.Now gives it).
 func parseTime(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		if d < 0 {
@@ -185,9 +190,24 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 		}
 		return now.Add(-d), nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-21T14:00:00Z) or a duration ago (30m)", s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
 	}
-	return t, nil
+	loc := now.Location()
+	if t, err := time.ParseInLocation(time.DateOnly, s, loc); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"15:04", "15:04:05"} {
+		c, err := time.Parse(layout, s)
+		if err != nil {
+			continue
+		}
+		y, m, d := now.Date()
+		t := time.Date(y, m, d, c.Hour(), c.Minute(), c.Second(), 0, loc)
+		if t.After(now) {
+			t = t.AddDate(0, 0, -1) // 23:30 asked at 00:10 is last night's
+		}
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want a duration ago (30m), a clock time (14:00 or 14:00:30, today or else yesterday), a date (2026-11-21) or an RFC 3339 time (2026-11-21T14:00:00Z)", s)
 }

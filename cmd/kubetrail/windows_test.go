@@ -18,10 +18,10 @@ import (
 )
 
 // replayWithWindow posts a recorded scenario's audit webhook bodies through the real k8s_audit
-// receiver and k8s_object_link processor configured with the given window, and returns what the
-// processor exported: the recorded capture cut into several windows, as a collector with that
-// window would have written it.
-func replayWithWindow(t *testing.T, scenario string, window time.Duration) []ptrace.Traces {
+// receiver and k8s_object_link processor configured with the given window, then hands the
+// processor the spans of other receivers (more), and returns what the processor exported: the
+// recorded capture cut into several windows, as a collector with that window would have written it.
+func replayWithWindow(t *testing.T, scenario string, window time.Duration, more ...ptrace.Traces) []ptrace.Traces {
 	t.Helper()
 	posts, _ := filepath.Glob(filepath.Join("../../testbed/fixtures", scenario, "audit-webhook", "*.json"))
 	if len(posts) == 0 {
@@ -40,6 +40,11 @@ func replayWithWindow(t *testing.T, scenario string, window time.Duration) []ptr
 		t.Fatal(err)
 	}
 	audittest.PostCapture(t, posts, window, proc)
+	for _, td := range more {
+		if err := proc.ConsumeTraces(context.Background(), td); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := proc.Shutdown(context.Background()); err != nil { // releases spans held for owner_wait
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ li.ev .verb{color:#7a4cb3}
 <div class="meta">{{.Meta}}</div>
 {{with .Summary}}<div class="summary" id="summary"><b>Why is it slow:</b> {{.Headline}}
 {{if .Waits}}<ol>{{range .Waits}}<li>{{.}}</li>{{end}}</ol>{{end}}
-{{if .WaitingOn}}<div>waiting on: {{.WaitingOn}}</div>{{end}}</div>{{end}}
+{{if .WaitingOn}}<div>waiting on, by role: {{.ByRole}}</div><div>waiting on, by actor: {{.WaitingOn}}</div>{{end}}</div>{{end}}
 <h2>Tree</h2>
 <div class="controls"><button type="button" id="expand">expand all</button><button type="button" id="collapse">collapse all</button>
 <label><input type="checkbox" id="onlyerr"> errors only</label></div>
@@ -74,9 +74,9 @@ type htmlPage struct {
 }
 
 type htmlSummary struct {
-	Headline  string
-	Waits     []string
-	WaitingOn string
+	Headline          string
+	Waits             []string
+	WaitingOn, ByRole string
 }
 
 type htmlNode struct {
@@ -106,18 +106,10 @@ func WriteHTML(w io.Writer, n *Node, h Header) error {
 	writeHeader(&meta, n, h)
 	p := htmlPage{Title: n.Object.DisplayName(), Meta: strings.TrimSpace(meta.String())}
 	if sum, ok := Summarize(n); ok {
-		var s strings.Builder
-		WriteSummary(&s, n)
-		lines := strings.Split(strings.TrimSpace(s.String()), "\n")
-		hs := &htmlSummary{Headline: strings.TrimPrefix(lines[0], "Why is it slow: ")}
+		hs := &htmlSummary{Headline: SummaryHeadline(sum), WaitingOn: WaitsLine(sum.WaitingOn), ByRole: WaitsLine(sum.ByRole)}
 		for _, wt := range sum.Waits {
 			hs.Waits = append(hs.Waits, fmt.Sprintf("%s waiting on %s: after %s until %s", FormatDuration(wt.Gap), wt.Before.Span.Actor(), activityLabel(wt.After), activityLabel(wt.Before)))
 		}
-		var parts []string
-		for _, aw := range sum.WaitingOn {
-			parts = append(parts, fmt.Sprintf("%s %s (%d)", aw.Actor, FormatDuration(aw.Total), aw.Count))
-		}
-		hs.WaitingOn = strings.Join(parts, ", ")
 		p.Summary = hs
 	}
 	p.Root = htmlTree(n)

@@ -177,7 +177,7 @@ func (j *Jaeger) Trace(ctx context.Context, id pcommon.TraceID) ([]*Span, error)
 		return nil, nil
 	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("%w: GET %s%s answered %d: %s", ErrUnreachable, j.Base, path, code, snippet(b))
+		return nil, fmt.Errorf("%w: GET %s%s answered %d: %s (%s)", ErrUnreachable, j.Base, path, code, snippet(b), statusHint(code))
 	}
 	var env struct {
 		Result json.RawMessage `json:"result"`
@@ -214,7 +214,7 @@ func (j *Jaeger) Search(ctx context.Context, service string, tags map[string]str
 		if bytes.Contains(b, []byte("not found")) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%w: GET %s/api/traces?%s answered %d: %s", ErrUnreachable, j.Base, q.Encode(), code, snippet(b))
+		return nil, fmt.Errorf("%w: GET %s/api/traces?%s answered %d: %s (%s)", ErrUnreachable, j.Base, q.Encode(), code, snippet(b), statusHint(code))
 	}
 	var r struct {
 		Data []struct {
@@ -232,6 +232,18 @@ func (j *Jaeger) Search(ctx context.Context, service string, tags map[string]str
 	}
 	sortIDs(ids)
 	return ids, nil
+}
+
+// statusHint says what to try next when Jaeger, or what answers at its URL, answered an HTTP
+// error status.
+func statusHint(code int) string {
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusProxyAuthRequired:
+		return "something in front of Jaeger refused the request: check the proxy's credentials, or point --source at the query service itself"
+	case code >= 500:
+		return "Jaeger's query service is up but failing: check its logs and its storage backend, then retry; a smaller --since/--until asks less of it"
+	}
+	return "is the URL Jaeger's query service (usually port 16686, plus its --query.base-path if set) and not the collector or another service?"
 }
 
 func parseTraceID(s string) (pcommon.TraceID, bool) {

@@ -154,14 +154,33 @@ func activityLabel(a Activity) string {
 	return a.Span.Actor() + " " + a.Span.Verb() + " (" + a.Node.Object.DisplayName() + ")"
 }
 
+// SummaryHeadline is the first line of the summary, without "Why is it slow: ": how long, from
+// which write, until when — the tree ready, or the last activity when readiness is not told.
+func SummaryHeadline(sum Summary) string {
+	h := FormatDuration(sum.Total) + " from " + activityLabel(sum.From) + " at " + clock(sum.From.Span.Start)
+	to := sum.To.Span.Actor() + " " + sum.To.Span.Verb() + ": " + sum.To.Node.Object.DisplayName()
+	if sum.Ready {
+		return h + " until ready at " + clock(sum.To.Span.End) + " (" + to + " " + sum.Why + ")"
+	}
+	return h + " until the last activity at " + clock(sum.To.Span.End) + " (" + to + "; readiness not told by the spans)"
+}
+
+// WaitsLine lists waits as "deployment-controller 71.4ms (25), …".
+func WaitsLine(ws []ActorWait) string {
+	var parts []string
+	for _, aw := range ws {
+		parts = append(parts, fmt.Sprintf("%s %s (%d)", aw.Actor, FormatDuration(aw.Total), aw.Count))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // WriteSummary prints the "why is it slow" block.
 func WriteSummary(w io.Writer, n *Node) {
 	sum, ok := Summarize(n)
 	if !ok {
 		return
 	}
-	fmt.Fprintf(w, "Why is it slow: %s from %s at %s to %s at %s\n", FormatDuration(sum.Total), activityLabel(sum.From),
-		clock(sum.From.Span.Start), activityLabel(sum.To), clock(sum.To.Span.End))
+	fmt.Fprintf(w, "Why is it slow: %s\n", SummaryHeadline(sum))
 	fmt.Fprintf(w, "  requests in flight %s, waiting between steps %s, waiting for the user's next command %s\n",
 		FormatDuration(sum.Busy), FormatDuration(sum.Total-sum.Busy-sum.UserPause), FormatDuration(sum.UserPause))
 	if len(sum.Waits) > 0 {
@@ -172,11 +191,8 @@ func WriteSummary(w io.Writer, n *Node) {
 		}
 	}
 	if len(sum.WaitingOn) > 0 {
-		var parts []string
-		for _, aw := range sum.WaitingOn {
-			parts = append(parts, fmt.Sprintf("%s %s (%d)", aw.Actor, FormatDuration(aw.Total), aw.Count))
-		}
-		fmt.Fprintf(w, "  waiting on: %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  waiting on, by role: %s\n", WaitsLine(sum.ByRole))
+		fmt.Fprintf(w, "  waiting on, by actor: %s\n", WaitsLine(sum.WaitingOn))
 	}
 	fmt.Fprintln(w)
 }

@@ -69,3 +69,37 @@ func TestInlineDiffShortensLongValuesAndCountsTheRest(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 }
+
+// The readiness of one object, replayed from a create snapshot and the diff paths the receiver
+// writes: whole lists, one keyed element, one field of it, removed fields.
+func TestObjectReadinessFollowsTheDiffs(t *testing.T) {
+	diff := func(paths, news []any) *Span {
+		return &Span{Events: []Event{{Name: "k8s.object.diff", Attrs: map[string]any{attrDiffPaths: paths, attrDiffNew: news}}}}
+	}
+	snapshot := &Span{Events: []Event{{Name: "k8s.object.snapshot", Attrs: map[string]any{attrObjectBody: `{"spec":{"replicas":2},"status":{}}`}}}}
+	st := newObjectState()
+	step := func(s *Span, kind string, want bool) {
+		t.Helper()
+		st.observe(s)
+		if got, known, why := st.ready(kind); got != want || !known {
+			t.Fatalf("%s after %v: ready %v (known %v, %q), want %v", kind, s.Events[0].Attrs, got, known, why, want)
+		}
+	}
+	step(snapshot, "Deployment", false)
+	step(diff([]any{"status.replicas", "status.updatedReplicas", "status.readyReplicas"}, []any{"2", "2", "1"}), "Deployment", false)
+	step(diff([]any{"status.readyReplicas"}, []any{"2"}), "Deployment", true)
+	step(diff([]any{"spec.replicas"}, []any{"4"}), "Deployment", false)
+	step(diff([]any{"spec.replicas", "status.readyReplicas", "status.replicas", "status.updatedReplicas"}, []any{"0", "", "", ""}), "Deployment", true)
+
+	st = newObjectState()
+	step(&Span{Events: []Event{{Name: "k8s.object.snapshot", Attrs: map[string]any{attrObjectBody: `{"spec":{},"status":{"phase":"Pending"}}`}}}}, "Pod", false)
+	step(diff([]any{"status.conditions"}, []any{`[{"type":"PodScheduled","status":"True"},{"type":"Ready","status":"False"}]`}), "Pod", false)
+	step(diff([]any{"status.conditions[type=Ready].status"}, []any{`"True"`}), "Pod", true)
+	step(diff([]any{"status.conditions[type=Ready]"}, []any{""}), "Pod", false)
+	step(diff([]any{"status.conditions[type=Ready]"}, []any{`{"type":"Ready","status":"True"}`}), "Pod", true)
+	step(diff([]any{"status.conditions[type=Ready].status", "status.phase"}, []any{`"False"`, `"Succeeded"`}), "Pod", true) // done: nothing waits on it
+
+	if _, known, _ := newObjectState().ready("CronJob"); known {
+		t.Fatal("a CronJob's readiness is known")
+	}
+}
