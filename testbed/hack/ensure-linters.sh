@@ -10,7 +10,7 @@ bin=$cache/bin/golangci-lint-$GOLANGCI_LINT_VERSION
 if ! command -v shellcheck >/dev/null; then
   echo "lint: shellcheck not found, installing Debian's shellcheck" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq shellcheck >/dev/null
 fi
 
 if [ ! -x "$bin/golangci-lint" ]; then

@@ -9,7 +9,7 @@ if ping; then echo "redis: answering on 127.0.0.1:$port"; exit 0; fi
 if ! command -v redis-server >/dev/null; then
   echo "redis: redis-server not found, installing Debian's redis-server"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq redis-server >/dev/null
 fi
 dir=${TMPDIR:-/tmp}/kubetrail-redis; mkdir -p "$dir"
 redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$dir" --logfile "$dir/redis.log"

@@ -9,6 +9,10 @@
 #
 # A scenario script may name its audit policy in a header line `# audit-policy: PATH` (relative to
 # the repository root) and describe itself in `# notes: TEXT` (copied into scenario.json).
+#
+#   RECORD_POLICY=PATH  records under that audit policy instead (relative to the repository root)
+#   RECORD_TO=DIR       writes the recording to DIR instead of testbed/fixtures/SCENARIO (used for
+#                       the benchmark captures under testbed/bench, which no golden test reads)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -26,7 +30,8 @@ script=testbed/scenarios/$scenario.sh
 [[ -f $script ]] || die "no scenario script $script"
 
 header() { sed -n "s/^# $1: //p" "$script" | head -n1; }
-policy=$(header audit-policy); policy=${policy:-testbed/policy/audit-policy.yaml}
+policy=$(header audit-policy); policy=${RECORD_POLICY:-${policy:-testbed/policy/audit-policy.yaml}}
+dest=${RECORD_TO:-testbed/fixtures/$scenario}
 notes=$(header notes)
 [[ -f $policy ]] || die "audit policy $policy (named by $script) not found"
 
@@ -79,7 +84,7 @@ t1=$(date +%s%3N)
 log "scenario $scenario ran in $((t1 - t0)) ms; waiting for the last audit batch"
 summary=$(curl -sf -X POST "http://$addr/control/stop") || die "recorder failed to stop (see $WORK/record.log)"
 
-rm -rf "testbed/fixtures/$scenario"
-mkdir -p testbed/fixtures
-cp -r "$OUT" "testbed/fixtures/$scenario"
-log "fixtures in testbed/fixtures/$scenario ($(du -sh "testbed/fixtures/$scenario" | cut -f1)): $summary"
+rm -rf "$dest"
+mkdir -p "$(dirname "$dest")"
+cp -r "$OUT" "$dest"
+log "recorded in $dest ($(du -sh "$dest" | cut -f1)): $summary"
