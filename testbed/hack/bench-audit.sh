@@ -25,9 +25,10 @@
 #   BASELINE     a git revision: its collector is built with ocb from a temporary git worktree
 #                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one
 #   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
-#   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10) and a heap-allocation profile
-#                of each collector that has the pprof extension, while it ingests, and print where
-#                its CPU goes (build/bench-audit/<run>.cpu.pprof, .allocs.pprof; go tool pprof reads them)
+#   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10), a heap profile HEAP_AT seconds in
+#                (default 3) and a heap-allocation profile at the end of each collector that has the
+#                pprof extension, and print where its CPU goes (build/bench-audit/<run>.cpu.pprof,
+#                .heap.pprof, .allocs.pprof; go tool pprof reads them)
 #   BENCH_BATCH  processor (default: the batch processor) or exporter (the
 #                exporter's sending_queue batching of the shipped Kubernetes config)
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
@@ -184,6 +185,8 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
     # One second in, the webhook is at full speed; the allocation profile is taken at the end.
     (sleep 1 && curl -fsS -o "$OUT/$name.cpu.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
     prof_pid=$!
+    # What the heap holds while the webhook runs at full speed (inuse_space), HEAP_AT seconds in.
+    (sleep "${HEAP_AT:-3}"; curl -fsS -o "$OUT/$name.heap.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/heap") &
   fi
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
     -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
