@@ -718,17 +718,7 @@ func TestAnnotationsBecomeAttributes(t *testing.T) {
 			t.Errorf("%s = %q, want %q", key, got, want)
 		}
 	}
-	slice := func(key string) []string {
-		v, ok := attrs.Get(key)
-		if !ok {
-			return nil
-		}
-		var out []string
-		for _, e := range v.Slice().All() {
-			out = append(out, e.Str())
-		}
-		return out
-	}
+	slice := func(key string) []string { return annotationSlice(attrs, key) }
 	if got := slice("k8s.audit.admission.webhooks"); !slices.Equal(got, []string{"sidecar.example.com", "defaults.example.com"}) {
 		t.Errorf("webhooks = %v", got)
 	}

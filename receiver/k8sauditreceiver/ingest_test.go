@@ -27,14 +27,8 @@ func TestOneBadItemIsRefusedAlone(t *testing.T) {
 		strings.Replace(fmt.Sprintf(oneCreate, "year-9999"), `"2026-11-21T10:45:54.106207Z"`, `"9999-12-31T23:59:59Z"`, 1),
 		fmt.Sprintf(oneCreate, "good-2"),
 	}
-	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(items, ",") + `]}`
-	resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d, want 200: the good items are taken", resp.StatusCode)
+	if code := postItems(t, env.url, items...); code != http.StatusOK {
+		t.Fatalf("status %d, want 200: the good items are taken", code)
 	}
 	if got := strings.Join(env.next.ids(), ","); got != "good-1,good-2" {
 		t.Fatalf("spans for %s, want good-1,good-2", got)
@@ -172,4 +166,17 @@ func TestInFlightBytesAreBounded(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the held requests ended: status %d", resp.StatusCode)
 	}
+}
+
+// postItems posts the audit events (JSON texts) to the webhook at url as one EventList and
+// returns the answer's status code.
+func postItems(t *testing.T, url string, items ...string) int {
+	t.Helper()
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(items, ",") + `]}`
+	resp, err := http.Post(url+"/audit", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

@@ -3,7 +3,6 @@ package k8sauditreceiver
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -111,14 +110,8 @@ func TestTraceContextInvalidMetric(t *testing.T) {
 	}
 	post := func(items ...string) {
 		t.Helper()
-		body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(items, ",") + `]}`
-		resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status = %d", resp.StatusCode)
+		if code := postItems(t, env.url, items...); code != http.StatusOK {
+			t.Fatalf("status = %d", code)
 		}
 	}
 	post(create("m1", userContext[:40]), create("m2", "ff"+userContext[2:]), create("ok", userContext))
