@@ -291,10 +291,14 @@ func (c *converter) readBodies(e *eventSpan) {
 		masks = &c.tags
 	}
 	if hasBody(ev.ResponseObject) {
-		if m, ok := scanMeta(ev.ResponseObject, c.traceAnnotation); ok {
+		described := false
+		if m, ok := c.responseMeta(e, masks); ok {
 			switch {
 			case c.describes(ref, m):
-				e.respBody, e.respMeta = lazyBody{raw: ev.ResponseObject, masks: masks}, m
+				if e.respBody.raw == nil {
+					e.respBody = lazyBody{raw: ev.ResponseObject, masks: masks}
+				}
+				e.respMeta, described = m, true
 			case ref.Subresource == "scale" && m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name):
 				// A Scale mirrors its parent's name, UID and resourceVersion, and its
 				// spec.replicas is the parent's: enough to complete the identity and to diff
@@ -304,6 +308,11 @@ func (c *converter) readBodies(e *eventSpan) {
 					e.obj.UID = m.UID
 				}
 			}
+		}
+		if !described && e.respBody.raw != nil {
+			// Indexed for its identity, but not the object: nothing else reads it.
+			e.respBody.release()
+			e.respBody = lazyBody{}
 		}
 	}
 	if e.resp() != nil {
@@ -330,6 +339,22 @@ func (c *converter) readBodies(e *eventSpan) {
 			e.nodeName = m.Target
 		}
 	}
+}
+
+// responseMeta reads the identity of the response body. With the diff cache on, a response
+// that describes the object is indexed anyway (diffed, cached or shown), so it is indexed here
+// and read from the index, left in e.respBody; otherwise it is only scanned.
+func (c *converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
+	raw := e.ev.ResponseObject
+	if c.cache == nil || masks != nil || e.ref.Subresource != "" {
+		return scanMeta(raw, c.traceAnnotation)
+	}
+	e.respBody = lazyBody{raw: raw}
+	f := e.respBody.flat()
+	if f == nil {
+		return objectMeta{}, false
+	}
+	return f.meta(c.traceAnnotation), true
 }
 
 // completeIdentity fills in what neither objectRef nor a body said: whether the object is a

@@ -360,3 +360,59 @@ func diffWithBytes(old []byte, cur *flatBody) (diffResult, bool) {
 	}
 	return w.diff(&f, cur), true
 }
+
+// meta reads what scanMeta reads, from the index: a body that is indexed anyway (for the diff,
+// the cache or a snapshot) is not scanned a second time for its identity. Duplicate keys count
+// as in a map (the last one); a Pod's node and a Binding's target are read whatever the order of
+// kind, as metaOf reads them.
+func (f *flatBody) meta(annotation string) objectMeta {
+	m := objectMeta{Kind: f.strMember(0, "kind"), APIVersion: f.strMember(0, "apiVersion")}
+	if md := f.objectMember(0, "metadata"); md >= 0 {
+		m.Name = f.strMember(md, "name")
+		m.Namespace = f.strMember(md, "namespace")
+		m.UID = f.strMember(md, "uid")
+		m.ResourceVersion = f.strMember(md, "resourceVersion")
+		if a := f.objectMember(md, "annotations"); a >= 0 {
+			m.TraceContext = f.strMember(a, annotation)
+		}
+		if refs := f.member(md, "ownerReferences"); refs >= 0 && f.nodes[refs].kind == '[' {
+			for r, end := refs+1, refs+int(f.nodes[refs].size); r < end; r += int(f.nodes[r].size) {
+				if f.nodes[r].kind != '{' {
+					continue
+				}
+				if c := f.member(r, "controller"); c >= 0 && f.nodes[c].kind == 't' {
+					m.Owner = ownerRef{APIVersion: f.strMember(r, "apiVersion"), Kind: f.strMember(r, "kind"),
+						Name: f.strMember(r, "name"), UID: f.strMember(r, "uid")}
+					break
+				}
+			}
+		}
+	}
+	switch m.Kind {
+	case "Pod":
+		if spec := f.objectMember(0, "spec"); spec >= 0 {
+			m.NodeName = f.strMember(spec, "nodeName")
+		}
+	case "Binding":
+		if target := f.objectMember(0, "target"); target >= 0 {
+			m.Target = f.strMember(target, "name")
+		}
+	}
+	return m
+}
+
+// strMember is the string value of an object's member, "" when absent or not a string.
+func (f *flatBody) strMember(obj int, name string) string {
+	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '"' {
+		return string(f.str(n))
+	}
+	return ""
+}
+
+// objectMember is an object's member that is itself an object, or -1.
+func (f *flatBody) objectMember(obj int, name string) int {
+	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '{' {
+		return n
+	}
+	return -1
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // fixtureObjects returns every request and response object of the recorded webhook bodies,
@@ -61,6 +63,18 @@ func checkFlat(t *testing.T, raw []byte) (flatBody, tree, bool) {
 	}
 	if f.cut[1] > 0 && len(kept) >= len(raw) {
 		t.Fatal("compact kept the managedFields")
+	}
+	for _, annotation := range []string{model.DefaultTraceContextAnnotation, "a"} {
+		sm, ok := scanMeta(raw, annotation)
+		fm := f.meta(annotation)
+		if ok && bytes.Count(raw, []byte(`"kind"`)) > 1 {
+			// With kind written twice, scanMeta reads a Pod's node and a Binding's target in the
+			// input's order (see FuzzJSONScan), the index as a map would.
+			sm.NodeName, fm.NodeName, sm.Target, fm.Target = "", "", "", ""
+		}
+		if !ok || sm != fm {
+			t.Fatalf("meta from the index %+v, scanMeta %+v (%v)", fm, sm, ok)
+		}
 	}
 	return f, tr, true
 }
@@ -166,6 +180,7 @@ func FuzzFlat(f *testing.F) {
 	}
 	f.Add([]byte(`{"metadata":{"managedFields":[1],"name":"a"},"l":[{"name":"x","v":1}]}`), []byte(`{"metadata":{"name":"b"},"l":[{"name":"x","v":2},{"name":"y"}]}`))
 	f.Add([]byte(`{"a":"\ud800","a":[{"type":"t"}]}`), []byte(`{"a":[{"type":"t","x":null}]}`))
+	f.Add([]byte(`{"kind":"Pod","metadata":{"name":"p","ownerReferences":[1,{"controller":false,"uid":"a"},{"controller":true,"uid":"b"},{"controller":true,"uid":"c"}],"annotations":{"a":7,"a":"x"}},"spec":{"nodeName":"n"}}`), []byte(`{"kind":"Binding","target":{"name":"n","name":2}}`))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		fa, ta, okA := checkFlat(t, a)
 		fb, tb, okB := checkFlat(t, b)

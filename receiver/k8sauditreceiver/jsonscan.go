@@ -104,7 +104,7 @@ func scanString(d []byte, i int) (end int, plain bool, err error) {
 func stringStop(x uint64) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	zeroIn := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return (zeroIn(x^(ones*'"'))|zeroIn(x^(ones*'\\'))|((x-ones*0x20) & ^x & highs)) != 0
+	return (zeroIn(x^(ones*'"')) | zeroIn(x^(ones*'\\')) | ((x - ones*0x20) & ^x & highs)) != 0
 }
 
 func hex4(b []byte) rune {
