@@ -560,13 +560,13 @@ func (b *lazyBody) flat() *flatBody {
 	return &b.f
 }
 
-// kept is the indexed body as the object cache keeps it: memory of its own, without
-// managedFields, redacted values tagged.
-func (b *lazyBody) kept() []byte {
+// kept is the indexed body as the object cache keeps it: memory of its own (reuse's, when it
+// fits: see compactInto), without managedFields, redacted values tagged.
+func (b *lazyBody) kept(reuse []byte) []byte {
 	if b.masks != nil {
 		return b.f.d // encoded from the tagged tree for this body alone
 	}
-	return b.f.compact()
+	return b.f.compactInto(reuse)
 }
 
 // remember updates the object cache with this event and adds what the cache knows to the
@@ -653,12 +653,15 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 		if body = resp.flat(); body == nil {
 			return ""
 		}
-		kept = resp.kept()
 	}
 	if e.hasBody() {
 		if res, ok := diffWithBytes(e.body, body); ok {
 			d = &res
 		}
+	}
+	if kept == nil {
+		// The previous body is diffed: its storage may take the new one.
+		kept = resp.kept(e.body)
 	}
 	e.lastDiff = d
 	c.cache.setBody(e, kept)

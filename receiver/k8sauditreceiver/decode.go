@@ -90,8 +90,11 @@ var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 // change while they are in use. An item that is well-formed JSON but not a valid event (a
 // field of the wrong type, a malformed timestamp) does not fail the body: it is returned with
 // its invalid field set, for the converter to refuse and count alone.
-func decodeBody(data []byte) ([]auditEvent, error) {
-	events, err := decodeDocument(data, true)
+func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil) }
+
+// decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool).
+func decodeBodyInto(data []byte, reuse []auditEvent) ([]auditEvent, error) {
+	events, err := decodeDocument(data, true, reuse)
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
@@ -100,7 +103,7 @@ func decodeBody(data []byte) ([]auditEvent, error) {
 
 // decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event.
 func decodeLine(line []byte) (auditEvent, error) {
-	events, err := decodeDocument(line, false)
+	events, err := decodeDocument(line, false, nil)
 	if err != nil {
 		return auditEvent{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
@@ -109,7 +112,7 @@ func decodeLine(line []byte) (auditEvent, error) {
 
 // decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
 // top-level kind and apiVersion: the members of both are read in one loop.
-func decodeDocument(d []byte, lists bool) ([]auditEvent, error) {
+func decodeDocument(d []byte, lists bool, items []auditEvent) ([]auditEvent, error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
 		return nil, errAt(i, "empty body")
@@ -126,7 +129,6 @@ func decodeDocument(d []byte, lists bool) ([]auditEvent, error) {
 	}
 	var (
 		kind, apiVersion string
-		items            []auditEvent
 		ev               auditEvent
 		err              error
 	)

@@ -161,11 +161,19 @@ func keyIs(d []byte, k memberKey, name string) bool {
 }
 
 // compact returns a copy of the body without its managedFields: what the object cache keeps.
-func (f *flatBody) compact() []byte {
+func (f *flatBody) compact() []byte { return f.compactInto(nil) }
+
+// compactInto is compact that reuses dst's storage (the object's previous body, no longer
+// needed once diffed) when it fits and is not more than twice the size: objects change little
+// from one write to the next, and a body that shrank a lot gets storage of its size.
+func (f *flatBody) compactInto(dst []byte) []byte {
 	a, b := int(f.cut[0]), int(f.cut[1])
-	out := make([]byte, 0, len(f.d)-(b-a))
-	out = append(out, f.d[:a]...)
-	return append(out, f.d[b:]...)
+	n := len(f.d) - (b - a)
+	if cap(dst) < n || cap(dst) > 2*n {
+		dst = make([]byte, 0, n)
+	}
+	dst = append(dst[:0], f.d[:a]...)
+	return append(dst, f.d[b:]...)
 }
 
 // keyOf is a member's key, decoded.

@@ -152,7 +152,9 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	// The events refer to the buffer's bytes until they are converted: it goes back to the
 	// pool only when this handler returns.
 	data := buf.Bytes()
-	events, err := decodeBody(data)
+	pooled := eventsPool.Get().(*[]auditEvent)
+	events, err := decodeBodyInto(data, *pooled)
+	defer putEvents(pooled, events)
 	if err != nil {
 		reason := reasonMalformedJSON
 		if errors.Is(err, errWrongKind) {
@@ -209,3 +211,28 @@ func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 		w.reject(req.Context(), rw, code, reason, "", msg)
 	})
 }
+
+// eventsPool holds the event slices of webhook batches: an EventList of 400 events is some
+// 200 KB of auditEvent structs, and nothing keeps them once the batch is converted.
+var eventsPool = sync.Pool{New: func() any { return new([]auditEvent) }}
+
+// putEvents clears the events (their strings and the slices of the body must not outlive the
+// batch) and returns their storage to eventsPool, unless one unusually large batch grew it.
+// A slice comes back zeroed beyond its length: only the events of this batch need clearing,
+// or, when decoding failed part way, all of the storage it may have written.
+func putEvents(p *[]auditEvent, events []auditEvent) {
+	if events == nil {
+		events = *p
+		clear(events[:cap(events)])
+	} else {
+		clear(events)
+	}
+	if cap(events) <= maxPooledEvents {
+		*p = events[:0]
+		eventsPool.Put(p)
+	}
+}
+
+// maxPooledEvents is the largest event slice kept for reuse: the apiserver's default batch is
+// 400 events (--audit-webhook-batch-max-size).
+const maxPooledEvents = 4096
