@@ -265,3 +265,33 @@ func FuzzJSONScan(f *testing.F) {
 		}
 	})
 }
+
+// TestPooledEventsComeBackZeroed: a pooled event slice must hold nothing of an earlier batch,
+// neither after a batch that decoded nor after one that failed half way through its items.
+func TestPooledEventsComeBackZeroed(t *testing.T) {
+	zeroed := func(events []auditEvent) bool {
+		for _, ev := range events[:cap(events)] {
+			if !reflect.DeepEqual(ev, auditEvent{}) {
+				return false
+			}
+		}
+		return true
+	}
+	p := new([]auditEvent)
+	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p)
+	if err != nil || len(events) != 3 {
+		t.Fatalf("decode: %v, %d events", err, len(events))
+	}
+	putEvents(p, events)
+	if cap(*p) < 3 || !zeroed(*p) {
+		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
+	}
+	broken := strings.TrimSuffix(eventList("d", "e"), "]}") + `,{"auditID":`
+	if _, err := decodeBodyInto([]byte(broken), *p); err == nil {
+		t.Fatal("a truncated body must not decode")
+	}
+	putEvents(p, nil)
+	if !zeroed(*p) {
+		t.Fatal("after a failed batch, what it decoded before failing must be cleared")
+	}
+}
