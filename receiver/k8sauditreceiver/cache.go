@@ -27,11 +27,13 @@ type write struct {
 type cacheEntry struct {
 	key string // the object's name key: history must survive the UID being unknown in some events
 	uid string
-	// The last body as JSON, managedFields left out and redacted values tagged: indexed
-	// (flatten) again when the next write is diffed against it, which costs less than keeping
-	// it parsed.
-	body []byte
-	rv   string
+	// The last body as JSON, managedFields left out and redacted values tagged. While the entry
+	// is among the hotIndexes most recently written, nodes is its index (see flatBody); other
+	// bodies are indexed again when the next write is diffed against them.
+	body   []byte
+	nodes  []fnode
+	hotGen uint64
+	rv     string
 
 	// lastDiff is the diff that produced body. The apiserver can deliver an event twice
 	// (batch retries, webhook plus log file); the second copy reuses it instead of
@@ -62,14 +64,66 @@ type objectCache struct {
 	bytes    int64
 	onBytes  func(delta int64)
 	onEvict  func(reason string)
+
+	hot    [hotIndexes]hotSlot // ring of the entries whose body keeps its index
+	hotPos int
+	gen    uint64
 }
 
-// setBody makes body (memory of the entry's own) the entry's body. Least recently used entries
-// leave until the bytes fit. Callers hold mu.
-func (c *objectCache) setBody(e *cacheEntry, body []byte) {
-	e.body = body
+// hotIndexes is how many of the most recently written bodies keep their index. Controllers
+// write the same object several times in a burst (a rollout updates a Deployment's status a
+// dozen times in seconds, a Pod's status changes with each container): the next write of such
+// an object is diffed without indexing the previous body again. An index is about 2.5 times its
+// body (24 bytes per JSON value), so 256 of them are about 1.5 MB for Pods; they are charged to
+// the cache's bytes like the bodies.
+const hotIndexes = 256
+
+type hotSlot struct {
+	e   *cacheEntry
+	gen uint64
+}
+
+// fnodeSize is what one node of an index takes.
+var fnodeSize = int64(unsafe.Sizeof(fnode{}))
+
+// setBody makes body (memory of the entry's own) the entry's body, with its index when nodes is
+// not nil; the entry whose slot in the ring of hot indexes this takes loses its index. Least
+// recently used entries leave until the bytes fit. Callers hold mu.
+func (c *objectCache) setBody(e *cacheEntry, body []byte, nodes []fnode) {
+	e.dropNodes()
+	e.body, e.nodes = body, nodes
+	if nodes != nil {
+		c.gen++
+		e.hotGen = c.gen
+		slot := &c.hot[c.hotPos]
+		if o := slot.e; o != nil && o != e && o.hotGen == slot.gen && o.nodes != nil {
+			o.dropNodes()
+			o.charge()
+		}
+		*slot = hotSlot{e: e, gen: c.gen}
+		c.hotPos = (c.hotPos + 1) % hotIndexes
+	}
 	e.charge()
 	c.fit(e)
+}
+
+// index returns the body indexed: its kept index while it has one, else indexed anew into the
+// work's nodes.
+func (e *cacheEntry) index(w *flatWork) (flatBody, bool) {
+	if e.nodes != nil {
+		return flatBody{d: e.body, nodes: e.nodes}, true
+	}
+	f, ok := flatten(e.body, w.nodesA)
+	w.nodesA = f.nodes[:0]
+	return f, ok
+}
+
+// dropNodes gives the entry's index back to nodePool.
+func (e *cacheEntry) dropNodes() {
+	if e.nodes != nil {
+		putNodes(e.nodes)
+		e.nodes = nil
+	}
 }
 
 // Eviction reasons, as counted on the evictions metric.
@@ -134,7 +188,7 @@ func (e *cacheEntry) footprint() int64 {
 			n += int64(len(ch.Path) + len(ch.Old) + len(ch.New))
 		}
 	}
-	return n + int64(cap(e.body))
+	return n + int64(cap(e.body)) + int64(cap(e.nodes))*fnodeSize
 }
 
 // charge brings the bytes the cache counts for the entry up to date. Callers hold mu.
@@ -178,6 +232,7 @@ func (e *cacheEntry) bodyJSON() string {
 
 // dropBody forgets the body and the diff that produced it. Callers hold mu.
 func (e *cacheEntry) dropBody() {
+	e.dropNodes()
 	e.body, e.lastDiff = nil, nil
 	e.charge()
 }
@@ -212,6 +267,7 @@ func (c *objectCache) entry(key, uid string) *cacheEntry {
 	e := c.entries[key]
 	if e != nil {
 		if uid != "" && e.uid != "" && uid != e.uid {
+			e.dropNodes()
 			*e = cacheEntry{key: key, uid: uid, prev: e.prev, next: e.next, c: c, cost: e.cost}
 		}
 		if e.uid == "" {
@@ -241,6 +297,7 @@ func (c *objectCache) remove(e *cacheEntry) {
 	}
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
+	e.dropNodes()
 	e.body, e.lastDiff = nil, nil
 	c.addBytes(-e.cost)
 	e.cost, e.c = 0, nil

@@ -162,7 +162,7 @@ func TestByteBoundEvictsTheLeastRecentlyUsed(t *testing.T) {
 	c := newObjectCache(1000, nil)
 	put := func(key string, size int) *cacheEntry {
 		e := c.entry(key, "")
-		c.setBody(e, testBody(key, size))
+		c.setBody(e, testBody(key, size), nil)
 		return e
 	}
 	c.mu.Lock()

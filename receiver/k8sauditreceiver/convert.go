@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -342,11 +341,12 @@ func (c *converter) readBodies(e *eventSpan) {
 }
 
 // responseMeta reads the identity of the response body. With the diff cache on, a response
-// that describes the object is indexed anyway (diffed, cached or shown), so it is indexed here
-// and read from the index, left in e.respBody; otherwise it is only scanned.
+// of the object or its status subresource is indexed anyway when it describes the object
+// (diffed, cached or shown), so it is indexed here and read from the index, left in
+// e.respBody; other responses (a Scale, a Binding, a Status) are only scanned.
 func (c *converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
 	raw := e.ev.ResponseObject
-	if c.cache == nil || masks != nil || e.ref.Subresource != "" {
+	if c.cache == nil || masks != nil || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
 		return scanMeta(raw, c.traceAnnotation)
 	}
 	e.respBody = lazyBody{raw: raw}
@@ -503,21 +503,16 @@ type lazyBody struct {
 	t      tree
 	parsed bool
 	f      flatBody
-	state  int8     // 0: not indexed yet; 1: f holds it; -1: not a JSON object
-	nodes  *[]fnode // f's nodes, from nodePool until release
+	state  int8 // 0: not indexed yet; 1: f holds it; -1: not a JSON object
 }
 
-// nodePool holds node slices for the bodies of one event at a time: a Pod is some 200 nodes.
-var nodePool = sync.Pool{New: func() any { s := make([]fnode, 0, 256); return &s }}
-
 // release returns the body's nodes to nodePool: nothing of f outlives the event (the cache keeps
-// kept, a copy; diffs and snapshots are strings).
+// copies: kept and keptNodes; diffs and snapshots are strings).
 func (b *lazyBody) release() {
-	if b.nodes != nil && cap(*b.nodes) <= 1<<16 {
-		*b.nodes = (*b.nodes)[:0]
-		nodePool.Put(b.nodes)
+	if b.state == 1 {
+		putNodes(b.f.nodes)
 	}
-	b.nodes, b.f, b.state = nil, flatBody{}, 0
+	b.f, b.state = flatBody{}, 0
 }
 
 // tree returns the parsed body, or nil when it is not a JSON object.
@@ -547,12 +542,9 @@ func (b *lazyBody) flat() *flatBody {
 			}
 			src = []byte(marshalJSON(t))
 		}
-		nodes := nodePool.Get().(*[]fnode)
-		if f, ok := flatten(src, *nodes); ok {
+		if f, ok := flatten(src, getNodes()); ok {
 			b.f, b.state = f, 1
-			*nodes = f.nodes
 		}
-		b.nodes = nodes
 	}
 	if b.state < 0 {
 		return nil
@@ -561,12 +553,14 @@ func (b *lazyBody) flat() *flatBody {
 }
 
 // kept is the indexed body as the object cache keeps it: memory of its own (reuse's, when it
-// fits: see compactInto), without managedFields, redacted values tagged.
-func (b *lazyBody) kept(reuse []byte) []byte {
+// fits: see compactInto), without managedFields, redacted values tagged; and its index for
+// those bytes, in a node slice of its own.
+func (b *lazyBody) kept(reuse []byte) ([]byte, []fnode) {
 	if b.masks != nil {
-		return b.f.d // encoded from the tagged tree for this body alone
+		// Encoded from the tagged tree for this body alone: the index is the bytes' own.
+		return b.f.d, b.f.keptNodes(getNodes())
 	}
-	return b.f.compactInto(reuse)
+	return b.f.compactInto(reuse), b.f.keptNodes(getNodes())
 }
 
 // remember updates the object cache with this event and adds what the cache knows to the
@@ -617,6 +611,7 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 	e.record(w)
 	var body *flatBody
 	var kept []byte
+	var nodes []fnode
 	switch {
 	case scale != nil:
 		t := scaledBody(e, scale.tree(), newRV)
@@ -624,11 +619,11 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 			return ""
 		}
 		kept = []byte(marshalJSON(t))
-		f, ok := flatten(kept, nil)
+		f, ok := flatten(kept, getNodes())
 		if !ok {
 			return ""
 		}
-		body = &f
+		body, nodes = &f, f.nodes
 	case resp != nil:
 		// Indexed below only when it is diffed or becomes the cached body.
 	default:
@@ -655,16 +650,16 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 		}
 	}
 	if e.hasBody() {
-		if res, ok := diffWithBytes(e.body, body); ok {
+		if res, ok := diffCached(e, body); ok {
 			d = &res
 		}
 	}
 	if kept == nil {
 		// The previous body is diffed: its storage may take the new one.
-		kept = resp.kept(e.body)
+		kept, nodes = resp.kept(e.body)
 	}
 	e.lastDiff = d
-	c.cache.setBody(e, kept)
+	c.cache.setBody(e, kept, nodes)
 	e.rv = newRV
 	if d != nil && isChange {
 		putDiff(span, *d, s.redact, s.endTS)

@@ -577,6 +577,38 @@ func TestRequestDetails(t *testing.T) {
 	})
 }
 
+// TestBodiesLeavingTheHotSetStillDiff: a body whose index left the ring of hot indexes is
+// indexed again for its next diff, and gets its index back.
+func TestBodiesLeavingTheHotSetStillDiff(t *testing.T) {
+	c := testConverter()
+	cm := func(i int, v string) (objectReference, string) {
+		ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i), APIVersion: "v1"}
+		return ref, fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u%d","resourceVersion":"%d"},"data":{"k":%q}}`, i, i, i+10, v)
+	}
+	for i := range hotIndexes + 1 {
+		ref, body := cm(i, "old")
+		_, _ = convertOne(t, c, event(fmt.Sprint("c", i), "create", "alice", ref, 201, withResponse(body)))
+	}
+	first := c.cache.entries[(objectReference{Resource: "configmaps", Namespace: "ns", Name: "cm-0"}).key("c1")]
+	if first == nil || first.nodes != nil || first.body == nil {
+		t.Fatal("the oldest body must have left the hot set, its bytes kept")
+	}
+	if last := c.cache.entries[(objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprint("cm-", hotIndexes)}).key("c1")]; last == nil || last.nodes == nil {
+		t.Fatal("the newest body must keep its index")
+	}
+	ref, _ := cm(0, "")
+	ref.UID = "u0"
+	_, body := cm(0, "new")
+	body = strings.Replace(body, `"resourceVersion":"10"`, `"resourceVersion":"9999"`, 1)
+	s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", ref, 200, withResponse(body)))))
+	if got := diffOf(t, s); got["data.k"] != `"old" -> "new"` || len(got) != 1 {
+		t.Fatalf("diff = %v", got)
+	}
+	if first.nodes == nil {
+		t.Fatal("the updated body is hot again")
+	}
+}
+
 // paths lists a diff's paths, comma-separated.
 func (d diffResult) paths() string {
 	ps := make([]string, len(d.Changes))

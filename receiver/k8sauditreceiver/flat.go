@@ -356,17 +356,55 @@ func encodeFlat(f *flatBody) string {
 	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
 }
 
-// diffWithBytes diffs the body the cache keeps (old) against cur; ok is false when old is not
-// a JSON object.
-func diffWithBytes(old []byte, cur *flatBody) (diffResult, bool) {
+// diffCached diffs the body the cache keeps for e against cur; ok is false when that body is
+// not a JSON object.
+func diffCached(e *cacheEntry, cur *flatBody) (diffResult, bool) {
 	w := getFlatWork()
 	defer w.put()
-	f, ok := flatten(old, w.nodesA)
-	w.nodesA = f.nodes[:0]
+	f, ok := e.index(w)
 	if !ok {
 		return diffResult{}, false
 	}
 	return w.diff(&f, cur), true
+}
+
+// keptNodes copies the index into dst's storage as it stands for compact's bytes: offsets past
+// the managedFields that compact cuts move back by the cut's width.
+func (f *flatBody) keptNodes(dst []fnode) []fnode {
+	dst = append(dst[:0], f.nodes...)
+	a, b := f.cut[0], f.cut[1]
+	if b == 0 {
+		return dst
+	}
+	width := b - a
+	for i := range dst {
+		n := &dst[i]
+		if n.start >= b {
+			n.start -= width
+		}
+		if n.end >= b {
+			n.end -= width
+		}
+		if n.key >= b {
+			n.key -= width
+			n.keyEnd -= width
+		}
+	}
+	return dst
+}
+
+// nodePool holds node slices for the bodies of one event at a time (a Pod is some 200 nodes)
+// and for the cache's hot indexes.
+var nodePool = sync.Pool{New: func() any { s := make([]fnode, 0, 256); return &s }}
+
+func getNodes() []fnode { return (*nodePool.Get().(*[]fnode))[:0] }
+
+// putNodes returns a node slice to nodePool, unless an unusually large body grew it.
+func putNodes(s []fnode) {
+	if cap(s) <= 1<<16 {
+		s = s[:0]
+		nodePool.Put(&s)
+	}
 }
 
 // meta reads what scanMeta reads, from the index: a body that is indexed anyway (for the diff,

@@ -61,6 +61,9 @@ func checkFlat(t *testing.T, raw []byte) (flatBody, tree, bool) {
 	if !ok || encodeFlat(&k) != want {
 		t.Fatalf("compact encodes differently: %.300q", kept)
 	}
+	if nodes := f.keptNodes(nil); !reflect.DeepEqual(nodes, k.nodes) {
+		t.Fatalf("keptNodes is not the index of the compact body %.300q", kept)
+	}
 	if f.cut[1] > 0 && len(kept) >= len(raw) {
 		t.Fatal("compact kept the managedFields")
 	}
@@ -190,8 +193,10 @@ func FuzzFlat(f *testing.F) {
 		if got, want := diffFlat(&fa, &fb), treeDiff(ta, tb); !reflect.DeepEqual(got, want) {
 			t.Fatalf("diffFlat %+v, tree diff %+v", got, want)
 		}
-		if got, ok := diffWithBytes(fa.compact(), &fb); !ok || !reflect.DeepEqual(got, treeDiff(ta, tb)) {
-			t.Fatalf("the kept body diffs differently: %+v", got)
+		for _, e := range []*cacheEntry{{body: fa.compact()}, {body: fa.compact(), nodes: fa.keptNodes(nil)}} {
+			if got, ok := diffCached(e, &fb); !ok || !reflect.DeepEqual(got, treeDiff(ta, tb)) {
+				t.Fatalf("the kept body (index kept: %v) diffs differently: %+v", e.nodes != nil, got)
+			}
 		}
 		if bytes.Contains(a, []byte("managedFields")) && fa.cut[1] == 0 && bytes.Contains(fa.compact(), []byte(`"metadata":{"managedFields"`)) {
 			t.Fatal("managedFields kept")
