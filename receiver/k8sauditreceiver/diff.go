@@ -60,6 +60,9 @@ func (w *flatWork) diffValue(a, b *flatBody, path []byte, ai, bi int) {
 		return
 	}
 	if ai >= 0 && bi >= 0 {
+		if bytes.Equal(a.raw(ai), b.raw(bi)) {
+			return // the same text is the same value: most of an object is as it was
+		}
 		ak, bk := a.nodes[ai].kind, b.nodes[bi].kind
 		switch {
 		case ak == '{' && bk == '{':
