@@ -346,10 +346,15 @@ func (c *converter) readBodies(e *eventSpan) {
 // e.respBody; other responses (a Scale, a Binding, a Status) are only scanned.
 func (c *converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
 	raw := e.ev.ResponseObject
+	pre, indexed := e.ev.takeResponseIndex()
 	if c.cache == nil || masks != nil || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
+		putNodes(pre.nodes)
 		return scanMeta(raw, c.traceAnnotation)
 	}
 	e.respBody = lazyBody{raw: raw}
+	if indexed {
+		e.respBody.f, e.respBody.state = pre, 1 // indexed while the batch was decoded
+	}
 	f := e.respBody.flat()
 	if f == nil {
 		return objectMeta{}, false

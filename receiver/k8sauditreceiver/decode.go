@@ -42,6 +42,26 @@ type auditEvent struct {
 	// Invalid says why a well-formed item is not a valid event (a field of the wrong type, a
 	// malformed timestamp); the converter refuses such an event alone.
 	Invalid string `json:"-"`
+
+	// respIndex is ResponseObject indexed while it was decoded (webhook batches, for a completed
+	// write whose verb, stage and objectRef came first, as the apiserver writes them), in nodes
+	// from nodePool: the converter takes it (takeResponseIndex) or putEvents returns it.
+	respIndex flatBody
+}
+
+// takeResponseIndex hands the index of ResponseObject over to the caller, who returns its nodes
+// to nodePool; ok is false when the body was not indexed while decoding.
+func (ev *auditEvent) takeResponseIndex() (flatBody, bool) {
+	f := ev.respIndex
+	ev.respIndex = flatBody{}
+	return f, f.nodes != nil
+}
+
+// indexWhileDecoding reports whether a response body is worth indexing as it is decoded: the
+// converter indexes the object's own or status response of a completed write anyway.
+func (ev *auditEvent) indexWhileDecoding() bool {
+	return ev.Stage == stageResponseComplete && writeVerbs[ev.Verb] && ev.ObjectRef != nil &&
+		(ev.ObjectRef.Subresource == "" || ev.ObjectRef.Subresource == "status")
 }
 
 type annotation struct{ Key, Value string }
@@ -90,11 +110,12 @@ var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 // change while they are in use. An item that is well-formed JSON but not a valid event (a
 // field of the wrong type, a malformed timestamp) does not fail the body: it is returned with
 // its invalid field set, for the converter to refuse and count alone.
-func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil) }
+func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil, false) }
 
-// decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool).
-func decodeBodyInto(data []byte, reuse []auditEvent) ([]auditEvent, error) {
-	events, err := decodeDocument(data, true, reuse)
+// decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool)
+// and, with index, indexes the response bodies the converter will index (see respIndex).
+func decodeBodyInto(data []byte, reuse []auditEvent, index bool) ([]auditEvent, error) {
+	events, err := decodeDocument(data, true, reuse, index)
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
@@ -103,7 +124,7 @@ func decodeBodyInto(data []byte, reuse []auditEvent) ([]auditEvent, error) {
 
 // decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event.
 func decodeLine(line []byte) (auditEvent, error) {
-	events, err := decodeDocument(line, false, nil)
+	events, err := decodeDocument(line, false, nil, false)
 	if err != nil {
 		return auditEvent{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
@@ -112,7 +133,7 @@ func decodeLine(line []byte) (auditEvent, error) {
 
 // decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
 // top-level kind and apiVersion: the members of both are read in one loop.
-func decodeDocument(d []byte, lists bool, items []auditEvent) ([]auditEvent, error) {
+func decodeDocument(d []byte, lists bool, items []auditEvent, index bool) ([]auditEvent, error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
 		return nil, errAt(i, "empty body")
@@ -153,9 +174,9 @@ func decodeDocument(d []byte, lists bool, items []auditEvent) ([]auditEvent, err
 				i, err = skipValue(d, i, 1)
 				break
 			}
-			items, i, err = decodeItems(d, i, items[:0])
+			items, i, err = decodeItems(d, i, items[:0], index)
 		default:
-			i, err = ev.decodeField(d, key, i, 1)
+			i, err = ev.decodeField(d, key, i, 1, index)
 		}
 		if err != nil {
 			return nil, err
@@ -212,7 +233,7 @@ func topString(d []byte, i int, field string) (string, int, error) {
 
 // decodeItems decodes an EventList's items. An item that is not an object becomes an invalid
 // event; a null item an empty one (encoding/json's reading, which the converter filters).
-func decodeItems(d []byte, i int, items []auditEvent) ([]auditEvent, int, error) {
+func decodeItems(d []byte, i int, items []auditEvent, index bool) ([]auditEvent, int, error) {
 	switch d[i] {
 	case 'n':
 		end, err := scanLiteral(d, i, "null")
@@ -237,7 +258,7 @@ func decodeItems(d []byte, i int, items []auditEvent) ([]auditEvent, int, error)
 		ev := &items[len(items)-1]
 		switch d[next] {
 		case '{':
-			i, err = ev.decode(d, next, 2)
+			i, err = ev.decode(d, next, 2, index)
 		case 'n':
 			i, err = scanLiteral(d, next, "null")
 		default:
@@ -258,14 +279,14 @@ func (ev *auditEvent) invalidate(field, problem string) {
 }
 
 // decode reads an event object at d[i].
-func (ev *auditEvent) decode(d []byte, i, depth int) (int, error) {
+func (ev *auditEvent) decode(d []byte, i, depth int, index bool) (int, error) {
 	i++
 	for first := true; ; first = false {
 		key, next, done, err := objectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
-		if i, err = ev.decodeField(d, key, next, depth+1); err != nil {
+		if i, err = ev.decodeField(d, key, next, depth+1, index); err != nil {
 			return 0, err
 		}
 	}
@@ -273,7 +294,7 @@ func (ev *auditEvent) decode(d []byte, i, depth int) (int, error) {
 
 // decodeField reads one member of an event; unknown members are skipped. It returns a syntax
 // error only: a value of the wrong type invalidates the event and is skipped.
-func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int) (int, error) {
+func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool) (int, error) {
 	switch string(key) {
 	case "level":
 		return ev.str(d, i, &ev.Level, "level")
@@ -314,6 +335,16 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int) (int, erro
 		ev.RequestObject = d[i:end:end]
 		return end, nil
 	case "responseObject":
+		putNodes(ev.respIndex.nodes) // a second responseObject member: the last one counts
+		ev.respIndex = flatBody{}
+		if index && d[i] == '{' && ev.indexWhileDecoding() {
+			f, end, err := flattenAt(d, i, depth, getNodes())
+			if err != nil {
+				return 0, err
+			}
+			ev.ResponseObject, ev.respIndex = d[i:end:end], f
+			return end, nil
+		}
 		end, err := skipValue(d, i, depth)
 		if err != nil {
 			return 0, err

@@ -278,7 +278,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		return true
 	}
 	p := new([]auditEvent)
-	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p)
+	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p, true)
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
@@ -287,11 +287,48 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
 	}
 	broken := strings.TrimSuffix(eventList("d", "e"), "]}") + `,{"auditID":`
-	if _, err := decodeBodyInto([]byte(broken), *p); err == nil {
+	if _, err := decodeBodyInto([]byte(broken), *p, true); err == nil {
 		t.Fatal("a truncated body must not decode")
 	}
 	putEvents(p, nil)
 	if !zeroed(*p) {
 		t.Fatal("after a failed batch, what it decoded before failing must be cleared")
+	}
+}
+
+// TestResponsesIndexedWhileDecoding: the index built while a webhook batch is decoded is the
+// index flatten builds of the response body alone, for every response the converter indexes,
+// and the events are otherwise what decodeBody returns.
+func TestResponsesIndexedWhileDecoding(t *testing.T) {
+	indexed := 0
+	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
+		for _, body := range fixtureBodies(t, scenario) {
+			events, err := decodeBodyInto(body, nil, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, _ := decodeBody(body)
+			for i := range events {
+				ev := &events[i]
+				f, ok := ev.takeResponseIndex()
+				if want := ev.indexWhileDecoding() && hasBody(ev.ResponseObject) && ev.ResponseObject[0] == '{'; ok != want {
+					t.Fatalf("%s: indexed %v, want %v", ev.AuditID, ok, want)
+				}
+				if !reflect.DeepEqual(*ev, plain[i]) {
+					t.Fatalf("%s: the event differs from decodeBody's", ev.AuditID)
+				}
+				if !ok {
+					continue
+				}
+				indexed++
+				g, gok := flatten(ev.ResponseObject, nil)
+				if !gok || !bytes.Equal(f.d, ev.ResponseObject) || !reflect.DeepEqual(f.nodes, g.nodes) || f.cut != g.cut {
+					t.Fatalf("%s: the index built while decoding is not the body's", ev.AuditID)
+				}
+			}
+		}
+	}
+	if indexed < 100 {
+		t.Fatalf("%d responses indexed while decoding, want the fixtures' hundreds of writes", indexed)
 	}
 }

@@ -21,6 +21,10 @@ type flatBody struct {
 	// cut is the byte range the first metadata.managedFields member takes in d, with one comma,
 	// so that the rest is still JSON: the cache keeps d without it (compact).
 	cut [2]int32
+
+	// base is where d starts in the buffer being indexed, while flattenAt indexes a body in
+	// place in a larger document; offsets are relative to it.
+	base int
 }
 
 // fnode is one value of a flatBody. Children follow their parent: the first at index+1, each
@@ -57,6 +61,24 @@ func flatten(d []byte, nodes []fnode) (f flatBody, ok bool) {
 	return f, true
 }
 
+// flattenAt indexes the object at d[i] (nesting depth), a body inside a larger document, and
+// returns it as a flatBody of its own bytes and the offset after it. Its errors are skipValue's.
+func flattenAt(d []byte, i, depth int, nodes []fnode) (flatBody, int, error) {
+	if len(d) > math.MaxInt32 {
+		end, err := skipValue(d, i, depth)
+		putNodes(nodes)
+		return flatBody{}, end, err
+	}
+	f := flatBody{d: d, nodes: nodes[:0], base: i}
+	end, err := f.add(i, memberKey{at: -1}, depth, inRoot)
+	if err != nil {
+		putNodes(f.nodes)
+		return flatBody{}, 0, err
+	}
+	f.d, f.base = d[i:end:end], 0
+	return f, end, nil
+}
+
 // add indexes the value at d[i] and returns the offset after it.
 func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 	d := f.d
@@ -64,7 +86,11 @@ func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 		return 0, errAt(i, "unexpected end of input")
 	}
 	at := len(f.nodes)
-	f.nodes = append(f.nodes, fnode{start: int32(i), key: int32(key.at), keyEnd: int32(key.end), plainKey: key.plain})
+	n := fnode{start: int32(i - f.base), key: -1, plainKey: key.plain}
+	if key.at >= 0 {
+		n.key, n.keyEnd = int32(key.at-f.base), int32(key.end-f.base)
+	}
+	f.nodes = append(f.nodes, n)
 	var end int
 	var err error
 	switch c := d[i]; c {
@@ -107,7 +133,7 @@ func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	f.nodes[at].end, f.nodes[at].size = int32(end), int32(len(f.nodes)-at)
+	f.nodes[at].end, f.nodes[at].size = int32(end-f.base), int32(len(f.nodes)-at)
 	return end, nil
 }
 
@@ -131,6 +157,7 @@ func (f *flatBody) addMembers(i, depth, where int) (int, error) {
 		case where == inMetadata && keyIs(d, key, "managedFields"):
 			if end, err = skipValue(d, next, depth+1); err == nil && f.cut[1] == 0 {
 				f.cut = memberCut(d, key.at, prev, end, first)
+				f.cut[0], f.cut[1] = f.cut[0]-int32(f.base), f.cut[1]-int32(f.base)
 			}
 		default:
 			end, err = f.add(next, key, depth+1, inBody)
@@ -399,11 +426,13 @@ var nodePool = sync.Pool{New: func() any { s := make([]fnode, 0, 256); return &s
 
 func getNodes() []fnode { return (*nodePool.Get().(*[]fnode))[:0] }
 
-// putNodes returns a node slice to nodePool, unless an unusually large body grew it.
+// putNodes returns a node slice to nodePool, unless it has no storage or an unusually large
+// body grew it.
 func putNodes(s []fnode) {
-	if cap(s) <= 1<<16 {
-		s = s[:0]
-		nodePool.Put(&s)
+	if cap(s) > 0 && cap(s) <= 1<<16 {
+		p := new([]fnode) // allocated here, not on every call (s itself must not escape)
+		*p = s[:0]
+		nodePool.Put(p)
 	}
 }
 

@@ -153,7 +153,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	// pool only when this handler returns.
 	data := buf.Bytes()
 	pooled := eventsPool.Get().(*[]auditEvent)
-	events, err := decodeBodyInto(data, *pooled)
+	events, err := decodeBodyInto(data, *pooled, true)
 	defer putEvents(pooled, events)
 	if err != nil {
 		reason := reasonMalformedJSON
@@ -223,10 +223,12 @@ var eventsPool = sync.Pool{New: func() any { return new([]auditEvent) }}
 func putEvents(p *[]auditEvent, events []auditEvent) {
 	if events == nil {
 		events = *p
-		clear(events[:cap(events)])
-	} else {
-		clear(events)
+		events = events[:cap(events)]
 	}
+	for i := range events {
+		putNodes(events[i].respIndex.nodes) // indexes the converter did not take
+	}
+	clear(events)
 	if cap(events) <= maxPooledEvents {
 		*p = events[:0]
 		eventsPool.Put(p)
