@@ -420,7 +420,14 @@ func (c *converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster stri
 func (c *converter) putAttributes(e *eventSpan, st *batchStats) {
 	ev, ref := e.ev, e.ref
 	attrs := e.span.Attributes()
-	attrs.EnsureCapacity(24)
+	// An audit span of the recorded scenarios carries 18-25 attributes besides its annotations'
+	// (at most one each), the most when a body told the object's owner, node and versions: room
+	// for all at once instead of a doubling copy past a guess.
+	n := 20 + len(ev.Annotations)
+	if e.resp() != nil || e.req() != nil {
+		n += 6
+	}
+	attrs.EnsureCapacity(n)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeAudit)
 	e.obj.PutAttributes(attrs)
 	attrs.PutStr(model.AttrAuditID, ev.AuditID)
