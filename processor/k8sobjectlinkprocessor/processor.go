@@ -393,6 +393,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 ) (items []item, jb joinBatch, spans int) {
 	pos := 0
 	windowChecked := false
+	items = make([]item, 0, td.SpanCount()) // one per span at most: no doubling copies
 	for _, rs := range td.ResourceSpans().All() {
 		resAttrs := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
