@@ -29,6 +29,8 @@
 #                (default 3) and a heap-allocation profile at the end of each collector that has the
 #                pprof extension, and print where its CPU goes (build/bench-audit/<run>.cpu.pprof,
 #                .heap.pprof, .allocs.pprof; go tool pprof reads them)
+#   RATE         events per second to send at (default: open loop, as fast as the collector reads);
+#                peak RSS at a cluster's pace rather than at the collector's full speed
 #   BENCH_BATCH  processor (default: the batch processor) or exporter (the
 #                exporter's sending_queue batching of the shipped Kubernetes config)
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
@@ -190,7 +192,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   fi
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
     -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
-    -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
+    -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" -rate "${RATE:-0}" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
   if [[ -n $prof_pid ]]; then
     wait "$prof_pid" || echo "   the CPU profile failed (a run shorter than PROFILE_SECONDS + 1 s?)"
     curl -fsS -o "$OUT/$name.allocs.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/allocs" || true

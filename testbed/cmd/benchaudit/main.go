@@ -72,6 +72,7 @@ type config struct {
 	clkTck       float64
 	quiet        time.Duration
 	drainTimeout time.Duration
+	rate         float64 // events per second to send at; 0: as fast as the collector reads
 }
 
 func main() {
@@ -93,6 +94,7 @@ func main() {
 	flag.Float64Var(&cfg.clkTck, "clk-tck", 100, "clock ticks per second of /proc/PID/stat (getconf CLK_TCK)")
 	flag.DurationVar(&cfg.quiet, "quiet", 3*time.Second, "drained: every expected audit span arrived and nothing arrived for this long")
 	flag.DurationVar(&cfg.drainTimeout, "drain-timeout", 2*time.Minute, "give up waiting for spans this long after the last answer")
+	flag.Float64Var(&cfg.rate, "rate", 0, "send at most this many events per second, each batch when its events are due (0: open loop at full speed)")
 	flag.Parse()
 
 	var err error
@@ -237,6 +239,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		w := bufio.NewWriterSize(conn, 256<<10)
 		var buf []byte
 		runStart := time.Now()
+		events := 0 // sent so far, for -rate
 		for pass := range cfg.passes {
 			// replay: one time base for the run, so every pass falls in the same windows;
 			// fresh: each pass ends now, as a new set of objects would.
@@ -246,6 +249,12 @@ func run(ctx context.Context, cfg config) (*result, error) {
 			}
 			vals := capture.Values(auditcapture.CopyTag{Nonce: nonce[0], N: uint64(pass)}, now, cfg.mode)
 			for i := range capture.Batches {
+				if cfg.rate > 0 {
+					// A batch leaves when the events before it are due: a cluster writes at its
+					// own pace, whatever the collector could take.
+					time.Sleep(time.Until(runStart.Add(time.Duration(float64(events) / cfg.rate * float64(time.Second)))))
+					events += capture.Batches[i].Events
+				}
 				buf = capture.Batches[i].Render(buf[:0], vals)
 				fmt.Fprintf(w, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", u.RequestURI(), u.Host, len(buf))
 				if _, err := w.Write(buf); err != nil {
