@@ -297,17 +297,17 @@ func (ev *auditEvent) decode(d []byte, i, depth int, index bool) (int, error) {
 func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool) (int, error) {
 	switch string(key) {
 	case "level":
-		return ev.str(d, i, &ev.Level, "level")
+		return ev.sym(d, i, &ev.Level, "level")
 	case "auditID":
 		return ev.str(d, i, &ev.AuditID, "auditID")
 	case "stage":
-		return ev.str(d, i, &ev.Stage, "stage")
+		return ev.sym(d, i, &ev.Stage, "stage")
 	case "requestURI":
 		return ev.str(d, i, &ev.RequestURI, "requestURI")
 	case "verb":
-		return ev.str(d, i, &ev.Verb, "verb")
+		return ev.sym(d, i, &ev.Verb, "verb")
 	case "userAgent":
-		return ev.str(d, i, &ev.UserAgent, "userAgent")
+		return ev.sym(d, i, &ev.UserAgent, "userAgent")
 	case "user":
 		return ev.user(d, i, &ev.User, "user", depth)
 	case "impersonatedUser":
@@ -360,7 +360,7 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool
 		return ev.object(d, i, "annotations", depth, func(key []byte, i int) (int, error) {
 			var v string
 			end, err := ev.str(d, i, &v, "annotations")
-			ev.Annotations = append(ev.Annotations, annotation{Key: string(key), Value: v})
+			ev.Annotations = append(ev.Annotations, annotation{Key: symbols.of(key), Value: v})
 			return end, err
 		})
 	default:
@@ -370,8 +370,30 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool
 
 // str reads a string member; null leaves it empty.
 func (ev *auditEvent) str(d []byte, i int, dst *string, field string) (int, error) {
+	return ev.readStr(d, i, dst, field, false)
+}
+
+// sym is str for the fields whose values recur from event to event (verbs, stages, user names
+// and groups, user agents, resources, namespaces): their strings come from symbols.
+func (ev *auditEvent) sym(d []byte, i int, dst *string, field string) (int, error) {
+	return ev.readStr(d, i, dst, field, true)
+}
+
+func (ev *auditEvent) readStr(d []byte, i int, dst *string, field string, recurs bool) (int, error) {
 	switch d[i] {
 	case '"':
+		if recurs {
+			end, plain, err := scanString(d, i)
+			if err != nil {
+				return 0, err
+			}
+			if plain {
+				*dst = symbols.of(d[i+1 : end-1])
+			} else {
+				*dst = symbols.of(unquote(d[i+1 : end-1]))
+			}
+			return end, nil
+		}
 		s, end, err := readString(d, i)
 		*dst = s
 		return end, err
@@ -409,7 +431,7 @@ func (ev *auditEvent) strs(d []byte, i int, dst *[]string, field string, depth i
 			return next, nil
 		}
 		var s string
-		if i, err = ev.str(d, next, &s, field); err != nil {
+		if i, err = ev.sym(d, next, &s, field); err != nil {
 			return 0, err
 		}
 		out = append(out, s)
@@ -443,7 +465,7 @@ func (ev *auditEvent) user(d []byte, i int, u *userInfo, field string, depth int
 	return ev.object(d, i, field, depth, func(key []byte, i int) (int, error) {
 		switch string(key) {
 		case "username":
-			return ev.str(d, i, &u.Username, field+".username")
+			return ev.sym(d, i, &u.Username, field+".username")
 		case "groups":
 			return ev.strs(d, i, &u.Groups, field+".groups", depth+1)
 		default:
@@ -464,21 +486,21 @@ func (ev *auditEvent) objectRef(d []byte, i int, depth int) (int, error) {
 	end, err := ev.object(d, i, "objectRef", depth, func(key []byte, i int) (int, error) {
 		switch string(key) {
 		case "resource":
-			return ev.str(d, i, &ref.Resource, "objectRef.resource")
+			return ev.sym(d, i, &ref.Resource, "objectRef.resource")
 		case "namespace":
-			return ev.str(d, i, &ref.Namespace, "objectRef.namespace")
+			return ev.sym(d, i, &ref.Namespace, "objectRef.namespace")
 		case "name":
 			return ev.str(d, i, &ref.Name, "objectRef.name")
 		case "uid":
 			return ev.str(d, i, &ref.UID, "objectRef.uid")
 		case "apiGroup":
-			return ev.str(d, i, &ref.APIGroup, "objectRef.apiGroup")
+			return ev.sym(d, i, &ref.APIGroup, "objectRef.apiGroup")
 		case "apiVersion":
-			return ev.str(d, i, &ref.APIVersion, "objectRef.apiVersion")
+			return ev.sym(d, i, &ref.APIVersion, "objectRef.apiVersion")
 		case "resourceVersion":
 			return ev.str(d, i, &ref.ResourceVersion, "objectRef.resourceVersion")
 		case "subresource":
-			return ev.str(d, i, &ref.Subresource, "objectRef.subresource")
+			return ev.sym(d, i, &ref.Subresource, "objectRef.subresource")
 		default:
 			return skipValue(d, i, depth+1)
 		}
