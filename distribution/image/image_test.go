@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bufio"
 	"crypto/x509"
+	"debug/elf"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -220,6 +222,14 @@ func TestImageFilesystem(t *testing.T) {
 	}
 
 	bin := filepath.Join(rootfs, "otelcol-kubetrail")
+	// The image has no libc and no loader: the binary runs there only if it is static. Here, on
+	// the host, a dynamic one would run as well, so this is checked on the ELF itself.
+	if dynamic, err := dynamicELF(bin); err != nil || dynamic != "" {
+		t.Errorf("the binary is not static (%v%s): it would not start on the empty base", err, dynamic)
+	}
+	if dynamic, _ := dynamicELF("/bin/sh"); dynamic == "" {
+		t.Error("the check sees no loader in the host's /bin/sh either: it cannot tell")
+	}
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	version := cf.Config.Labels["org.opencontainers.image.version"]
 	if err != nil || !strings.Contains(string(out), version) {
@@ -230,6 +240,26 @@ func TestImageFilesystem(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("the image's config does not validate with the image's environment: %v\n%s", err, out)
 	}
+}
+
+// dynamicELF says what makes an ELF binary dynamically linked (an interpreter, needed
+// libraries), or "" for a static one.
+func dynamicELF(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "an interpreter", nil
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil || len(libs) > 0 {
+		return fmt.Sprintf("libraries %v", libs), err
+	}
+	return "", nil
 }
 
 // TestImageReproducible: building again from the files inside the image, with its labels' version,
