@@ -22,18 +22,7 @@ func TestChartAcceptedByTheAPIServer(t *testing.T) {
 	env := Testbed(t)
 	helm := helmBinary(t)
 	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
-	start := time.Now()
-	defer func() {
-		// The apiserver audits a server-side dry run like a write; k8s_audit leaves it out
-		// (filtered_events{reason=dry_run}): none of these objects was ever written.
-		var dry []string
-		for _, s := range env.SpansIn(t, Window{Start: start, End: time.Now()}) {
-			if strings.HasPrefix(s.Attr(model.AttrObjectName), "chart-") {
-				dry = append(dry, s.Name+" "+s.Attr(model.AttrObjectName))
-			}
-		}
-		Check(t, "the dry-run applies left no spans", len(dry) == 0, "%d spans of dry-run objects: %v", len(dry), dry)
-	}()
+	defer checkNoDryRunSpans(t, env, time.Now())
 	for _, tc := range []struct {
 		name string
 		sets []string
@@ -70,6 +59,20 @@ func TestChartAcceptedByTheAPIServer(t *testing.T) {
 	}
 }
 
+// checkNoDryRunSpans checks that the chart's server-side dry runs since start left no spans: the
+// apiserver audits a dry run like a write, and k8s_audit leaves it out
+// (filtered_events{reason=dry_run}), since none of these objects was ever written.
+func checkNoDryRunSpans(t *testing.T, env *Env, start time.Time) {
+	t.Helper()
+	var dry []string
+	for _, s := range env.SpansIn(t, Window{Start: start, End: time.Now()}) {
+		if strings.HasPrefix(s.Attr(model.AttrObjectName), "chart-") {
+			dry = append(dry, s.Name+" "+s.Attr(model.AttrObjectName))
+		}
+	}
+	Check(t, "the dry-run applies left no spans", len(dry) == 0, "%d spans of dry-run objects: %v", len(dry), dry)
+}
+
 func stderrOf(err error) string {
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(ee.Stderr)
@@ -84,18 +87,7 @@ func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
 	env := Testbed(t)
 	helm := helmBinary(t)
 	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
-	start := time.Now()
-	defer func() {
-		// The apiserver audits a server-side dry run like a write; k8s_audit leaves it out
-		// (filtered_events{reason=dry_run}): none of these objects was ever written.
-		var dry []string
-		for _, s := range env.SpansIn(t, Window{Start: start, End: time.Now()}) {
-			if strings.HasPrefix(s.Attr(model.AttrObjectName), "chart-") {
-				dry = append(dry, s.Name+" "+s.Attr(model.AttrObjectName))
-			}
-		}
-		Check(t, "the dry-run applies left no spans", len(dry) == 0, "%d spans of dry-run objects: %v", len(dry), dry)
-	}()
+	defer checkNoDryRunSpans(t, env, time.Now())
 	for _, tc := range []struct {
 		name       string
 		sets       []string
