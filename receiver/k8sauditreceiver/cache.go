@@ -223,11 +223,13 @@ func (e *cacheEntry) bodyTree() (tree, bool) {
 
 // bodyJSON returns the body encoded as a snapshot shows it (see encodeFlat).
 func (e *cacheEntry) bodyJSON() string {
-	f, ok := flatten(e.body, nil)
+	w := getFlatWork()
+	defer w.put()
+	f, ok := e.index(w)
 	if !ok {
 		return ""
 	}
-	return encodeFlat(&f)
+	return w.encode(&f)
 }
 
 // dropBody forgets the body and the diff that produced it. Callers hold mu.

@@ -35,15 +35,9 @@ var noisePaths = map[string]bool{
 	"metadata.generation":      true,
 }
 
-// diffFlat compares two bodies leaf by leaf. Objects are compared key by key in sorted order
-// and arrays index by index (or element by key, see listKey), so the result is stable; a subtree
+// diff compares two bodies leaf by leaf. Objects are compared key by key in sorted order and
+// arrays index by index (or element by key, see listKey), so the result is stable; a subtree
 // that appears or disappears as a whole is one change carrying the whole subtree.
-func diffFlat(old, cur *flatBody) diffResult {
-	w := getFlatWork()
-	defer w.put()
-	return w.diff(old, cur)
-}
-
 func (w *flatWork) diff(old, cur *flatBody) diffResult {
 	if cap(w.path) < 256 {
 		w.path = make([]byte, 0, 512) // paths extend it in place, level by level

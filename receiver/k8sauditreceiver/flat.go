@@ -19,7 +19,7 @@ type flatBody struct {
 	nodes []fnode
 
 	// cut is the byte range the first metadata.managedFields member takes in d, with one comma,
-	// so that the rest is still JSON: the cache keeps d without it (compact).
+	// so that the rest is still JSON: the cache keeps d without it (compactInto).
 	cut [2]int32
 
 	// base is where d starts in the buffer being indexed, while flattenAt indexes a body in
@@ -187,12 +187,10 @@ func keyIs(d []byte, k memberKey, name string) bool {
 	return string(k.value(d)) == name
 }
 
-// compact returns a copy of the body without its managedFields: what the object cache keeps.
-func (f *flatBody) compact() []byte { return f.compactInto(nil) }
-
-// compactInto is compact that reuses dst's storage (the object's previous body, no longer
-// needed once diffed) when it fits and is not more than twice the size: objects change little
-// from one write to the next, and a body that shrank a lot gets storage of its size.
+// compactInto copies the body without its managedFields (what the object cache keeps), into
+// dst's storage (the object's previous body, no longer needed once diffed) when it fits and is
+// not more than twice the size: objects change little from one write to the next, and a body
+// that shrank a lot gets storage of its size.
 func (f *flatBody) compactInto(dst []byte) []byte {
 	a, b := int(f.cut[0]), int(f.cut[1])
 	n := len(f.d) - (b - a)
@@ -243,10 +241,9 @@ type entry struct {
 // being walked pushes its sorted members onto and pops when done.
 type flatWork struct {
 	ents   []entry
-	nodesA []fnode
-	nodesB []fnode
-	path   []byte // the path being diffed
-	buf    []byte // the value being encoded
+	nodesA []fnode // a cached body indexed again for its diff (cacheEntry.index)
+	path   []byte  // the path being diffed
+	buf    []byte  // the value being encoded
 	d      diffResult
 }
 
@@ -256,7 +253,7 @@ func getFlatWork() *flatWork { return flatWorkPool.Get().(*flatWork) }
 
 // put returns w to the pool; buffers that grew past a large body's needs are let go.
 func (w *flatWork) put() {
-	if cap(w.ents) > 1<<14 || cap(w.nodesA) > 1<<16 || cap(w.nodesB) > 1<<16 || cap(w.path) > 1<<12 || cap(w.buf) > 1<<16 {
+	if cap(w.ents) > 1<<14 || cap(w.nodesA) > 1<<16 || cap(w.path) > 1<<12 || cap(w.buf) > 1<<16 {
 		return
 	}
 	w.ents, w.d = w.ents[:0], diffResult{}
@@ -379,6 +376,10 @@ func (w *flatWork) text(f *flatBody, n int) string {
 func encodeFlat(f *flatBody) string {
 	w := getFlatWork()
 	defer w.put()
+	return w.encode(f)
+}
+
+func (w *flatWork) encode(f *flatBody) string {
 	buf := w.appendValue(make([]byte, 0, len(f.d)), f, 0)
 	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
 }

@@ -9,6 +9,16 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
+// diffFlat diffs two indexed bodies (the receiver diffs a cache entry against a body, diffCached).
+func diffFlat(old, cur *flatBody) diffResult {
+	w := getFlatWork()
+	defer w.put()
+	return w.diff(old, cur)
+}
+
+// compact is compactInto of fresh storage.
+func (f *flatBody) compact() []byte { return f.compactInto(nil) }
+
 // fixtureObjects returns every request and response object of the recorded webhook bodies,
 // in arrival order.
 func fixtureObjects(tb testing.TB) [][]byte {
