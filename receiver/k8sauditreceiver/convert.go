@@ -144,39 +144,17 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 			zap.String("problem", ev.Invalid), zap.String("audit_id", ev.AuditID))
 		return false
 	}
-	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
-		st.filter(reasonStage)
+	if reason := c.filterReason(ev); reason != "" {
+		st.filter(reason)
 		return false
 	}
-	ref := ev.ObjectRef
-	if ref == nil || ref.Resource == "" {
-		st.filter(reasonNonResource)
+	if ev.delimited != 0 && !validDelimited(ev) {
+		// A body the decoder only delimited, the filters having dropped the event until a
+		// member after it (a client that writes objectRef last, a duplicate stage) kept it.
+		st.drop(reasonInvalidEvent, 1)
+		c.logger.Warn("Refusing an audit event whose body is not valid JSON; the other events of its batch are kept",
+			zap.String("audit_id", ev.AuditID))
 		return false
-	}
-	switch {
-	case writeVerbs[ev.Verb]:
-	case readVerbs[ev.Verb]:
-		if !c.includeReads {
-			st.filter(reasonReadVerb)
-			return false
-		}
-	default:
-		st.filter(reasonVerb)
-		return false
-	}
-	if dryRun(ev.RequestURI) {
-		st.filter(reasonDryRun)
-		return false
-	}
-	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
-		st.filter(reasonExcludedResource)
-		return false
-	}
-	for _, p := range c.excludeUA {
-		if strings.HasPrefix(ev.UserAgent, p) {
-			st.filter(reasonExcludedUserAgent)
-			return false
-		}
 	}
 	if ev.AuditID == "" || ev.RequestReceivedTimestamp.IsZero() {
 		st.drop(reasonInvalidEvent, 1)
@@ -189,6 +167,56 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 		c.logger.Warn("Refusing an audit event received at an impossible time",
 			zap.Time("request_received_timestamp", t), zap.String("audit_id", ev.AuditID))
 		return false
+	}
+	return true
+}
+
+// filterReason is the filter that drops the event (a reason of the filtered metric), or ""
+// when the filters keep it. It reads the members the apiserver writes before the bodies
+// (stage, verb, request URI, user agent, objectRef), so the decoder can ask it before it reaches
+// a body (see auditEvent.body).
+func (c *converter) filterReason(ev *auditEvent) string {
+	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
+		return reasonStage
+	}
+	ref := ev.ObjectRef
+	if ref == nil || ref.Resource == "" {
+		return reasonNonResource
+	}
+	switch {
+	case writeVerbs[ev.Verb]:
+	case readVerbs[ev.Verb]:
+		if !c.includeReads {
+			return reasonReadVerb
+		}
+	default:
+		return reasonVerb
+	}
+	if dryRun(ev.RequestURI) {
+		return reasonDryRun
+	}
+	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
+		return reasonExcludedResource
+	}
+	for _, p := range c.excludeUA {
+		if strings.HasPrefix(ev.UserAgent, p) {
+			return reasonExcludedUserAgent
+		}
+	}
+	return ""
+}
+
+// validDelimited reports whether the bodies the decoder only delimited are valid JSON.
+func validDelimited(ev *auditEvent) bool {
+	for _, b := range []struct {
+		which bodySet
+		raw   []byte
+	}{{requestBody, ev.RequestObject}, {responseBody, ev.ResponseObject}} {
+		if ev.delimited&b.which != 0 {
+			if end, err := skipValue(b.raw, 0, 0); err != nil || end != len(b.raw) {
+				return false
+			}
+		}
 	}
 	return true
 }

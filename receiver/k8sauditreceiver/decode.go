@@ -47,7 +47,19 @@ type auditEvent struct {
 	// write whose verb, stage and objectRef came first, as the apiserver writes them), in nodes
 	// from nodePool: the converter takes it (takeResponseIndex) or putEvents returns it.
 	respIndex flatBody
+
+	// delimited says which of RequestObject and ResponseObject were delimited, not validated,
+	// because the converter's filters were to drop the event (see delimitValue).
+	delimited bodySet
 }
+
+// bodySet is a set of an event's bodies.
+type bodySet uint8
+
+const (
+	requestBody bodySet = 1 << iota
+	responseBody
+)
 
 // takeResponseIndex hands the index of ResponseObject over to the caller, who returns its nodes
 // to nodePool; ok is false when the body was not indexed while decoding.
@@ -110,21 +122,24 @@ var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 // change while they are in use. An item that is well-formed JSON but not a valid event (a
 // field of the wrong type, a malformed timestamp) does not fail the body: it is returned with
 // its invalid field set, for the converter to refuse and count alone.
-func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil, false) }
+func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil, nil) }
 
 // decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool)
-// and, with index, indexes the response bodies the converter will index (see respIndex).
-func decodeBodyInto(data []byte, reuse []auditEvent, index bool) ([]auditEvent, error) {
-	events, err := decodeDocument(data, true, reuse, index)
+// and reads the bodies as the converter c will (nil: validate them all, index none): it
+// indexes the response bodies c will index (see respIndex) and only delimits the bodies of
+// events c's filters will drop (see delimitValue).
+func decodeBodyInto(data []byte, reuse []auditEvent, c *converter) ([]auditEvent, error) {
+	events, err := decodeDocument(data, true, reuse, bodyReader{conv: c, index: c != nil})
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
 	return events, nil
 }
 
-// decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event.
-func decodeLine(line []byte) (auditEvent, error) {
-	events, err := decodeDocument(line, false, nil, false)
+// decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event, its bodies read as
+// the converter c will (see decodeBodyInto; c never indexes for a log line).
+func decodeLine(line []byte, c *converter) (auditEvent, error) {
+	events, err := decodeDocument(line, false, nil, bodyReader{conv: c})
 	if err != nil {
 		return auditEvent{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
@@ -133,7 +148,7 @@ func decodeLine(line []byte) (auditEvent, error) {
 
 // decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
 // top-level kind and apiVersion: the members of both are read in one loop.
-func decodeDocument(d []byte, lists bool, items []auditEvent, index bool) ([]auditEvent, error) {
+func decodeDocument(d []byte, lists bool, items []auditEvent, r bodyReader) ([]auditEvent, error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
 		return nil, errAt(i, "empty body")
@@ -174,9 +189,9 @@ func decodeDocument(d []byte, lists bool, items []auditEvent, index bool) ([]aud
 				i, err = skipValue(d, i, 1)
 				break
 			}
-			items, i, err = decodeItems(d, i, items[:0], index)
+			items, i, err = decodeItems(d, i, items[:0], r)
 		default:
-			i, err = ev.decodeField(d, key, i, 1, index)
+			i, err = ev.decodeField(d, key, i, 1, r)
 		}
 		if err != nil {
 			return nil, err
@@ -233,7 +248,7 @@ func topString(d []byte, i int, field string) (string, int, error) {
 
 // decodeItems decodes an EventList's items. An item that is not an object becomes an invalid
 // event; a null item an empty one (encoding/json's reading, which the converter filters).
-func decodeItems(d []byte, i int, items []auditEvent, index bool) ([]auditEvent, int, error) {
+func decodeItems(d []byte, i int, items []auditEvent, r bodyReader) ([]auditEvent, int, error) {
 	switch d[i] {
 	case 'n':
 		end, err := scanLiteral(d, i, "null")
@@ -258,7 +273,7 @@ func decodeItems(d []byte, i int, items []auditEvent, index bool) ([]auditEvent,
 		ev := &items[len(items)-1]
 		switch d[next] {
 		case '{':
-			i, err = ev.decode(d, next, 2, index)
+			i, err = ev.decode(d, next, 2, r)
 		case 'n':
 			i, err = scanLiteral(d, next, "null")
 		default:
@@ -279,14 +294,14 @@ func (ev *auditEvent) invalidate(field, problem string) {
 }
 
 // decode reads an event object at d[i].
-func (ev *auditEvent) decode(d []byte, i, depth int, index bool) (int, error) {
+func (ev *auditEvent) decode(d []byte, i, depth int, r bodyReader) (int, error) {
 	i++
 	for first := true; ; first = false {
 		key, next, done, err := objectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
-		if i, err = ev.decodeField(d, key, next, depth+1, index); err != nil {
+		if i, err = ev.decodeField(d, key, next, depth+1, r); err != nil {
 			return 0, err
 		}
 	}
@@ -294,7 +309,7 @@ func (ev *auditEvent) decode(d []byte, i, depth int, index bool) (int, error) {
 
 // decodeField reads one member of an event; unknown members are skipped. It returns a syntax
 // error only: a value of the wrong type invalidates the event and is skipped.
-func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool) (int, error) {
+func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (int, error) {
 	switch string(key) {
 	case "level":
 		return ev.sym(d, i, &ev.Level, "level")
@@ -328,7 +343,7 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool
 	case "responseStatus":
 		return ev.status(d, i, depth)
 	case "requestObject":
-		end, err := skipValue(d, i, depth)
+		end, err := ev.body(d, i, depth, r, requestBody)
 		if err != nil {
 			return 0, err
 		}
@@ -337,15 +352,7 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool
 	case "responseObject":
 		putNodes(ev.respIndex.nodes) // a second responseObject member: the last one counts
 		ev.respIndex = flatBody{}
-		if index && d[i] == '{' && ev.indexWhileDecoding() {
-			f, end, err := flattenAt(d, i, depth, getNodes())
-			if err != nil {
-				return 0, err
-			}
-			ev.ResponseObject, ev.respIndex = d[i:end:end], f
-			return end, nil
-		}
-		end, err := skipValue(d, i, depth)
+		end, err := ev.body(d, i, depth, r, responseBody)
 		if err != nil {
 			return 0, err
 		}
@@ -366,6 +373,34 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, index bool
 	default:
 		return skipValue(d, i, depth)
 	}
+}
+
+// bodyReader is how the decoder reads bodies: as the converter conv will use them (nil:
+// validate every body), indexing the responses conv indexes when index is set.
+type bodyReader struct {
+	conv  *converter
+	index bool
+}
+
+// body finds the end of the request or response body at d[i]. It only delimits the body when
+// the converter's filters will drop the event, as far as the members read so far tell (the
+// apiserver writes stage, verb and objectRef before the bodies); it indexes a response the
+// converter will index (respIndex); it validates any other.
+func (ev *auditEvent) body(d []byte, i, depth int, r bodyReader, which bodySet) (int, error) {
+	if r.conv != nil && r.conv.filterReason(ev) != "" {
+		ev.delimited |= which
+		return delimitValue(d, i)
+	}
+	ev.delimited &^= which
+	if which == responseBody && r.index && d[i] == '{' && ev.indexWhileDecoding() {
+		f, end, err := flattenAt(d, i, depth, getNodes())
+		if err != nil {
+			return 0, err
+		}
+		ev.respIndex = f
+		return end, nil
+	}
+	return skipValue(d, i, depth)
 }
 
 // str reads a string member; null leaves it empty.

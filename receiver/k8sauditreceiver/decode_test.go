@@ -103,7 +103,7 @@ func TestDecoderMatchesEncodingJSON(t *testing.T) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(nil, 16<<20)
 		for sc.Scan() {
-			got, err := decodeLine(sc.Bytes())
+			got, err := decodeLine(sc.Bytes(), nil)
 			if err != nil {
 				t.Fatalf("%s: %v", p, err)
 			}
@@ -201,7 +201,7 @@ func TestStringsDecodeAsEncodingJSON(t *testing.T) {
 }
 
 // FuzzJSONScan holds the scanner to encoding/json on arbitrary input: the same verdict on
-// validity, the same trees, the same encoding of them, the same identity read by scanMeta as
+// validity (and delimitValue to skipValue's end on valid input), the same trees, the same encoding of them, the same identity read by scanMeta as
 // by metaOf on the tree, and a body accepted by the event decoder only when it is valid JSON.
 func FuzzJSONScan(f *testing.F) {
 	for _, seed := range fixtureSeeds(f) {
@@ -216,6 +216,14 @@ func FuzzJSONScan(f *testing.F) {
 		end, err := skipValue(data, skipSpace(data, 0), 0)
 		if scanned := err == nil && skipSpace(data, end) == len(data); scanned != valid {
 			t.Fatalf("skipValue says valid=%v, encoding/json %v", scanned, valid)
+		}
+		// Delimiting finds the end validation finds, on any valid JSON.
+		dend, derr := delimitValue(data, skipSpace(data, 0))
+		if valid && (derr != nil || dend != end) {
+			t.Fatalf("delimitValue ends at %d (%v), skipValue at %d", dend, derr, end)
+		}
+		if derr == nil && (dend <= skipSpace(data, 0) || dend > len(data)) {
+			t.Fatalf("delimitValue ends at %d, outside the input", dend)
 		}
 		if _, err := decodeBody(data); err == nil && !valid {
 			t.Fatal("decodeBody accepted invalid JSON")
@@ -278,7 +286,8 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		return true
 	}
 	p := new([]auditEvent)
-	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p, true)
+	conv := newConverter(createDefaultConfig().(*Config), "test", nil)
+	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p, conv)
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
@@ -287,7 +296,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
 	}
 	broken := strings.TrimSuffix(eventList("d", "e"), "]}") + `,{"auditID":`
-	if _, err := decodeBodyInto([]byte(broken), *p, true); err == nil {
+	if _, err := decodeBodyInto([]byte(broken), *p, conv); err == nil {
 		t.Fatal("a truncated body must not decode")
 	}
 	putEvents(p, nil)
@@ -301,9 +310,10 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 // and the events are otherwise what decodeBody returns.
 func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	indexed := 0
+	conv := newConverter(createDefaultConfig().(*Config), "test", nil)
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
 		for _, body := range fixtureBodies(t, scenario) {
-			events, err := decodeBodyInto(body, nil, true)
+			events, err := decodeBodyInto(body, nil, conv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -311,9 +321,24 @@ func TestResponsesIndexedWhileDecoding(t *testing.T) {
 			for i := range events {
 				ev := &events[i]
 				f, ok := ev.takeResponseIndex()
-				if want := ev.indexWhileDecoding() && hasBody(ev.ResponseObject) && ev.ResponseObject[0] == '{'; ok != want {
+				kept := conv.filterReason(ev) == ""
+				if want := kept && ev.indexWhileDecoding() && hasBody(ev.ResponseObject) && ev.ResponseObject[0] == '{'; ok != want {
 					t.Fatalf("%s: indexed %v, want %v", ev.AuditID, ok, want)
 				}
+				if want := bodySet(0); !kept {
+					if hasBody(ev.RequestObject) {
+						want |= requestBody
+					}
+					if hasBody(ev.ResponseObject) {
+						want |= responseBody
+					}
+					if ev.delimited&want != want {
+						t.Fatalf("%s: filtered, its bodies %b delimited, want %b", ev.AuditID, ev.delimited, want)
+					}
+				} else if ev.delimited != 0 {
+					t.Fatalf("%s: kept, yet its bodies %b were only delimited", ev.AuditID, ev.delimited)
+				}
+				ev.delimited = 0
 				if !reflect.DeepEqual(*ev, plain[i]) {
 					t.Fatalf("%s: the event differs from decodeBody's", ev.AuditID)
 				}
@@ -330,5 +355,41 @@ func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	}
 	if indexed < 100 {
 		t.Fatalf("%d responses indexed while decoding, want the fixtures' hundreds of writes", indexed)
+	}
+}
+
+// TestDelimitValue: where delimiting ends a value, and what it still refuses.
+func TestDelimitValue(t *testing.T) {
+	deep := strings.Repeat(`[{"a":`, 300) + "1" + strings.Repeat("}]", 300)
+	for _, tt := range []struct {
+		in   string
+		end  int // -1: refused
+		note string
+	}{
+		{`"a\"b\\"x`, 8, "escaped quote and backslash"},
+		{`"abcdefghijklmnop\"qrstuvwxyz"`, 30, "an escape past the first eight bytes"},
+		{`{"k":"}]","v":[1,{"w":"\\"}]},`, 29, "brackets inside strings"},
+		{`{"n":01,"s":"\q"} `, 17, "malformed inside, delimited"},
+		{`12.5e3,`, 6, "a number"},
+		{`true}`, 4, "a literal"},
+		{deep + ",", len(deep), "nesting past the first 256 levels"},
+		{`"abc\`, -1, "a backslash at the end"},
+		{`"abcdefghij`, -1, "unterminated string"},
+		{`{"a":[1}`, -1, "an array closed by a brace"},
+		{`[{"a":1]`, -1, "an object closed by a bracket"},
+		{`{"a":1`, -1, "never closed"},
+		{`,`, -1, "no value"},
+		{strings.Repeat("[", maxDepth+1), -1, "nested too deeply"},
+	} {
+		end, err := delimitValue([]byte(tt.in), 0)
+		if tt.end < 0 {
+			if err == nil {
+				t.Errorf("%s: %q delimited at %d, want refused", tt.note, tt.in, end)
+			}
+			continue
+		}
+		if err != nil || end != tt.end {
+			t.Errorf("%s: %q delimited at %d (%v), want %d", tt.note, tt.in, end, err, tt.end)
+		}
 	}
 }

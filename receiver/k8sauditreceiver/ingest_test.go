@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -179,4 +180,46 @@ func postItems(t *testing.T, url string, items ...string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestFilteredBodiesAreDelimitedNotValidated: the body of an event the filters drop is only
+// delimited, so a list response with a bad number in it does not cost its batch a 400; the same
+// body on a traced write still refuses the batch; and on an event that a member after the body
+// keeps after all (objectRef written last), the body is validated then and the event alone is
+// refused and counted.
+func TestFilteredBodiesAreDelimitedNotValidated(t *testing.T) {
+	const bad = `{"kind":"ConfigMapList","items":[{"data":{"n":01,"s":"\q"}}]}`
+	withBody := func(id, verb, body string) string {
+		ev := strings.Replace(fmt.Sprintf(oneCreate, id), `"verb":"create"`, `"verb":"`+verb+`"`, 1)
+		return strings.Replace(ev, `"requestReceivedTimestamp"`, `"responseObject":`+body+`,"requestReceivedTimestamp"`, 1)
+	}
+	env := startWebhook(t, nil)
+	if code := postItems(t, env.url, withBody("list", "list", bad), fmt.Sprintf(oneCreate, "ok")); code != http.StatusOK {
+		t.Fatalf("a malformed body of a filtered read: status %d, want 200", code)
+	}
+	if n := env.next.spans(); n != 1 || env.counted(t, "otelcol_k8s_audit_filtered_events", reasonReadVerb) != 1 {
+		t.Fatalf("%d spans, want the create's alone, the list counted as a filtered read", n)
+	}
+	if code := postItems(t, env.url, withBody("write", "create", bad)); code != http.StatusBadRequest {
+		t.Fatalf("a malformed body of a traced write: status %d, want 400", code)
+	}
+
+	// objectRef after the body: the decoder saw a non-resource request when it reached it.
+	late := fmt.Sprintf(oneCreate, "late")
+	ref := late[strings.Index(late, `"objectRef"`):strings.Index(late, `,"responseStatus"`)]
+	late = strings.Replace(late, ref+",", "", 1)
+	late = strings.Replace(late, `"stageTimestamp"`, ref+`,"stageTimestamp"`, 1)
+	good := strings.Replace(late, `"auditID":"late"`, `"auditID":"late-good"`, 1)
+	if code := postItems(t, env.url,
+		strings.Replace(late, `"requestReceivedTimestamp"`, `"responseObject":`+bad+`,"requestReceivedTimestamp"`, 1),
+		strings.Replace(good, `"requestReceivedTimestamp"`, `"responseObject":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm"}},"requestReceivedTimestamp"`, 1),
+	); code != http.StatusOK {
+		t.Fatalf("status %d, want 200", code)
+	}
+	if got := env.next.ids(); !slices.Contains(got, "late-good") || slices.Contains(got, "late") {
+		t.Fatalf("spans of %v: want late-good's and not late's, whose body is malformed", got)
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidEvent); n != 1 {
+		t.Fatalf("dropped invalid events = %d, want 1", n)
+	}
 }

@@ -11,7 +11,8 @@ import (
 
 // A small JSON scanner for the audit hot path. The webhook decodes every event with it in one
 // pass over the body: the fields a span needs are read in place, request and response bodies
-// are validated and kept as slices of the request (never copied), and only bodies that are
+// are validated (only delimited, for events the filters drop: delimitValue) and kept as slices
+// of the request (never copied), and only bodies that are
 // diffed, cached or shown are parsed into trees. Its grammar is RFC 8259's, as strict as
 // encoding/json's; strings are decoded as encoding/json decodes them (escapes, surrogate
 // pairs, invalid UTF-8 coerced to U+FFFD), and trees are encoded as encoding/json encodes
@@ -329,7 +330,9 @@ func skipValue(d []byte, i, depth int) (int, error) {
 		}
 		i++
 		for first := true; ; first = false {
-			_, next, done, err := objectNext(d, i, first)
+			// The key is only checked, never decoded: managedFields' keys (k:{\"type\":...})
+			// are full of escapes.
+			_, next, done, err := objectMember(d, i, first)
 			if err != nil || done {
 				return next, err
 			}
@@ -823,4 +826,109 @@ func scanOwners(d []byte, i int, owner *ownerRef) (int, error) {
 			*owner, found = ref, true
 		}
 	}
+}
+
+// delimitValue returns the offset after the value at d[i] (after space) without validating
+// it: a string ends at its first unescaped quote, an object or array at its matching bracket,
+// anything else at the byte that ends a scalar. It is skipValue for a body nobody reads, the
+// request or response of an event the converter will filter (a read, a watch, a stage it
+// does not trace): such bodies are most of a verbose cluster's bytes. It still finds the
+// value's end exactly where skipValue would on valid JSON, and it still fails on what would
+// lose that end: an unterminated string, a bracket closed by the other kind or never closed,
+// nesting deeper than maxDepth, an empty scalar. The converter validates a delimited body
+// (checkDelimited) before it reads it, should the event be kept after all.
+func delimitValue(d []byte, i int) (int, error) {
+	if i >= len(d) {
+		return 0, errAt(i, "unexpected end of input")
+	}
+	switch d[i] {
+	case '"':
+		return stringEnd(d, i)
+	case '{', '[':
+	default:
+		start := i
+		for i < len(d) && !scalarEnd[d[i]] {
+			i++
+		}
+		if i == start {
+			return 0, errAt(i, "invalid value")
+		}
+		return i, nil
+	}
+	// objects[k] bit b says whether the bracket open at depth 64k+b is a brace; bodies nest a
+	// few levels, the rare deep one grows it.
+	var small [4]uint64
+	objects := small[:]
+	depth := 0
+	for i < len(d) {
+		switch c := d[i]; c {
+		case '"':
+			end, err := stringEnd(d, i)
+			if err != nil {
+				return 0, err
+			}
+			i = end
+			continue
+		case '{', '[':
+			if depth >= maxDepth {
+				return 0, errAt(i, "nested too deeply")
+			}
+			if depth/64 == len(objects) {
+				objects = append(objects, 0)
+			}
+			bit := uint64(1) << (depth % 64)
+			if c == '{' {
+				objects[depth/64] |= bit
+			} else {
+				objects[depth/64] &^= bit
+			}
+			depth++
+		case '}', ']':
+			depth--
+			if (objects[depth/64]>>(depth%64)&1 == 1) != (c == '}') {
+				return 0, errAt(i, "mismatched bracket")
+			}
+			if depth == 0 {
+				return i + 1, nil
+			}
+		}
+		i++
+	}
+	return 0, errAt(i, "unexpected end of input")
+}
+
+// scalarEnd holds the bytes that end a number or a literal: space, a separator, a bracket.
+var scalarEnd = [256]bool{' ': true, '\t': true, '\n': true, '\r': true, ',': true, ':': true,
+	'}': true, ']': true, '{': true, '[': true, '"': true}
+
+// stringEnd returns the offset after the string at d[i] (a quote): after its first quote not
+// escaped by a backslash. It looks at nothing else: escapes and control characters are for
+// scanString to judge.
+func stringEnd(d []byte, i int) (int, error) {
+	start := i
+	i++
+	for {
+		for i+8 <= len(d) && !quoteOrBackslash(binary.LittleEndian.Uint64(d[i:])) {
+			i += 8
+		}
+		for ; i < len(d); i++ {
+			if c := d[i]; c == '"' {
+				return i + 1, nil
+			} else if c == '\\' {
+				i++ // the escaped byte cannot end the string
+				break
+			}
+		}
+		if i >= len(d) {
+			return 0, errAt(start, "unterminated string")
+		}
+		i++
+	}
+}
+
+// quoteOrBackslash reports whether any of the eight bytes of x is a quote or a backslash.
+func quoteOrBackslash(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zeroIn := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	return (zeroIn(x^(ones*'"')) | zeroIn(x^(ones*'\\'))) != 0
 }

@@ -129,6 +129,7 @@ func (r *auditReceiver) tailerDeps() tailerDeps {
 			_, err := r.consume(ctx, r.obsFile, r.cfg.Cluster, events)
 			return err
 		},
+		conv:         r.conv,
 		logger:       r.set.Logger,
 		telemetry:    r.telemetry,
 		pollInterval: r.cfg.PollInterval,

@@ -56,6 +56,8 @@ type tailer struct {
 	key     string
 	logger  *zap.Logger
 	consume func(ctx context.Context, events []auditEvent) error
+	// conv is the converter the events go to: lines are decoded as it reads them (decodeLine).
+	conv *converter
 	// telemetry counts the lines read and the ones dropped.
 	telemetry    *metadata.TelemetryBuilder
 	pollInterval time.Duration
@@ -96,6 +98,7 @@ func (t *tailer) warn(msg string, err error) {
 type tailerDeps struct {
 	// consume hands events to the pipeline; an error that is not permanent keeps them for a retry.
 	consume      func(ctx context.Context, events []auditEvent) error
+	conv         *converter // the converter consume feeds, which decodeLine reads bodies for
 	logger       *zap.Logger
 	telemetry    *metadata.TelemetryBuilder
 	pollInterval time.Duration // poll_interval
@@ -109,6 +112,7 @@ func newTailer(path string, d tailerDeps, client storage.Client) *tailer {
 		key:          "file:" + path,
 		logger:       d.logger.With(zap.String("file", path)),
 		consume:      d.consume,
+		conv:         d.conv,
 		telemetry:    d.telemetry,
 		pollInterval: d.pollInterval,
 		startAtEnd:   d.startAtEnd,
@@ -489,7 +493,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 	events := make([]auditEvent, 0, len(lines))
 	bad := 0
 	for _, line := range lines {
-		ev, err := decodeLine(line)
+		ev, err := decodeLine(line, t.conv)
 		if err != nil {
 			bad++
 			t.logger.Debug("Skipping an audit log line that is not an audit event", zap.Error(err))

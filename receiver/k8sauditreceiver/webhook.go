@@ -153,7 +153,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	// pool only when this handler returns.
 	data := buf.Bytes()
 	pooled := eventsPool.Get().(*[]auditEvent)
-	events, err := decodeBodyInto(data, *pooled, true)
+	events, err := decodeBodyInto(data, *pooled, w.r.conv)
 	defer putEvents(pooled, events)
 	if err != nil {
 		reason := reasonMalformedJSON
