@@ -217,3 +217,92 @@ func BenchmarkScanMeta(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeCapture decodes the benchmark capture that audits reads with their bodies
+// (testbed/bench/requestresponse-deployment) both ways in one run, the responses the converter
+// indexes indexed in both: every body validated, and, as the webhook reads them, the bodies of
+// events the filters drop only delimited.
+func BenchmarkDecodeCapture(b *testing.B) {
+	posts, err := filepath.Glob("../../testbed/bench/requestresponse-deployment/audit-webhook/*.json")
+	if err != nil || len(posts) == 0 {
+		b.Fatal("no capture")
+	}
+	var bodies [][]byte
+	events, size := 0, 0
+	for _, p := range posts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bodies, events, size = append(bodies, data), events+len(evs), size+len(data)
+	}
+	conv := newConverter(createDefaultConfig().(*Config), "bench", nil)
+	for _, mode := range []struct {
+		name string
+		r    bodyReader
+	}{{"validate", bodyReader{index: true}}, {"delimit-dropped", bodyReader{conv: conv, index: true}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			pooled := new([]auditEvent)
+			for b.Loop() {
+				for _, body := range bodies {
+					evs, err := decodeDocument(body, true, *pooled, mode.r)
+					if err != nil {
+						b.Fatal(err)
+					}
+					putEvents(pooled, evs)
+				}
+			}
+			b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkSkipBody finds the end of every list and get response of the same capture (the
+// bodies the filters drop) by validating it and by delimiting it.
+func BenchmarkSkipBody(b *testing.B) {
+	posts, _ := filepath.Glob("../../testbed/bench/requestresponse-deployment/audit-webhook/*.json")
+	var bodies [][]byte
+	size := 0
+	for _, p := range posts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range evs {
+			if readVerbs[ev.Verb] && hasBody(ev.ResponseObject) {
+				bodies, size = append(bodies, ev.ResponseObject), size+len(ev.ResponseObject)
+			}
+		}
+	}
+	if len(bodies) == 0 {
+		b.Fatal("no read responses in the capture")
+	}
+	for _, mode := range []struct {
+		name string
+		skip func([]byte) (int, error)
+	}{
+		{"validate", func(d []byte) (int, error) { return skipValue(d, 0, 0) }},
+		{"delimit", func(d []byte) (int, error) { return delimitValue(d, 0) }},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				for _, body := range bodies {
+					if end, err := mode.skip(body); err != nil || end != len(body) {
+						b.Fatalf("ended at %d of %d: %v", end, len(body), err)
+					}
+				}
+			}
+		})
+	}
+}
