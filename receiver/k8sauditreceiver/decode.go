@@ -51,6 +51,40 @@ type auditEvent struct {
 	// delimited says which of RequestObject and ResponseObject were delimited, not validated,
 	// because the converter's filters were to drop the event (see delimitValue).
 	delimited bodySet
+
+	// spare holds storage an earlier batch's event left for the next one in its place (see
+	// reset): the decoder fills it instead of allocating.
+	spare *eventStorage
+}
+
+// eventStorage is what an event allocates besides its strings.
+type eventStorage struct {
+	ref objectReference
+	st  status
+}
+
+// reset empties the event for reuse by a later batch: nothing of it stays readable, but its
+// lists keep their (cleared) backing arrays and its objectRef and responseStatus their
+// (zeroed) memory, so the next event decoded in its place allocates none of them.
+func (ev *auditEvent) reset() {
+	groups, ips, ann := ev.User.Groups[:0], ev.SourceIPs[:0], ev.Annotations[:0]
+	clear(groups[:cap(groups)])
+	clear(ips[:cap(ips)])
+	clear(ann[:cap(ann)])
+	spare := ev.spare
+	if spare != nil {
+		*spare = eventStorage{}
+	}
+	*ev = auditEvent{spare: spare}
+	ev.User.Groups, ev.SourceIPs, ev.Annotations = groups, ips, ann
+}
+
+// storage returns the event's spare storage, allocated on first use.
+func (ev *auditEvent) storage() *eventStorage {
+	if ev.spare == nil {
+		ev.spare = &eventStorage{}
+	}
+	return ev.spare
 }
 
 // bodySet is a set of an event's bodies.
@@ -516,7 +550,7 @@ func (ev *auditEvent) objectRef(d []byte, i int, depth int) (int, error) {
 	}
 	ref := ev.ObjectRef
 	if ref == nil {
-		ref = &objectReference{}
+		ref = &ev.storage().ref
 	}
 	end, err := ev.object(d, i, "objectRef", depth, func(key []byte, i int) (int, error) {
 		switch string(key) {
@@ -553,7 +587,7 @@ func (ev *auditEvent) status(d []byte, i int, depth int) (int, error) {
 	}
 	st := ev.ResponseStatus
 	if st == nil {
-		st = &status{}
+		st = &ev.storage().st
 	}
 	end, err := ev.object(d, i, "responseStatus", depth, func(key []byte, i int) (int, error) {
 		switch string(key) {

@@ -442,10 +442,10 @@ func putNodes(s []fnode) {
 // as in a map (the last one); a Pod's node and a Binding's target are read whatever the order of
 // kind, as metaOf reads them.
 func (f *flatBody) meta(annotation string) objectMeta {
-	m := objectMeta{Kind: f.strMember(0, "kind"), APIVersion: f.strMember(0, "apiVersion")}
+	m := objectMeta{Kind: f.symMember(0, "kind"), APIVersion: f.symMember(0, "apiVersion")}
 	if md := f.objectMember(0, "metadata"); md >= 0 {
 		m.Name = f.strMember(md, "name")
-		m.Namespace = f.strMember(md, "namespace")
+		m.Namespace = f.symMember(md, "namespace")
 		m.UID = f.strMember(md, "uid")
 		m.ResourceVersion = f.strMember(md, "resourceVersion")
 		if a := f.objectMember(md, "annotations"); a >= 0 {
@@ -457,7 +457,7 @@ func (f *flatBody) meta(annotation string) objectMeta {
 					continue
 				}
 				if c := f.member(r, "controller"); c >= 0 && f.nodes[c].kind == 't' {
-					m.Owner = ownerRef{APIVersion: f.strMember(r, "apiVersion"), Kind: f.strMember(r, "kind"),
+					m.Owner = ownerRef{APIVersion: f.symMember(r, "apiVersion"), Kind: f.symMember(r, "kind"),
 						Name: f.strMember(r, "name"), UID: f.strMember(r, "uid")}
 					break
 				}
@@ -481,6 +481,15 @@ func (f *flatBody) meta(annotation string) objectMeta {
 func (f *flatBody) strMember(obj int, name string) string {
 	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '"' {
 		return string(f.str(n))
+	}
+	return ""
+}
+
+// symMember is strMember for values that recur from body to body (kinds, API versions,
+// namespaces): their strings come from symbols.
+func (f *flatBody) symMember(obj int, name string) string {
+	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '"' {
+		return symbols.of(f.str(n))
 	}
 	return ""
 }

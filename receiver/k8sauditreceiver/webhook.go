@@ -216,10 +216,10 @@ func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 // 200 KB of auditEvent structs, and nothing keeps them once the batch is converted.
 var eventsPool = sync.Pool{New: func() any { return new([]auditEvent) }}
 
-// putEvents clears the events (their strings and the slices of the body must not outlive the
-// batch) and returns their storage to eventsPool, unless one unusually large batch grew it.
-// A slice comes back zeroed beyond its length: only the events of this batch need clearing,
-// or, when decoding failed part way, all of the storage it may have written.
+// putEvents empties the events (their strings and the slices of the body must not outlive the
+// batch; see auditEvent.reset) and returns their storage to eventsPool, unless one unusually
+// large batch grew it. A slice comes back empty beyond its length: only the events of this batch
+// need emptying, or, when decoding failed part way, all of the storage it may have written.
 func putEvents(p *[]auditEvent, events []auditEvent) {
 	if events == nil {
 		events = *p
@@ -227,8 +227,8 @@ func putEvents(p *[]auditEvent, events []auditEvent) {
 	}
 	for i := range events {
 		putNodes(events[i].respIndex.nodes) // indexes the converter did not take
+		events[i].reset()
 	}
-	clear(events)
 	if cap(events) <= maxPooledEvents {
 		*p = events[:0]
 		eventsPool.Put(p)
