@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -452,9 +453,18 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 // unconditional writes: duplicate marks (whose answers decide which spans drop), the name index
 // and relations named by the spans themselves.
 func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBatch, now time.Time) {
-	seen := make(map[pcommon.SpanID]struct{})
+	// Sized once for the batch: the duplicate marks are most of its operations.
+	nd := 0
+	for i := range items {
+		if items[i].dedup {
+			nd++
+		}
+	}
+	seen := make(map[pcommon.SpanID]struct{}, nd)
 	dedupExpiry := now.Add(p.cfg.Window + p.cfg.Grace)
-	var dedupIdx []int
+	dedupIdx := make([]int, 0, nd)
+	r.writes = slices.Grow(r.writes, nd+len(r.names)+len(r.order))
+	r.ops, r.cbs = slices.Grow(r.ops, nd), slices.Grow(r.cbs, nd)
 	for i := range items {
 		it := &items[i]
 		if !it.dedup {
