@@ -23,9 +23,19 @@ import (
 // fixtureBodies returns the recorded webhook bodies of a scenario, in arrival order.
 func fixtureBodies(tb testing.TB, scenario string) [][]byte {
 	tb.Helper()
-	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
+	return webhookBodies(tb, filepath.Join(fixturesDir, scenario))
+}
+
+// requestResponseCapture is the benchmark capture that audits reads with their bodies.
+const requestResponseCapture = "../../testbed/bench/requestresponse-deployment"
+
+// webhookBodies returns the webhook bodies recorded in dir (a scenario's fixtures or a benchmark
+// capture), in arrival order.
+func webhookBodies(tb testing.TB, dir string) [][]byte {
+	tb.Helper()
+	posts, err := filepath.Glob(filepath.Join(dir, "audit-webhook", "*.json"))
 	if err != nil || len(posts) == 0 {
-		tb.Fatalf("no webhook captures for %s", scenario)
+		tb.Fatalf("no webhook captures in %s", dir)
 	}
 	slices.Sort(posts)
 	var out [][]byte
@@ -223,22 +233,14 @@ func BenchmarkScanMeta(b *testing.B) {
 // indexes indexed in both: every body validated, and, as the webhook reads them, the bodies of
 // events the filters drop only delimited.
 func BenchmarkDecodeCapture(b *testing.B) {
-	posts, err := filepath.Glob("../../testbed/bench/requestresponse-deployment/audit-webhook/*.json")
-	if err != nil || len(posts) == 0 {
-		b.Fatal("no capture")
-	}
-	var bodies [][]byte
+	bodies := webhookBodies(b, requestResponseCapture)
 	events, size := 0, 0
-	for _, p := range posts {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			b.Fatal(err)
-		}
+	for _, data := range bodies {
 		evs, err := decodeBody(data)
 		if err != nil {
 			b.Fatal(err)
 		}
-		bodies, events, size = append(bodies, data), events+len(evs), size+len(data)
+		events, size = events+len(evs), size+len(data)
 	}
 	conv := newConverter(createDefaultConfig().(*Config), "bench", nil)
 	for _, mode := range []struct {
@@ -266,14 +268,9 @@ func BenchmarkDecodeCapture(b *testing.B) {
 // BenchmarkSkipBody finds the end of every list and get response of the same capture (the
 // bodies the filters drop) by validating it and by delimiting it.
 func BenchmarkSkipBody(b *testing.B) {
-	posts, _ := filepath.Glob("../../testbed/bench/requestresponse-deployment/audit-webhook/*.json")
 	var bodies [][]byte
 	size := 0
-	for _, p := range posts {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			b.Fatal(err)
-		}
+	for _, data := range webhookBodies(b, requestResponseCapture) {
 		evs, err := decodeBody(data)
 		if err != nil {
 			b.Fatal(err)
