@@ -216,7 +216,7 @@ func FuzzFlat(f *testing.F) {
 
 // TestStringStopFindsEveryStopByte puts each byte value at each place of a word of plain
 // letters (and of high bytes, which carry borrows differently): stringStop must flag exactly
-// the quote, the backslash and the control characters.
+// the quote, the backslash and the control characters, quoteOrBackslash the first two.
 func TestStringStopFindsEveryStopByte(t *testing.T) {
 	for _, fill := range []byte{'a', 0xC3, 0x20, 0x7F} {
 		for pos := range 8 {
@@ -230,6 +230,9 @@ func TestStringStopFindsEveryStopByte(t *testing.T) {
 				want := b == '"' || b == '\\' || b < 0x20
 				if got := stringStop(x); got != want {
 					t.Fatalf("byte %#x at %d among %#x: stringStop = %v, want %v", b, pos, fill, got, want)
+				}
+				if got, want := quoteOrBackslash(x), b == '"' || b == '\\'; got != want {
+					t.Fatalf("byte %#x at %d among %#x: quoteOrBackslash = %v, want %v", b, pos, fill, got, want)
 				}
 			}
 		}

@@ -63,7 +63,7 @@ func scanString(d []byte, i int) (end int, plain bool, err error) {
 		high |= x
 		i += 8
 	}
-	if high&0x8080808080808080 != 0 {
+	if high&swarHighs != 0 {
 		plain = false
 	}
 	for i < len(d) {
@@ -103,9 +103,18 @@ func scanString(d []byte, i int) (end int, plain bool, err error) {
 // character (below 0x20), with no false negatives (a false positive only sends the caller to
 // the byte loop).
 func stringStop(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zeroIn := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return (zeroIn(x^(ones*'"')) | zeroIn(x^(ones*'\\')) | ((x - ones*0x20) & ^x & highs)) != 0
+	return (bytesEqualTo(x, '"') | bytesEqualTo(x, '\\') | ((x - swarOnes*0x20) & ^x & swarHighs)) != 0
+}
+
+// Eight bytes at a time in a uint64 (SWAR): swarOnes has 1 in every byte, swarHighs each
+// byte's high bit.
+const swarOnes, swarHighs = 0x0101010101010101, 0x8080808080808080
+
+// bytesEqualTo has the high bit set in the lowest byte of x equal to b, and possibly in bytes
+// above it (borrows), in no byte when none is: its callers only test it against zero.
+func bytesEqualTo(x uint64, b byte) uint64 {
+	v := x ^ (swarOnes * uint64(b))
+	return (v - swarOnes) & ^v & swarHighs
 }
 
 func hex4(b []byte) rune {
@@ -928,7 +937,5 @@ func stringEnd(d []byte, i int) (int, error) {
 
 // quoteOrBackslash reports whether any of the eight bytes of x is a quote or a backslash.
 func quoteOrBackslash(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zeroIn := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return (zeroIn(x^(ones*'"')) | zeroIn(x^(ones*'\\'))) != 0
+	return (bytesEqualTo(x, '"') | bytesEqualTo(x, '\\')) != 0
 }
