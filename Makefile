@@ -87,8 +87,10 @@ image-test: image ## open the image tarball: non-root user, entrypoint, labels, 
 e2e: build binaries redis helm ## end-to-end: real control plane + collector + Jaeger (and the Helm chart applied with a server-side dry run)
 	testbed/hack/e2e.sh
 
-lint: ## gofmt, go vet, golangci-lint (.golangci.yml) and shellcheck on the testbed scripts
+lint: ## gofmt, no tracked binaries, go vet, golangci-lint (.golangci.yml) and shellcheck on the testbed scripts
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(git ls-files -z | xargs -0 sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c4 "$$f")" = "$$(printf "\177ELF")" ] && echo "$$f"; done; true' _); \
+	  if [ -n "$$out" ]; then echo "compiled binaries are tracked (build them into bin/ or build/):"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go vet -tags dist,e2e ./distribution/ ./testbed/...
 	cd distribution/image && go vet .
