@@ -394,7 +394,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 ) (items []item, jb joinBatch, spans int) {
 	pos := 0
 	windowChecked := false
-	items = make([]item, 0, td.SpanCount()) // one per span at most: no doubling copies
+	total := td.SpanCount()
 	for _, rs := range td.ResourceSpans().All() {
 		resAttrs := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
@@ -442,6 +442,11 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 					n.deadline = it.deadline
 				}
 				it.node = n
+				if items == nil {
+					// One per span left at most, sized at the first: no doubling copies, and a
+					// batch without kubetrail spans (another service's, the apiserver's) allocates none.
+					items = make([]item, 0, total-pos+1)
+				}
 				items = append(items, it)
 			}
 		}
