@@ -303,3 +303,45 @@ func BenchmarkSkipBody(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDiffFlat diffs each recorded object's successive bodies (the pairs of one UID in
+// arrival order, as the cache sees them) and encodes each body as a snapshot: the diff and
+// snapshot work of the hot path, alone.
+func BenchmarkDiffFlat(b *testing.B) {
+	lastOf := map[string]int{}
+	var flats []flatBody
+	var pairs [][2]int
+	for _, raw := range fixtureObjects(b) {
+		f, ok := flatten(raw, nil)
+		if !ok {
+			b.Fatal("a recorded object does not index")
+		}
+		uid := f.meta("").UID
+		if uid == "" {
+			continue
+		}
+		if i, ok := lastOf[uid]; ok {
+			pairs = append(pairs, [2]int{i, len(flats)})
+		}
+		lastOf[uid] = len(flats)
+		flats = append(flats, f)
+	}
+	b.Run("diff", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, p := range pairs {
+				diffFlat(&flats[p[0]], &flats[p[1]])
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pairs)), "ns/pair")
+	})
+	b.Run("snapshot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for i := range flats {
+				encodeFlat(&flats[i])
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(flats)), "ns/body")
+	})
+}

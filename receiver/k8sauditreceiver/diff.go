@@ -60,6 +60,9 @@ func (w *flatWork) diffValue(a, b *flatBody, path []byte, ai, bi int) {
 		ak, bk := a.nodes[ai].kind, b.nodes[bi].kind
 		switch {
 		case ak == '{' && bk == '{':
+			if w.diffAligned(a, b, path, ai, bi) {
+				return
+			}
 			sa := w.pushMembers(a, ai)
 			sb := w.pushMembers(b, bi)
 			w.diffEntries(a, b, path, "", sa, sb)
@@ -100,6 +103,66 @@ func (w *flatWork) diffValue(a, b *flatBody, path []byte, ai, bi int) {
 		c.New = w.text(b, bi)
 	}
 	w.d.Changes = append(w.d.Changes, c)
+}
+
+// maxAligned is how many differing members diffAligned walks; past it the objects were
+// rewritten more than edited, and the sorted walk (diffEntries) takes them.
+const maxAligned = 8
+
+// diffAligned diffs two objects whose members have the same plain keys in the same order, as
+// two bodies of one object from the apiserver have: only the members whose bytes differ are
+// walked, sorted by key. That is the order diffEntries would reach them in, and a member whose
+// bytes are equal adds no change, so the outcome is the same without sorting every member of
+// both. It reports false, having diffed nothing, when the members are not aligned, when more
+// than maxAligned differ, or when a differing member's key appears twice (a map keeps the last
+// of them, which diffEntries compares).
+func (w *flatWork) diffAligned(a, b *flatBody, path []byte, ai, bi int) bool {
+	start := len(w.ents)
+	ca, ea := ai+1, ai+int(a.nodes[ai].size)
+	cb, eb := bi+1, bi+int(b.nodes[bi].size)
+	for ; ca < ea && cb < eb; ca, cb = ca+int(a.nodes[ca].size), cb+int(b.nodes[cb].size) {
+		na, nb := &a.nodes[ca], &b.nodes[cb]
+		key := a.d[na.key:na.keyEnd] // quotes included
+		if !na.plainKey || !nb.plainKey || !bytes.Equal(key, b.d[nb.key:nb.keyEnd]) {
+			w.ents = w.ents[:start]
+			return false
+		}
+		if bytes.Equal(a.d[na.start:na.end], b.d[nb.start:nb.end]) {
+			continue
+		}
+		if len(w.ents)-start == 2*maxAligned {
+			w.ents = w.ents[:start]
+			return false
+		}
+		// A pair of entries: a's member, then b's.
+		key = key[1 : len(key)-1]
+		w.ents = append(w.ents, entry{key: key, node: int32(ca)}, entry{key: key, node: int32(cb)})
+	}
+	if ca < ea || cb < eb {
+		w.ents = w.ents[:start]
+		return false
+	}
+	pairs := w.ents[start:]
+	for i := 0; i < len(pairs); i += 2 {
+		for c := ai + 1; c < ea; c += int(a.nodes[c].size) {
+			if int32(c) != pairs[i].node && bytes.Equal(a.keyOf(c), pairs[i].key) {
+				w.ents = w.ents[:start]
+				return false
+			}
+		}
+		// Insertion sort by key, a pair at a time: the keys are distinct.
+		for j := i; j > 0 && bytes.Compare(pairs[j-2].key, pairs[j].key) > 0; j -= 2 {
+			pairs[j-2], pairs[j-1], pairs[j], pairs[j+1] = pairs[j], pairs[j+1], pairs[j-2], pairs[j-1]
+		}
+	}
+	end := len(w.ents)
+	for i := start; i < end; i += 2 {
+		// Read from w.ents each time: walking a member pushes and pops above end and may move it.
+		na, nb, key := int(w.ents[i].node), int(w.ents[i+1].node), w.ents[i].key
+		w.diffValue(a, b, appendKey(path, key), na, nb)
+	}
+	w.ents = w.ents[:start]
+	return true
 }
 
 // listKeys are the fields Kubernetes lists are keyed by, in order of preference: containers,

@@ -161,6 +161,14 @@ func TestFlatEdgeCases(t *testing.T) {
 		{`{"l":[{"name":"10.0.0.1:80","v":1},{"name":"a b"}]}`, `{"l":[{"name":"10.0.0.1:80","v":2},{"name":"a b","v":1}]}`},
 		// Noise and non-ASCII text.
 		{`{"metadata":{"resourceVersion":"1","generation":1},"s":"é\u2028"}`, `{"metadata":{"resourceVersion":"2","generation":2},"s":"e"}`},
+		// Members aligned (diffAligned) and nearly so: unsorted keys edited at two levels, a
+		// differing key that appears twice (the last counts), an equal last copy of a key
+		// whose first copy differs, more than maxAligned edits, an escaped key.
+		{`{"z":1,"y":{"x":1,"w":2},"a":[1]}`, `{"z":2,"y":{"x":1,"w":3},"a":[2]}`},
+		{`{"a":1,"b":2,"a":3}`, `{"a":1,"b":2,"a":4}`},
+		{`{"a":1,"b":2,"a":3}`, `{"a":5,"b":2,"a":3}`},
+		{`{"i":1,"h":1,"g":1,"f":1,"e":1,"d":1,"c":1,"b":1,"a":1}`, `{"i":2,"h":2,"g":2,"f":2,"e":2,"d":2,"c":2,"b":2,"a":2}`},
+		{`{"\u0062":1,"a":1}`, `{"\u0062":2,"a":1}`},
 	} {
 		a, ta, okA := checkFlat(t, []byte(tc.a))
 		b, tb, okB := checkFlat(t, []byte(tc.b))
@@ -181,6 +189,39 @@ func TestFlatEdgeCases(t *testing.T) {
 		if _, ok := flatten([]byte(bad), nil); ok {
 			t.Errorf("flatten accepted %q", bad)
 		}
+	}
+}
+
+// TestDiffAlignedTakesEditedObjects: two bodies of one object whose members are in the same
+// order are diffed by walking only the members that changed; anything else is left to the
+// sorted walk, having diffed nothing.
+func TestDiffAlignedTakesEditedObjects(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{`{"z":1,"y":{"x":1,"w":2},"a":3}`, `{"z":2,"y":{"x":1,"w":3},"a":3}`, true},
+		{`{"z":1,"a":1}`, `{"z":1,"a":1,"b":1}`, false},       // a member added
+		{`{"z":1,"a":1}`, `{"a":1,"z":1}`, false},             // reordered
+		{`{"a":1,"b":2,"a":3}`, `{"a":1,"b":2,"a":4}`, false}, // a changed key twice
+		{`{"\u0062":1,"a":1}`, `{"\u0062":2,"a":1}`, false},   // an escaped key
+		{`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1}`, `{"a":2,"b":2,"c":2,"d":2,"e":2,"f":2,"g":2,"h":2,"i":2}`, false},
+	} {
+		a, _, _ := checkFlat(t, []byte(tc.a))
+		b, _, _ := checkFlat(t, []byte(tc.b))
+		w := getFlatWork()
+		got := w.diffAligned(&a, &b, nil, 0, 0)
+		if got != tc.want {
+			t.Errorf("%s -> %s: diffAligned = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+		if len(w.ents) != 0 || (!got && w.d.Total != 0) {
+			t.Errorf("%s -> %s: %d entries left pushed, %d changes from a walk that was given up", tc.a, tc.b, len(w.ents), w.d.Total)
+		}
+		if got && w.d.Total != 2 {
+			t.Errorf("%s -> %s: %d changes, want 2", tc.a, tc.b, w.d.Total)
+		}
+		w.d = diffResult{}
+		w.put()
 	}
 }
 
