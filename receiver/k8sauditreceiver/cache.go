@@ -68,6 +68,32 @@ type objectCache struct {
 	hot    [hotIndexes]hotSlot // ring of the entries whose body keeps its index
 	hotPos int
 	gen    uint64
+
+	// spare is the storage of the body last let go (an entry removed, evicted, or starting
+	// afresh), at most maxSpareBytes, for the next object seen for the first time: a rollout
+	// replaces Pods, and a new object's body takes the storage a gone one left.
+	spare []byte
+}
+
+// maxSpareBytes bounds objectCache.spare, the one body's storage kept outside the cache's bytes.
+const maxSpareBytes = 64 << 10
+
+// letGo keeps the storage of a body no entry holds any longer as the spare. Callers hold mu.
+func (c *objectCache) letGo(body []byte) {
+	if body != nil && cap(body) <= maxSpareBytes {
+		c.spare = body[:0]
+	}
+}
+
+// storageFor is the storage a new body of e may take: e's own body once diffed, else the spare.
+// Callers hold mu.
+func (c *objectCache) storageFor(e *cacheEntry) []byte {
+	if e.body != nil {
+		return e.body
+	}
+	b := c.spare
+	c.spare = nil
+	return b
 }
 
 // hotIndexes is how many of the most recently written bodies keep their index. Controllers
@@ -235,6 +261,9 @@ func (e *cacheEntry) bodyJSON() string {
 // dropBody forgets the body and the diff that produced it. Callers hold mu.
 func (e *cacheEntry) dropBody() {
 	e.dropNodes()
+	if e.c != nil {
+		e.c.letGo(e.body)
+	}
 	e.body, e.lastDiff = nil, nil
 	e.charge()
 }
@@ -270,6 +299,7 @@ func (c *objectCache) entry(key, uid string) *cacheEntry {
 	if e != nil {
 		if uid != "" && e.uid != "" && uid != e.uid {
 			e.dropNodes()
+			c.letGo(e.body)
 			*e = cacheEntry{key: key, uid: uid, prev: e.prev, next: e.next, c: c, cost: e.cost}
 		}
 		if e.uid == "" {
@@ -300,6 +330,7 @@ func (c *objectCache) remove(e *cacheEntry) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 	e.dropNodes()
+	c.letGo(e.body)
 	e.body, e.lastDiff = nil, nil
 	c.addBytes(-e.cost)
 	e.cost, e.c = 0, nil

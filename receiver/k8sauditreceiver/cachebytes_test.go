@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
@@ -224,5 +225,55 @@ func TestDiffCacheMaxBytesIsValidated(t *testing.T) {
 	cfg.DiffCacheSize = 0
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("diff_cache_max_bytes does not matter with diffs off: %v", err)
+	}
+}
+
+// TestAGoneObjectsStorageTakesTheNextNewBody: the body storage of an entry the cache let go is
+// the spare that the next object seen for the first time is compacted into; one too large to be
+// worth keeping is not kept outside the cache's bytes.
+func TestAGoneObjectsStorageTakesTheNextNewBody(t *testing.T) {
+	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) { cfg.DiffCacheSize = 1 })
+	c := r.conv.cache
+	bodyOf := func(name string) []byte {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for e := c.root.next; e != &c.root; e = e.next {
+			if strings.HasSuffix(e.key, "/"+name) {
+				return e.body
+			}
+		}
+		return nil
+	}
+	list := func(ev string) []byte {
+		return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + ev + `]}`)
+	}
+	postOK(t, url, list(configMapEvent(0, 2000)))
+	first := bodyOf("cm-0")
+	if first == nil {
+		t.Fatal("cm-0 is not cached")
+	}
+	postOK(t, url, list(configMapEvent(1, 2000))) // evicts cm-0: a cache of one object
+	second := bodyOf("cm-1")
+	if bodyOf("cm-0") != nil || second == nil {
+		t.Fatal("cm-1 should have taken cm-0's place")
+	}
+	if unsafe.SliceData(second) != unsafe.SliceData(first) {
+		t.Fatal("cm-1's body did not take the storage cm-0's body left")
+	}
+	if !bytes.Contains(second, []byte(`"name":"cm-1"`)) || bytes.Contains(second, []byte(`cm-0`)) {
+		t.Fatalf("cm-1's cached body is not its own: %.120s", second)
+	}
+	checkAccounting(t, r, tel)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spare = nil
+	c.letGo(make([]byte, 10, maxSpareBytes+1))
+	if c.spare != nil {
+		t.Fatalf("a spare of %d bytes kept, bound %d", cap(c.spare), maxSpareBytes)
+	}
+	c.letGo(make([]byte, 10, maxSpareBytes))
+	if cap(c.spare) != maxSpareBytes || len(c.spare) != 0 {
+		t.Fatalf("the spare is %d of %d bytes, want the body let go, emptied", len(c.spare), cap(c.spare))
 	}
 }

@@ -695,8 +695,8 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 		}
 	}
 	if kept == nil {
-		// The previous body is diffed: its storage may take the new one.
-		kept, nodes = resp.kept(e.body)
+		// The previous body is diffed: its storage (or a gone object's) may take the new one.
+		kept, nodes = resp.kept(c.cache.storageFor(e))
 	}
 	e.lastDiff = d
 	c.cache.setBody(e, kept, nodes)
