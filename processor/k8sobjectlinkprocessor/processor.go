@@ -270,8 +270,8 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 	}
 	if len(res.marks) > 0 {
 		undo := make([]Op, len(res.marks))
-		for i, m := range res.marks {
-			undo[i] = Op{Kind: OpDelete, Key: m.Key}
+		for i, key := range res.marks {
+			undo[i] = Op{Kind: OpDelete, Key: key}
 		}
 		if store := p.store; store != nil {
 			_ = store.Do(context.WithoutCancel(ctx), undo)
@@ -343,7 +343,7 @@ func copyObjectSpans(td ptrace.Traces) ptrace.Traces {
 // batch is refused), how many spans it held, and the nodes whose object spans it emitted (rebuilt
 // and kept for re-sending if the batch is refused; the next consumer may keep td itself).
 type processResult struct {
-	marks   []Op
+	marks   []string // keys
 	held    int
 	objects []*node
 }
@@ -575,7 +575,11 @@ func (p *objectLinkProcessor) holdItems(ctx context.Context, td ptrace.Traces, i
 	// our custody whatever the next consumer says, so its mark stays and catches the redelivery.
 	for i := range items {
 		if items[i].mark != "" && !heldPos[items[i].pos] {
-			res.marks = append(res.marks, Op{Kind: OpSetIfAbsent, Key: items[i].mark})
+			if res.marks == nil {
+				// Sized at the first mark, keys only: undoing a mark is deleting its key.
+				res.marks = make([]string, 0, len(items)-i)
+			}
+			res.marks = append(res.marks, items[i].mark)
 		}
 	}
 	res.objects = overflowObjects
