@@ -400,7 +400,7 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, r bodyRead
 		ev.Annotations = ev.Annotations[:0]
 		return ev.object(d, i, "annotations", depth, func(key []byte, i int) (int, error) {
 			var v string
-			end, err := ev.str(d, i, &v, "annotations")
+			end, err := ev.sym(d, i, &v, "annotations")
 			ev.Annotations = append(ev.Annotations, annotation{Key: symbols.of(key), Value: v})
 			return end, err
 		})
@@ -459,7 +459,9 @@ func (ev *auditEvent) readStr(d []byte, i int, dst *string, field string, recurs
 			if plain {
 				*dst = symbols.of(d[i+1 : end-1])
 			} else {
-				*dst = symbols.of(unquote(d[i+1 : end-1]))
+				// Unquoted on the stack: a value the table holds costs no allocation.
+				var buf [maxSymbolBytes]byte
+				*dst = symbols.of(appendUnquoted(buf[:0], d[i+1:end-1]))
 			}
 			return end, nil
 		}

@@ -137,8 +137,10 @@ func hex4(b []byte) rune {
 
 // unquote decodes the body of a string scanned by scanString (without its quotes) that is
 // not plain: escapes resolved, a lone surrogate and invalid UTF-8 replaced by U+FFFD.
-func unquote(s []byte) []byte {
-	out := make([]byte, 0, len(s))
+func unquote(s []byte) []byte { return appendUnquoted(make([]byte, 0, len(s)), s) }
+
+// appendUnquoted appends what unquote returns to out.
+func appendUnquoted(out, s []byte) []byte {
 	for r := 0; r < len(s); {
 		c := s[r]
 		switch {

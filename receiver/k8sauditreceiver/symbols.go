@@ -7,7 +7,9 @@ import (
 
 // symbolTable turns recurring short byte strings into strings without allocating each time:
 // every audit event names its verb, stage, level, user, groups, user agent, resource and
-// namespace, and a cluster has few of each. It is a fixed table, one string per slot, the last
+// namespace, and carries the authorizer's decision and reason (`RBAC: allowed by
+// ClusterRoleBinding "…" of ClusterRole "…" to ServiceAccount "…"`, 100 to 200 bytes), and a
+// cluster has few of each. It is a fixed table, one string per slot, the last
 // one stored winning a slot: bounded whatever the input (symbolSlots strings of at most
 // maxSymbolBytes), lock-free, and a value that does not recur only costs what it always did,
 // plus the slot's pointer.
@@ -18,7 +20,7 @@ type symbolTable struct {
 
 const (
 	symbolSlots    = 4096
-	maxSymbolBytes = 128
+	maxSymbolBytes = 256
 )
 
 var symbols = &symbolTable{seed: maphash.MakeSeed()}

@@ -1,6 +1,7 @@
 package k8sauditreceiver
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -35,4 +36,31 @@ func TestSymbolsReturnTheirBytesAndRecur(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestRecurringAnnotationValuesComeFromTheSymbols: the authorizer's reason recurs in event after
+// event, quotes escaped and longer than most symbols; decoded twice, it is one string, and its
+// escapes are resolved without an allocation of their own.
+func TestRecurringAnnotationValuesComeFromTheSymbols(t *testing.T) {
+	const reason = `RBAC: allowed by ClusterRoleBinding "system:controller:deployment-controller" of ClusterRole "system:controller:deployment-controller" to ServiceAccount "deployment-controller/kube-system"`
+	if len(reason) <= 128 || len(reason) > maxSymbolBytes {
+		t.Fatalf("the reason is %d bytes: the test wants one over the old bound and within maxSymbolBytes", len(reason))
+	}
+	quoted, _ := json.Marshal(reason)
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+		`{"auditID":"a1","annotations":{"authorization.k8s.io/reason":` + string(quoted) + `}},` +
+		`{"auditID":"a2","annotations":{"authorization.k8s.io/reason":` + string(quoted) + `}}]}`)
+	evs, err := decodeBody(body)
+	if err != nil || len(evs) != 2 || len(evs[0].Annotations) != 1 || len(evs[1].Annotations) != 1 {
+		t.Fatalf("decoded %d events, err %v", len(evs), err)
+	}
+	a, b := evs[0].Annotations[0].Value, evs[1].Annotations[0].Value
+	if a != reason || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("the reason must come back resolved, as one string: %q", a)
+	}
+	var buf [maxSymbolBytes]byte
+	escaped := quoted[1 : len(quoted)-1]
+	if n := testing.AllocsPerRun(100, func() { _ = symbols.of(appendUnquoted(buf[:0], escaped)) }); n != 0 {
+		t.Fatalf("%v allocations to look up a held value with escapes", n)
+	}
 }
