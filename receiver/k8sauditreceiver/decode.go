@@ -303,7 +303,12 @@ func decodeItems(d []byte, i int, items []auditEvent, r bodyReader) ([]auditEven
 		if done {
 			return items, next, nil
 		}
-		items = append(items, auditEvent{})
+		if len(items) < cap(items) {
+			// A pooled event, reset by putEvents: decoded into, it reuses its storage.
+			items = items[:len(items)+1]
+		} else {
+			items = append(items, auditEvent{})
+		}
 		ev := &items[len(items)-1]
 		switch d[next] {
 		case '{':

@@ -305,9 +305,29 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
+	spares := make([]*eventStorage, len(events))
+	for i := range events {
+		if spares[i] = events[i].spare; spares[i] == nil {
+			t.Fatal("an event with an objectRef has no storage")
+		}
+	}
 	putEvents(p, events)
 	if cap(*p) < 3 || !zeroed(*p) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
+	}
+	// The next batch is decoded into the same events, and so into the same storage.
+	events, err = decodeBodyInto([]byte(eventList("x", "y")), *p, conv)
+	if err != nil || len(events) != 2 || events[0].AuditID != "x" || events[1].AuditID != "y" {
+		t.Fatalf("decode again: %v, %d events", err, len(events))
+	}
+	for i := range events {
+		if events[i].spare != spares[i] {
+			t.Fatalf("event %d of the next batch did not reuse the storage of the one before it", i)
+		}
+	}
+	putEvents(p, events)
+	if !zeroed(*p) {
+		t.Fatal("after the next batch, the pooled slice must be zeroed again")
 	}
 	broken := strings.TrimSuffix(eventList("d", "e"), "]}") + `,{"auditID":`
 	if _, err := decodeBodyInto([]byte(broken), *p, conv); err == nil {
