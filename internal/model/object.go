@@ -55,18 +55,21 @@ func UIDKey(cluster, uid string) Key {
 
 // NameKey is the object's name path, the key of the processor's name index.
 func (o Object) NameKey() string {
-	var b strings.Builder
-	b.Grow(len(o.Cluster) + len(o.Group) + len(o.Resource) + len(o.Namespace) + len(o.Name) + 10)
-	b.WriteString(o.Cluster)
-	b.WriteString("/name/")
-	b.WriteString(o.Group)
-	b.WriteByte('/')
-	b.WriteString(o.Resource)
-	b.WriteByte('/')
-	b.WriteString(o.Namespace)
-	b.WriteByte('/')
-	b.WriteString(o.Name)
-	return b.String()
+	var buf [128]byte // most keys fit: the string is then the only allocation
+	return string(o.AppendNameKey(buf[:0]))
+}
+
+// AppendNameKey appends NameKey to dst: a lookup by name needs no string of its own.
+func (o Object) AppendNameKey(dst []byte) []byte {
+	dst = append(dst, o.Cluster...)
+	dst = append(dst, "/name/"...)
+	dst = append(dst, o.Group...)
+	dst = append(dst, '/')
+	dst = append(dst, o.Resource...)
+	dst = append(dst, '/')
+	dst = append(dst, o.Namespace...)
+	dst = append(dst, '/')
+	return append(dst, o.Name...)
 }
 
 // HasUIDKey reports whether the key is UID-based.

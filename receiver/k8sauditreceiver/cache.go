@@ -339,13 +339,22 @@ func (c *objectCache) remove(e *cacheEntry) {
 }
 
 // uidOf returns the UID of the object that currently holds the name key, if known.
-func (c *objectCache) uidOf(key string) string {
+func (c *objectCache) uidOf(key []byte) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
+	if e := c.entries[string(key)]; e != nil {
 		return e.uid
 	}
 	return ""
+}
+
+// keyOf returns key as a string: the entry's own when the cache holds one, so that a known
+// object's key costs no allocation. Callers hold mu.
+func (c *objectCache) keyOf(key []byte) string {
+	if e := c.entries[string(key)]; e != nil {
+		return e.key
+	}
+	return string(key)
 }
 
 func (c *objectCache) len() int {

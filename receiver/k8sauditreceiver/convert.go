@@ -402,7 +402,8 @@ func (c *converter) completeIdentity(e *eventSpan) {
 		// not its UID; the cache knows which object last held the name (a create always
 		// starts its entry afresh), so the span joins the UID-keyed trace. A create is a new
 		// object by definition and never takes a previous holder's UID.
-		obj.UID = c.cache.uidOf(obj.NameKey())
+		var buf [128]byte
+		obj.UID = c.cache.uidOf(obj.AppendNameKey(buf[:0]))
 	}
 	if obj.Kind == "" || obj.Version == "" {
 		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok {
@@ -607,9 +608,10 @@ func (b *lazyBody) kept(reuse []byte) ([]byte, []fnode) {
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
 func (c *converter) remember(s *eventSpan) (deletedBody string) {
-	ev, key := s.ev, s.obj.NameKey()
 	c.cache.mu.Lock()
 	defer c.cache.mu.Unlock()
+	var buf [128]byte
+	ev, key := s.ev, c.cache.keyOf(s.obj.AppendNameKey(buf[:0]))
 
 	if s.failed {
 		c.linkConflict(s, key)
