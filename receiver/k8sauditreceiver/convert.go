@@ -1,7 +1,6 @@
 package k8sauditreceiver
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -785,15 +784,42 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 // apiserver does not copy it into objectRef, yet a 409 on such a patch is a lost race like
 // any stale update.
 func patchPrecondition(raw []byte) string {
-	var p struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
+	md := memberValue(raw, skipSpace(raw, 0), "metadata")
+	rv := memberValue(raw, md, "resourceVersion")
+	if rv < 0 || raw[rv] != '"' {
 		return ""
 	}
-	return p.Metadata.ResourceVersion
+	s, _, err := readString(raw, rv)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// memberValue returns where the value of the member name of the object at obj starts (the last
+// of that name, as a map keeps it), or -1: obj is -1, not an object, malformed, or has no such
+// member.
+func memberValue(d []byte, obj int, name string) int {
+	if obj < 0 || obj >= len(d) || d[obj] != '{' {
+		return -1
+	}
+	found := -1
+	i := obj + 1
+	for first := true; ; first = false {
+		key, next, done, err := objectMember(d, i, first)
+		if err != nil {
+			return -1
+		}
+		if done {
+			return found
+		}
+		if keyIs(d, key, name) {
+			found = next
+		}
+		if i, err = skipValue(d, next, 1); err != nil {
+			return -1
+		}
+	}
 }
 
 // stillExists reports whether a deletion's response describes an object that is still there:

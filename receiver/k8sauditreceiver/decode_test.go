@@ -216,6 +216,9 @@ func FuzzJSONScan(f *testing.F) {
 	f.Add([]byte(`{"a":[1,2.5e-3,-0,true,false,null,"\u00e9\ud800"],"b":{}}`))
 	f.Add([]byte(`{"spec":{"nodeName":"n","x":[1]},"kind":"Pod","metadata":{"annotations":{"trace.kubernetes.io/context":"00-x","trace.kubernetes.io/context":7}},"spec":{"nodeName":"m"}}`))
 	f.Add([]byte(`{"kind":"Binding","target":{"kind":"Node","name":"n","name":"o"},"metadata":{"annotations":null}}`))
+	f.Add([]byte(` {"metadata" : {"resourceVersion":"1","labels":{"a b":"c\" d"}},"metadata":{"resourceVersion":"2"}}`))
+	f.Add([]byte(`{"metadata":{"resourceVersion":null},"spec":{"x":"\\"}}`))
+	f.Add([]byte(`{"spec":{"replicas":3},"metadata":{"labels":{"a":"b"},"resourceVersion":"4711"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		valid := json.Valid(data)
 		end, err := skipValue(data, skipSpace(data, 0), 0)
@@ -232,6 +235,30 @@ func FuzzJSONScan(f *testing.F) {
 		}
 		if _, err := decodeBody(data); err == nil && !valid {
 			t.Fatal("decodeBody accepted invalid JSON")
+		}
+		// A patch's text is what json.Compact gives, or the input when that fails.
+		var compact bytes.Buffer
+		wantText := string(data)
+		if json.Compact(&compact, data) == nil {
+			wantText = compact.String()
+		}
+		if got := compactJSON(data); got != wantText {
+			t.Fatalf("compactJSON = %q, json.Compact %q", got, wantText)
+		}
+		// A patch's precondition is what encoding/json reads, where the two agree on which
+		// members count: encoding/json also matches keys in another case (the apiserver does
+		// not) and merges a metadata given twice (a map keeps the last).
+		var patch struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		lower := bytes.ToLower(data)
+		once := func(key string) bool { return bytes.Count(lower, []byte(key)) <= 1 }
+		if valid && json.Unmarshal(data, &patch) == nil && once(`"metadata"`) && once(`"resourceversion"`) && !bytes.Contains(data, []byte(`\u`)) {
+			if got := patchPrecondition(data); got != patch.Metadata.ResourceVersion {
+				t.Fatalf("patchPrecondition = %q, encoding/json %q", got, patch.Metadata.ResourceVersion)
+			}
 		}
 		got, ok := parseTree(data)
 		var want map[string]any

@@ -82,10 +82,32 @@ func jsonUnmarshalNumbers(raw []byte, v any) error {
 }
 
 // compactJSON returns raw JSON without insignificant space, or raw as is when it is not JSON.
+// Clients send patches compact: raw is then returned as it is, which is what json.Compact gives
+// for such JSON (nothing to take out) and for invalid input (an error).
 func compactJSON(raw []byte) string {
+	if !spaceOutsideStrings(raw) {
+		return string(raw)
+	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
 		return string(raw)
 	}
 	return buf.String()
+}
+
+// spaceOutsideStrings reports whether JSON text has whitespace between its tokens. For valid
+// JSON it is exact; for anything else it may say either.
+func spaceOutsideStrings(raw []byte) bool {
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return true
+		}
+	}
+	return false
 }
