@@ -417,8 +417,13 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				}
 				w := model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
 				if obj.UID != "" && obj.Name != "" {
-					// Later spans of a batch are later in time: the last UID seen for a name is current.
-					r.names[obj.NameKey()] = obj.UID
+					// Later spans of a batch are later in time: the last UID seen for a name is
+					// current. The key is built on the stack; it is a string of its own only
+					// when the name is new to the batch or names another object now.
+					var buf [128]byte
+					if k := obj.AppendNameKey(buf[:0]); r.names[string(k)] != obj.UID {
+						r.names[string(k)] = obj.UID
+					}
 				}
 				it := item{span: s, pos: pos - 1}
 				if p.join != nil && typ.Str() == model.SpanTypeAudit {

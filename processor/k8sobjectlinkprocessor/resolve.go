@@ -186,7 +186,8 @@ func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolve
 // node returns the batch's node of obj in window w, creating it.
 func (r *resolver) node(obj model.Object, w time.Time) *node {
 	if obj.UID == "" {
-		if uid, ok := r.names[obj.NameKey()]; ok {
+		var buf [128]byte
+		if uid, ok := r.names[string(obj.AppendNameKey(buf[:0]))]; ok {
 			obj.UID = uid
 		}
 	}
