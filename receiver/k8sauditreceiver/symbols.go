@@ -8,9 +8,9 @@ import (
 // symbolTable turns recurring short byte strings into strings without allocating each time:
 // every audit event names its verb, stage, level, user, groups, user agent, resource and
 // namespace, and carries the authorizer's decision and reason (`RBAC: allowed by
-// ClusterRoleBinding "…" of ClusterRole "…" to ServiceAccount "…"`, 100 to 200 bytes), and a
-// cluster has few of each. It is a fixed table, one string per slot, the last
-// one stored winning a slot: bounded whatever the input (symbolSlots strings of at most
+// ClusterRoleBinding "…" of ClusterRole "…" to ServiceAccount "…"`, 100 to 200 bytes): a
+// cluster has few of each. It is a fixed table, one string per slot, the last one stored
+// winning a slot: bounded whatever the input (symbolSlots strings of at most
 // maxSymbolBytes), lock-free, and a value that does not recur only costs what it always did,
 // plus the slot's pointer.
 type symbolTable struct {
