@@ -461,13 +461,7 @@ func (ev *auditEvent) readStr(d []byte, i int, dst *string, field string, recurs
 			if err != nil {
 				return 0, err
 			}
-			if plain {
-				*dst = symbols.of(d[i+1 : end-1])
-			} else {
-				// Unquoted on the stack: a value the table holds costs no allocation.
-				var buf [maxSymbolBytes]byte
-				*dst = symbols.of(appendUnquoted(buf[:0], d[i+1:end-1]))
-			}
+			*dst = symbols.ofQuoted(d[i+1:end-1], plain)
 			return end, nil
 		}
 		s, end, err := readString(d, i)

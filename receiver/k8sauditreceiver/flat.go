@@ -489,7 +489,8 @@ func (f *flatBody) strMember(obj int, name string) string {
 // namespaces): their strings come from symbols.
 func (f *flatBody) symMember(obj int, name string) string {
 	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '"' {
-		return symbols.of(f.str(n))
+		nd := &f.nodes[n]
+		return symbols.ofQuoted(f.d[nd.start+1:nd.end-1], nd.plain)
 	}
 	return ""
 }

@@ -41,3 +41,13 @@ func (t *symbolTable) of(b []byte) string {
 	slot.Store(&s)
 	return s
 }
+
+// ofQuoted is of for the bytes between a JSON string's quotes (plain as scanString says):
+// unquoted on the stack, so that a value the table holds costs no allocation even with escapes.
+func (t *symbolTable) ofQuoted(inner []byte, plain bool) string {
+	if plain {
+		return t.of(inner)
+	}
+	var buf [maxSymbolBytes]byte
+	return t.of(appendUnquoted(buf[:0], inner))
+}
