@@ -784,40 +784,28 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 // apiserver does not copy it into objectRef, yet a 409 on such a patch is a lost race like
 // any stale update.
 func patchPrecondition(raw []byte) string {
-	md := memberValue(raw, skipSpace(raw, 0), "metadata")
-	rv := memberValue(raw, md, "resourceVersion")
-	if rv < 0 || raw[rv] != '"' {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
 		return ""
 	}
-	s, _, err := readString(raw, rv)
-	if err != nil {
-		return ""
-	}
-	return s
-}
-
-// memberValue returns where the value of the member name of the object at obj starts (the last
-// of that name, as a map keeps it), or -1: obj is -1, not an object, malformed, or has no such
-// member.
-func memberValue(d []byte, obj int, name string) int {
-	if obj < 0 || obj >= len(d) || d[obj] != '{' {
-		return -1
-	}
-	found := -1
-	i := obj + 1
+	rv := ""
+	i++
 	for first := true; ; first = false {
-		key, next, done, err := objectMember(d, i, first)
+		key, next, done, err := objectNext(raw, i, first)
 		if err != nil {
-			return -1
+			return ""
 		}
 		if done {
-			return found
+			return rv
 		}
-		if keyIs(d, key, name) {
-			found = next
+		if string(key) == "metadata" {
+			rv = "" // the last metadata counts, as a map keeps it
+			i, err = scanMember(raw, next, 1, "resourceVersion", &rv)
+		} else {
+			i, err = skipValue(raw, next, 1)
 		}
-		if i, err = skipValue(d, next, 1); err != nil {
-			return -1
+		if err != nil {
+			return ""
 		}
 	}
 }
