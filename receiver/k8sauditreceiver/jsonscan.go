@@ -847,7 +847,7 @@ func scanOwners(d []byte, i int, owner *ownerRef) (int, error) {
 // value's end exactly where skipValue would on valid JSON, and it still fails on what would
 // lose that end: an unterminated string, a bracket closed by the other kind or never closed,
 // nesting deeper than maxDepth, an empty scalar. The converter validates a delimited body
-// (checkDelimited) before it reads it, should the event be kept after all.
+// (validDelimited) before it reads it, should the event be kept after all.
 func delimitValue(d []byte, i int) (int, error) {
 	if i >= len(d) {
 		return 0, errAt(i, "unexpected end of input")
