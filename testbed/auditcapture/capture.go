@@ -91,6 +91,7 @@ type Batch struct {
 	Body   []byte
 	Events int
 	spans  []span
+	traced []int // the tokens of the auditIDs of the events Traced reports
 }
 
 // Capture is the ordered webhook bodies of a recording. Its batches share one token table, so the
@@ -285,7 +286,13 @@ func (c *Capture) addBody(source string, body []byte, metadataOnly bool) error {
 			}
 		}
 	}
-	c.Batches = append(c.Batches, Batch{Source: source, Body: body, Events: len(list.Items)})
+	var traced []int
+	for i := range list.Items {
+		if Traced(&list.Items[i]) {
+			traced = append(traced, c.index[list.Items[i].AuditID])
+		}
+	}
+	c.Batches = append(c.Batches, Batch{Source: source, Body: body, Events: len(list.Items), traced: traced})
 	c.Events += len(list.Items)
 	c.Bytes += len(body)
 	return nil
@@ -482,6 +489,15 @@ func (b *Batch) Render(dst []byte, vals []string) []byte {
 		last = sp.end
 	}
 	return append(dst, b.Body[last:]...)
+}
+
+// TracedAuditIDs appends to dst the auditIDs, in a copy with token values vals, of the events of b
+// that Traced reports: the audit spans the batch should yield.
+func (b *Batch) TracedAuditIDs(dst []string, vals []string) []string {
+	for _, tok := range b.traced {
+		dst = append(dst, vals[tok])
+	}
+	return dst
 }
 
 // Traced reports whether the k8s_audit receiver's defaults turn ev into a span: a completed write

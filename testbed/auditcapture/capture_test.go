@@ -218,6 +218,37 @@ func TestReplayCopy(t *testing.T) {
 	}
 }
 
+func TestTracedAuditIDsAreThoseOfTheCopysTracedEvents(t *testing.T) {
+	c, err := Load(false, scenarioDirs(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, mode := range []Mode{Replay, Fresh} {
+		vals := c.Values(CopyTag{Nonce: 7, N: 3}, now, mode)
+		total := 0
+		for _, b := range c.Batches {
+			var list EventList
+			if err := json.Unmarshal(b.Render(nil, vals), &list); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := range list.Items {
+				if Traced(&list.Items[i]) {
+					want = append(want, list.Items[i].AuditID)
+				}
+			}
+			if got := b.TracedAuditIDs(nil, vals); !slices.Equal(got, want) {
+				t.Errorf("%s, %s: TracedAuditIDs = %v, want the copy's traced auditIDs %v", mode, b.Source, got, want)
+			}
+			total += len(want)
+		}
+		if total == 0 {
+			t.Errorf("%s: no traced event in the recorded scenarios", mode)
+		}
+	}
+}
+
 func TestNonUUIDAuditIDKeepsItsLength(t *testing.T) {
 	for _, id := range []string{"a", "req-42", "0123456789abcdefXYZ"} {
 		tk := token{kind: tokAudit, orig: id}

@@ -31,8 +31,12 @@
 #                .heap.pprof, .allocs.pprof; go tool pprof reads them)
 #   RATE         events per second to send at (default: open loop, as fast as the collector reads);
 #                peak RSS at a cluster's pace rather than at the collector's full speed
-#   BENCH_BATCH  processor (default: the batch processor) or exporter (the
-#                exporter's sending_queue batching of the shipped Kubernetes config)
+#   BENCH_BATCH  processor (default: the batch processor), exporter (the exporter's sending_queue
+#                batching with its defaults, in memory) or shipped (the otlp_grpc exporter of
+#                distribution/kubernetes/kubetrail.yaml: sending_queue batching 512 KiB-3 MiB, 4
+#                consumers, 1,000 requests, refusing when full, behind its persistent queue, a
+#                file_storage bbolt file under build/bench-audit/queue written with fsync)
+#   BENCH_FSYNC  with BENCH_BATCH=shipped: false turns the queue's fsync off (default true, as shipped)
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -59,7 +63,11 @@ fi
 
 die() { echo "bench-audit: $*" >&2; exit 1; }
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
-case $BENCH_BATCH in processor | exporter) ;; *) die "BENCH_BATCH must be processor or exporter" ;; esac
+case $BENCH_BATCH in
+  processor | exporter) PIPELINE="batching in the $BENCH_BATCH" ;;
+  shipped) PIPELINE="the shipped exporter (persistent queue, fsync ${BENCH_FSYNC:-true})" ;;
+  *) die "BENCH_BATCH must be processor, exporter or shipped" ;;
+esac
 mkdir -p "$OUT" "$CACHE/bench-audit"
 go build -o "$OUT/benchaudit" ./testbed/cmd/benchaudit
 
@@ -127,6 +135,16 @@ write_config() { # write_config FILE PPROF_PORT (empty: no profiling)
   if [[ $BENCH_BATCH == exporter ]]; then
     processors="[k8s_object_link]" batch=""
     queue="    sending_queue: {batch: {flush_timeout: 200ms}}"
+  fi
+  if [[ $BENCH_BATCH == shipped ]]; then
+    # The exporter of distribution/kubernetes/kubetrail.yaml, its queue on a fresh bbolt file.
+    processors="[k8s_object_link]" batch=""
+    rm -rf "$OUT/queue"
+    ext="${ext:-extensions:}
+  file_storage/queue: {directory: $OUT/queue, create_directory: true, fsync: ${BENCH_FSYNC:-true}}"
+    service_ext="  extensions: [${2:+pprof, }file_storage/queue]"
+    queue="    sending_queue: {storage: file_storage/queue, sizer: requests, queue_size: 1000, block_on_overflow: false, num_consumers: 4,
+      batch: {flush_timeout: 2s, sizer: bytes, min_size: 524288, max_size: 3145728}}"
   fi
   cat >"$1" <<EOF
 $ext
@@ -206,7 +224,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   COL_PID=""
 }
 
-echo "bench-audit: $(nproc) cores, capture $CAPTURE, ${PASSES:+$PASSES passes}${PASSES:-$BENCH_EVENTS events} per run, batching in the $BENCH_BATCH"
+echo "bench-audit: $(nproc) cores, capture $CAPTURE, ${PASSES:+$PASSES passes}${PASSES:-$BENCH_EVENTS events} per run, $PIPELINE"
 for workload in $WORKLOADS; do
   for n in $(seq "$REPEAT"); do
     for i in "${!BINARIES[@]}"; do
@@ -217,7 +235,7 @@ done
 
 {
   echo
-  echo "bench-audit, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, batching in the $BENCH_BATCH"
+  echo "bench-audit, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $PIPELINE"
   echo "| collector | workload | passes | events posted | MiB posted | CPU µs per posted event | events/s | drained (s) | bytes allocated per event | peak RSS (MiB) | audit spans expected / arrived / lost | object spans emitted / arrived / lost | duplicates | HTTP answers |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"

@@ -31,7 +31,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -171,8 +170,10 @@ type result struct {
 	cpu                      float64       // collector CPU seconds, first request to last span
 	peakRSS                  int64         // KiB
 	allocBytes               float64       // -1 when the collector does not expose it
-	auditExpected            int64
-	auditArrived             int64
+	auditExpected            int64 // traced events of the batches answered 200
+	auditArrived             int64 // of those, the ones whose span arrived
+	auditRefusedArrived      int64 // spans of refused batches that arrived anyway (see sink.account)
+	auditUnexpected          int64 // audit spans of no posted event
 	objectsEmitted           float64 // -1 when the collector does not expose it
 	objectsArrived           int64
 	otherArrived             int64
@@ -187,20 +188,6 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if cfg.events > 0 {
 		cfg.passes = max(1, (cfg.events+capture.Events-1)/capture.Events)
 	}
-	// Audit spans each batch yields, counted from the recording: rewriting changes identities only.
-	traced := make([]int64, len(capture.Batches))
-	for i, b := range capture.Batches {
-		var list auditcapture.EventList
-		if err := json.Unmarshal(b.Body, &list); err != nil {
-			return nil, fmt.Errorf("%s: %w", b.Source, err)
-		}
-		for j := range list.Items {
-			if auditcapture.Traced(&list.Items[j]) {
-				traced[i]++
-			}
-		}
-	}
-
 	sink, err := startSink(cfg)
 	if err != nil {
 		return nil, err
@@ -225,7 +212,12 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		return nil, err
 	}
 	total := cfg.passes * len(capture.Batches)
-	sent := make(chan int, total) // batch index of each request, in order
+	// Each request in order: its batch and the span IDs of the audit spans it should yield.
+	type request struct {
+		batch int
+		spans []pcommon.SpanID
+	}
+	sent := make(chan request, total)
 	writeErr := make(chan error, 1)
 
 	cpu0, err := cpuSeconds(cfg.pid, cfg.clkTck)
@@ -238,6 +230,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		defer close(sent)
 		w := bufio.NewWriterSize(conn, 256<<10)
 		var buf []byte
+		var ids []string
 		runStart := time.Now()
 		events := 0 // sent so far, for -rate
 		for pass := range cfg.passes {
@@ -267,13 +260,20 @@ func run(ctx context.Context, cfg config) (*result, error) {
 					return
 				}
 				res.bytes += int64(len(buf))
-				sent <- i
+				ids = capture.Batches[i].TracedAuditIDs(ids[:0], vals)
+				spans := make([]pcommon.SpanID, len(ids))
+				for j, id := range ids {
+					spans[j] = model.AuditSpanID(id)
+				}
+				sent <- request{i, spans}
 			}
 		}
 	}()
 
 	br := bufio.NewReaderSize(conn, 64<<10)
-	for i := range sent {
+	// Every audit span ID posted: true when its batch was answered 200.
+	posted := make(map[pcommon.SpanID]bool, total)
+	for r := range sent {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			select {
@@ -286,10 +286,13 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		res.batches++
-		res.events += int64(capture.Batches[i].Events)
+		res.events += int64(capture.Batches[r.batch].Events)
 		res.status[strconv.Itoa(resp.StatusCode)]++
+		for _, id := range r.spans {
+			posted[id] = resp.StatusCode == http.StatusOK
+		}
 		if resp.StatusCode == http.StatusOK {
-			res.auditExpected += traced[i]
+			res.auditExpected += int64(len(r.spans))
 		}
 	}
 	select {
@@ -308,13 +311,15 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		if s.last.IsZero() {
 			quiet = time.Since(start)
 		}
-		if (s.audit >= res.auditExpected && quiet >= cfg.quiet) || quiet >= max(5*cfg.quiet, 15*time.Second) || time.Now().After(deadline) || ctx.Err() != nil {
+		if (s.audit >= res.auditExpected && quiet >= cfg.quiet && sink.account(posted).missing == 0) || quiet >= max(5*cfg.quiet, 15*time.Second) || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	s := sink.snapshot()
-	res.auditArrived, res.objectsArrived, res.otherArrived, res.duplicates = s.audit, s.object, s.other, s.duplicates
+	a := sink.account(posted)
+	res.auditArrived, res.auditRefusedArrived, res.auditUnexpected = res.auditExpected-a.missing, a.refused, a.unexpected
+	res.objectsArrived, res.otherArrived, res.duplicates = s.object, s.other, s.duplicates
 	cpu1 := s.cpu
 	if s.last.IsZero() {
 		cpu1, _ = cpuSeconds(cfg.pid, cfg.clkTck)
@@ -340,6 +345,7 @@ type sink struct {
 
 	mu     sync.Mutex
 	seen   map[pcommon.SpanID]struct{}
+	audit  map[pcommon.SpanID]struct{} // the audit spans among them
 	counts snapshot
 	pid    int
 	clkTck float64
@@ -356,7 +362,7 @@ func startSink(cfg config) (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
-	s := &sink{srv: grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20)), seen: map[pcommon.SpanID]struct{}{}}
+	s := &sink{srv: grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20)), seen: map[pcommon.SpanID]struct{}{}, audit: map[pcommon.SpanID]struct{}{}}
 	ptraceotlp.RegisterGRPCServer(s.srv, s)
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
@@ -374,6 +380,36 @@ func (s *sink) snapshot() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts
+}
+
+// accounting compares the audit spans that arrived with those posted (true: answered 200).
+type accounting struct {
+	missing    int64 // posted in a batch answered 200, not arrived: lost
+	refused    int64 // posted in a refused batch, arrived anyway: k8s_object_link keeps the spans it
+	// holds for owner_wait whatever the next consumer answers (the apiserver's retry of the batch
+	// then finds them marked), so a 503 does not take back every span of its batch
+	unexpected int64 // arrived, never posted
+}
+
+func (s *sink) account(posted map[pcommon.SpanID]bool) accounting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var a accounting
+	for id, accepted := range posted {
+		_, arrived := s.audit[id]
+		switch {
+		case accepted && !arrived:
+			a.missing++
+		case !accepted && arrived:
+			a.refused++
+		}
+	}
+	for id := range s.audit {
+		if _, ok := posted[id]; !ok {
+			a.unexpected++
+		}
+	}
+	return a
 }
 
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
@@ -395,6 +431,7 @@ func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceot
 				switch typ.Str() {
 				case model.SpanTypeAudit:
 					s.counts.audit++
+					s.audit[sp.SpanID()] = struct{}{}
 				case model.SpanTypeObject:
 					s.counts.object++
 				default:
@@ -505,8 +542,15 @@ func (r *result) statusText() string {
 	return strings.Join(parts, " ")
 }
 
+func (r *result) refusedArrivedText() string {
+	if r.auditRefusedArrived == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d spans of refused batches arrived)", r.auditRefusedArrived)
+}
+
 func (r *result) lost() (audit int64, objects string) {
-	audit = r.auditExpected - r.auditArrived
+	audit = r.auditExpected - r.auditArrived + r.auditUnexpected
 	objects = "n/a"
 	if r.objectsEmitted >= 0 {
 		objects = strconv.FormatInt(int64(r.objectsEmitted)-r.objectsArrived, 10)
@@ -532,6 +576,10 @@ func (r *result) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  audit spans expected %d, arrived %d, lost %d; object spans emitted %s, arrived %d, lost %s; other %d; duplicate copies %d\n",
 		r.auditExpected, r.auditArrived, lostAudit, emitted, r.objectsArrived, lostObjects, r.otherArrived, r.duplicates)
+	if r.auditRefusedArrived > 0 || r.auditUnexpected > 0 {
+		fmt.Fprintf(w, "  also arrived: %d audit spans of refused batches (held by k8s_object_link, kept), %d of no posted event (counted as lost)\n",
+			r.auditRefusedArrived, r.auditUnexpected)
+	}
 }
 
 // tsv is the row bench-audit.sh turns into its table; the columns are its header's.
@@ -556,6 +604,6 @@ func (r *result) tsv() string {
 		fmt.Sprintf("%d / %d / %d", r.auditExpected, r.auditArrived, lostAudit),
 		fmt.Sprintf("%s / %d / %s", emitted, r.objectsArrived, lostObjects),
 		strconv.FormatInt(r.duplicates, 10),
-		r.statusText(),
+		r.statusText() + r.refusedArrivedText(),
 	}, "\t")
 }

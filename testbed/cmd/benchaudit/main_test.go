@@ -53,9 +53,16 @@ otelcol_process_runtime_total_alloc_bytes_other 7
 	}
 }
 
-// fakeCollector answers every webhook request 200 (or 503 for every refuseEvery-th one) and exports,
-// for each traced event of an accepted batch, an audit span with the receiver's span ID to the sink.
-func fakeCollector(t *testing.T, sinkAddr string, refuseEvery int) string {
+// fakeBehaviour is what fakeCollector does besides answering 200 and exporting.
+type fakeBehaviour struct {
+	refuseEvery   int  // answer every refuseEvery-th request 503
+	exportRefused bool // and export its spans all the same, as k8s_object_link does with spans it holds
+	dropFirst     bool // leave out the first traced event's span of the first accepted batch
+}
+
+// fakeCollector answers every webhook request 200 (or 503, see fakeBehaviour) and exports, for each
+// traced event of an accepted batch, an audit span with the receiver's span ID to the sink.
+func fakeCollector(t *testing.T, sinkAddr string, fb fakeBehaviour) string {
 	t.Helper()
 	conn, err := grpc.NewClient(sinkAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -63,8 +70,9 @@ func fakeCollector(t *testing.T, sinkAddr string, refuseEvery int) string {
 	}
 	client := ptraceotlp.NewGRPCClient(conn)
 	var (
-		mu sync.Mutex
-		n  int
+		mu      sync.Mutex
+		n       int
+		dropped bool
 	)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,9 +82,11 @@ func fakeCollector(t *testing.T, sinkAddr string, refuseEvery int) string {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		n++
-		refuse := refuseEvery > 0 && n%refuseEvery == 0
+		refuse := fb.refuseEvery > 0 && n%fb.refuseEvery == 0
+		drop := fb.dropFirst && !refuse && !dropped
+		dropped = dropped || drop
 		mu.Unlock()
-		if refuse {
+		if refuse && !fb.exportRefused {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
@@ -89,6 +99,10 @@ func fakeCollector(t *testing.T, sinkAddr string, refuseEvery int) string {
 		spans := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
 		for i := range list.Items {
 			if auditcapture.Traced(&list.Items[i]) {
+				if drop {
+					drop = false
+					continue
+				}
 				sp := spans.AppendEmpty()
 				sp.SetSpanID(model.AuditSpanID(list.Items[i].AuditID))
 				sp.Attributes().PutStr(model.AttrSpanType, model.SpanTypeAudit)
@@ -97,6 +111,9 @@ func fakeCollector(t *testing.T, sinkAddr string, refuseEvery int) string {
 		if _, err := client.Export(r.Context(), ptraceotlp.NewExportRequestFromTraces(td)); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
+		}
+		if refuse {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})}
 	go func() { _ = srv.Serve(lis) }()
@@ -119,20 +136,34 @@ func freeAddr(t *testing.T) string {
 
 func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		workload    auditcapture.Mode
-		refuseEvery int
+		name     string
+		workload auditcapture.Mode
+		fb       fakeBehaviour
+		// what the result must say of the audit spans
+		lost, refusedArrived bool
 	}{
-		{"replay: every traced event of every pass arrives once", auditcapture.Replay, 0},
-		{"fresh: every traced event of every pass arrives once", auditcapture.Fresh, 0},
-		{"refused batches are not expected", auditcapture.Replay, 3},
+		{name: "replay: every traced event of every pass arrives once", workload: auditcapture.Replay},
+		{name: "fresh: every traced event of every pass arrives once", workload: auditcapture.Fresh},
+		{name: "refused batches are not expected", workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3}},
+		{
+			name: "spans of refused batches that arrive anyway are counted apart, not as arrivals of accepted ones",
+			workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3, exportRefused: true}, refusedArrived: true,
+		},
+		{
+			name: "a span of an accepted batch that never arrives is lost, though refused spans arrive",
+			workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3, exportRefused: true, dropFirst: true},
+			lost: true, refusedArrived: true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sinkAddr := freeAddr(t)
 			cfg := config{
-				url: fakeCollector(t, sinkAddr, tc.refuseEvery), capture: []string{"../../fixtures/deployment"},
+				url: fakeCollector(t, sinkAddr, tc.fb), capture: []string{"../../fixtures/deployment"},
 				passes: 4, mode: tc.workload, sink: sinkAddr, pid: os.Getpid(), clkTck: 100,
 				quiet: 200 * time.Millisecond, drainTimeout: time.Minute, label: "fake",
+			}
+			if tc.lost {
+				cfg.drainTimeout = 3 * time.Second // the missing span never comes
 			}
 			if err := cfg.validate(); err != nil {
 				t.Fatal(err)
@@ -151,11 +182,20 @@ func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 			if tc.workload == auditcapture.Replay && res.bytes != int64(4*capture.Bytes) {
 				t.Errorf("replay sent %d bytes, want 4 × %d: a replay keeps the byte length", res.bytes, capture.Bytes)
 			}
-			if res.status["200"]+res.status["503"] != res.batches || (tc.refuseEvery > 0) != (res.status["503"] > 0) {
+			if res.status["200"]+res.status["503"] != res.batches || (tc.fb.refuseEvery > 0) != (res.status["503"] > 0) {
 				t.Errorf("answers %v for %d requests", res.status, res.batches)
 			}
-			if res.auditExpected == 0 || res.auditArrived != res.auditExpected || res.duplicates != 0 {
-				t.Errorf("audit spans expected %d, arrived %d, duplicates %d", res.auditExpected, res.auditArrived, res.duplicates)
+			lost, _ := res.lost()
+			wantLost := int64(0)
+			if tc.lost {
+				wantLost = 1
+			}
+			if res.auditExpected == 0 || res.auditArrived != res.auditExpected-wantLost || lost != wantLost || res.duplicates != 0 || res.auditUnexpected != 0 {
+				t.Errorf("audit spans expected %d, arrived %d, lost %d (want %d), unexpected %d, duplicates %d",
+					res.auditExpected, res.auditArrived, lost, wantLost, res.auditUnexpected, res.duplicates)
+			}
+			if tc.refusedArrived != (res.auditRefusedArrived > 0) {
+				t.Errorf("%d spans of refused batches arrived; want some: %v", res.auditRefusedArrived, tc.refusedArrived)
 			}
 		})
 	}
