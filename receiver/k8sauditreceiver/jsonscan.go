@@ -51,52 +51,55 @@ func skipSpace(d []byte, i int) int {
 func scanString(d []byte, i int) (end int, plain bool, err error) {
 	start := i
 	i++
-	plain = true
-	// Eight bytes at a time while none of them ends the string, starts an escape or is a
-	// control character: most of a body's bytes are in strings like these.
-	var high uint64
-	for i+8 <= len(d) {
-		x := binary.LittleEndian.Uint64(d[i:])
-		if stringStop(x) {
-			break
-		}
-		high |= x
-		i += 8
-	}
-	if high&swarHighs != 0 {
-		plain = false
-	}
-	for i < len(d) {
-		c := d[i]
-		switch {
-		case c == '"':
-			return i + 1, plain, nil
-		case c == '\\':
-			plain = false
-			if i+1 >= len(d) {
-				return 0, false, errAt(i, "unterminated string")
+	var high uint64 // the bytes read eight at a time, or'ed: a high bit is a non-ASCII byte
+	escaped := false
+	for {
+		// Eight bytes at a time while none of them ends the string, starts an escape or is a
+		// control character: most of a body's bytes are in strings like these. After an
+		// escape the scan comes back here (managedFields keys escape their first quote).
+		for i+8 <= len(d) {
+			x := binary.LittleEndian.Uint64(d[i:])
+			if stringStop(x) {
+				break
 			}
-			switch d[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(d) || hex4(d[i+2:i+6]) < 0 {
-					return 0, false, errAt(i, "invalid \\u escape")
+			high |= x
+			i += 8
+		}
+		// Byte by byte up to the byte that stopped the eight-byte scan.
+	bytes:
+		for i < len(d) {
+			c := d[i]
+			switch {
+			case c == '"':
+				return i + 1, !escaped && high&swarHighs == 0, nil
+			case c == '\\':
+				escaped = true
+				if i+1 >= len(d) {
+					return 0, false, errAt(i, "unterminated string")
 				}
-				i += 6
+				switch d[i+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					i += 2
+				case 'u':
+					if i+6 > len(d) || hex4(d[i+2:i+6]) < 0 {
+						return 0, false, errAt(i, "invalid \\u escape")
+					}
+					i += 6
+				default:
+					return 0, false, errAt(i, "invalid escape in string")
+				}
+				break bytes
+			case c < 0x20:
+				return 0, false, errAt(i, "control character in string")
 			default:
-				return 0, false, errAt(i, "invalid escape in string")
+				high |= uint64(c)
+				i++
 			}
-		case c < 0x20:
-			return 0, false, errAt(i, "control character in string")
-		case c >= utf8.RuneSelf:
-			plain = false
-			i++
-		default:
-			i++
+		}
+		if i >= len(d) {
+			return 0, false, errAt(start, "unterminated string")
 		}
 	}
-	return 0, false, errAt(start, "unterminated string")
 }
 
 // stringStop reports whether any of the eight bytes of x is a quote, a backslash or a control
