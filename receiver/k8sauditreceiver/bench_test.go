@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -146,6 +147,23 @@ func BenchmarkWebhook(b *testing.B) {
 // to end: after the first pass the writes are no-ops of known objects, the steady state of a
 // replayed stream. It reports CPU time and bytes allocated per posted event.
 func BenchmarkReplay(b *testing.B) {
+	variants, events := replayVariants(b)
+	_, h := benchReceiver(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		for _, body := range variants[n%len(variants)] {
+			post(b, h, body)
+		}
+		n++
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(events*b.N), "µs/event")
+}
+
+// replayVariants returns every recorded webhook body of every scenario in 64 variants, each
+// with every auditID rewritten (same length), and the number of events of one variant.
+func replayVariants(b *testing.B) ([][][]byte, int) {
 	paths, err := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook", "*.json"))
 	if err != nil || len(paths) == 0 {
 		b.Fatal("no recorded bodies")
@@ -176,17 +194,65 @@ func BenchmarkReplay(b *testing.B) {
 			}))
 		}
 	}
-	_, h := benchReceiver(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	n := 0
-	for b.Loop() {
-		for _, body := range variants[n%passes] {
+	return variants, events
+}
+
+// BenchmarkSpanFloor measures what the spans of a replayed pass cost whoever builds them: the
+// receiver's own output in BenchmarkReplay's steady state (a pass after the first), copied into
+// new pdata (pdata: CopyTo allocates every span, event, attribute and value wrapper a builder
+// must, but shares the strings, so it is a lower bound of building them) and encoded as OTLP
+// protobuf (otlp: what the otlp exporter does before gRPC frames it). Per posted event, next to
+// BenchmarkReplay's figure: the part of the audit path no decoder can save.
+func BenchmarkSpanFloor(b *testing.B) {
+	variants, events := replayVariants(b)
+	cfg := createDefaultConfig().(*Config)
+	cfg.Cluster = "bench"
+	sink := new(consumertest.TracesSink)
+	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := (&webhook{r: r, maxBody: 64 << 20, inFlight: newByteBudget(1 << 30)}).routes()
+	for pass := range 2 {
+		sink.Reset()
+		for _, body := range variants[pass] {
 			post(b, h, body)
 		}
-		n++
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(events*b.N), "µs/event")
+	batches, spans := sink.AllTraces(), sink.SpanCount()
+	if spans == 0 {
+		b.Fatal("a replayed pass gave no span")
+	}
+	var marshaler ptrace.ProtoMarshaler
+	encoded := 0
+	for _, td := range batches {
+		encoded += marshaler.TracesSize(td)
+	}
+	perEvent := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(events*b.N), "µs/event")
+		b.ReportMetric(float64(spans)/float64(events), "spans/event")
+		b.ReportMetric(float64(encoded)/float64(spans), "OTLP-B/span")
+	}
+	b.Run("pdata", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, td := range batches {
+				td.CopyTo(ptrace.NewTraces())
+			}
+		}
+		perEvent(b)
+	})
+	b.Run("otlp", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, td := range batches {
+				if _, err := marshaler.MarshalTraces(td); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		perEvent(b)
+	})
 }
 
 var auditIDPattern = regexp.MustCompile(`"auditID":"[0-9a-f]{8}`)
