@@ -195,7 +195,9 @@ func (f *flatBody) compactInto(dst []byte) []byte {
 	a, b := int(f.cut[0]), int(f.cut[1])
 	n := len(f.d) - (b - a)
 	if cap(dst) < n || cap(dst) > 2*n {
-		dst = make([]byte, 0, n)
+		// Grown as append grows: to the allocator's size class, memory the body takes anyway,
+		// so the next write's slightly larger body (a status filled in) still fits.
+		dst = slices.Grow([]byte(nil), n)
 	}
 	dst = append(dst[:0], f.d[:a]...)
 	return append(dst, f.d[b:]...)
