@@ -382,7 +382,8 @@ func encodeFlat(f *flatBody) string {
 }
 
 func (w *flatWork) encode(f *flatBody) string {
-	buf := w.appendValue(make([]byte, 0, len(f.d)), f, 0)
+	// Sized for the body without its managedFields, which the encoding leaves out.
+	buf := w.appendValue(make([]byte, 0, len(f.d)-int(f.cut[1]-f.cut[0])), f, 0)
 	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
 }
 
