@@ -360,6 +360,7 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	hold holdPolicy, dedup bool,
 ) (res processResult) {
 	r := newResolver(ctx, p.resolverDeps(), now)
+	defer r.release()
 	items, jb, spans := p.collectItems(ctx, r, td, hold, dedup)
 	if p.join != nil {
 		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}

@@ -619,3 +619,23 @@ func TestAReceiverWindowOtherThanTheProcessorsIsWarnedAboutNamingBoth(t *testing
 	// The spans still go on, re-parented under the processor's object spans.
 	assertChild(t, (&harness{t: t, p: p, sink: sink}).one("ReplicaSet default/demo-a"), (&harness{t: t, p: p, sink: sink}).activitySpan("audit h1"))
 }
+
+// A resolver's indexes go back for the next batch cleared: a node or a name → UID pair of one
+// batch must not be found by the next.
+func TestResolverIndexesComeBackCleared(t *testing.T) {
+	r := newResolver(context.Background(), resolverDeps{}, time.Now())
+	w := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.node(rsA, w)
+	r.names[rsA.NameKey()] = rsA.UID
+	nodes, names, order := r.nodes, r.names, r.order
+	if len(nodes) != 1 || len(names) != 1 || len(order) != 1 {
+		t.Fatalf("before release: %d nodes, %d names, %d in order; want 1 each", len(nodes), len(names), len(order))
+	}
+	r.release()
+	if len(nodes) != 0 || len(names) != 0 || order[0] != nil {
+		t.Errorf("after release: %d nodes, %d names, order[0] = %v; want all cleared", len(nodes), len(names), order[0])
+	}
+	if r.nodes != nil || r.names != nil || r.order != nil {
+		t.Error("the released resolver still holds its indexes")
+	}
+}

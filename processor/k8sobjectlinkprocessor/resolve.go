@@ -180,7 +180,38 @@ func (p *objectLinkProcessor) lookupForbidden(err error) {
 }
 
 func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
-	return &resolver{deps: deps, ctx: ctx, now: now, nodes: make(map[nodeID]*node), names: make(map[string]string)}
+	m := resolverMaps.Get().(*batchMaps)
+	return &resolver{deps: deps, ctx: ctx, now: now, nodes: m.nodes, names: m.names, order: m.order}
+}
+
+// batchMaps are a resolver's indexes, kept from batch to batch so that a batch does not grow
+// them anew: a map cleared keeps its buckets.
+type batchMaps struct {
+	nodes map[nodeID]*node
+	names map[string]string
+	order []*node
+}
+
+var resolverMaps = sync.Pool{New: func() any {
+	return &batchMaps{nodes: make(map[nodeID]*node), names: make(map[string]string)}
+}}
+
+// maxPooledNodes is the most nodes a batch's indexes may have held and still go back to
+// resolverMaps: a batch of unusually many objects leaves its large maps to the collector.
+const maxPooledNodes = 4096
+
+// release gives the resolver's indexes back for the next batch, cleared; the nodes themselves
+// stay with whoever holds them (the emitted object spans, held spans). The resolver is not used
+// afterwards.
+func (r *resolver) release() {
+	if len(r.order) > maxPooledNodes || len(r.names) > maxPooledNodes {
+		return
+	}
+	clear(r.nodes)
+	clear(r.names)
+	clear(r.order)
+	resolverMaps.Put(&batchMaps{nodes: r.nodes, names: r.names, order: r.order[:0]})
+	r.nodes, r.names, r.order = nil, nil, nil
 }
 
 // node returns the batch's node of obj in window w, creating it.
