@@ -170,11 +170,11 @@ type result struct {
 	cpu                      float64       // collector CPU seconds, first request to last span
 	peakRSS                  int64         // KiB
 	allocBytes               float64       // -1 when the collector does not expose it
-	auditExpected            int64 // traced events of the batches answered 200
-	auditArrived             int64 // of those, the ones whose span arrived
-	auditRefusedArrived      int64 // spans of refused batches that arrived anyway (see sink.account)
-	auditUnexpected          int64 // audit spans of no posted event
-	objectsEmitted           float64 // -1 when the collector does not expose it
+	auditExpected            int64         // traced events of the batches answered 200
+	auditArrived             int64         // of those, the ones whose span arrived
+	auditRefusedArrived      int64         // spans of refused batches that arrived anyway (see sink.account)
+	auditUnexpected          int64         // audit spans of no posted event
+	objectsEmitted           float64       // -1 when the collector does not expose it
 	objectsArrived           int64
 	otherArrived             int64
 	duplicates               int64
@@ -384,8 +384,8 @@ func (s *sink) snapshot() snapshot {
 
 // accounting compares the audit spans that arrived with those posted (true: answered 200).
 type accounting struct {
-	missing    int64 // posted in a batch answered 200, not arrived: lost
-	refused    int64 // posted in a refused batch, arrived anyway: k8s_object_link keeps the spans it
+	missing int64 // posted in a batch answered 200, not arrived: lost
+	refused int64 // posted in a refused batch, arrived anyway: k8s_object_link keeps the spans it
 	// holds for owner_wait whatever the next consumer answers (the apiserver's retry of the batch
 	// then finds them marked), so a 503 does not take back every span of its batch
 	unexpected int64 // arrived, never posted

@@ -146,11 +146,11 @@ func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 		{name: "fresh: every traced event of every pass arrives once", workload: auditcapture.Fresh},
 		{name: "refused batches are not expected", workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3}},
 		{
-			name: "spans of refused batches that arrive anyway are counted apart, not as arrivals of accepted ones",
+			name:     "spans of refused batches that arrive anyway are counted apart, not as arrivals of accepted ones",
 			workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3, exportRefused: true}, refusedArrived: true,
 		},
 		{
-			name: "a span of an accepted batch that never arrives is lost, though refused spans arrive",
+			name:     "a span of an accepted batch that never arrives is lost, though refused spans arrive",
 			workload: auditcapture.Replay, fb: fakeBehaviour{refuseEvery: 3, exportRefused: true, dropFirst: true},
 			lost: true, refusedArrived: true,
 		},
