@@ -13,6 +13,7 @@ import (
 	"slices"
 	"testing"
 
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -85,9 +86,14 @@ func metadataBatch(tb testing.TB) ([]byte, int) {
 }
 
 func benchReceiver(b *testing.B) (*auditReceiver, http.Handler) {
+	return benchReceiverTo(b, consumertest.NewNop())
+}
+
+// benchReceiverTo is benchReceiver with the spans going to next.
+func benchReceiverTo(b *testing.B, next consumer.Traces) (*auditReceiver, http.Handler) {
 	cfg := createDefaultConfig().(*Config)
 	cfg.Cluster = "bench"
-	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, next)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,14 +211,8 @@ func replayVariants(b *testing.B) ([][][]byte, int) {
 // BenchmarkReplay's figure: the part of the audit path no decoder can save.
 func BenchmarkSpanFloor(b *testing.B) {
 	variants, events := replayVariants(b)
-	cfg := createDefaultConfig().(*Config)
-	cfg.Cluster = "bench"
 	sink := new(consumertest.TracesSink)
-	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, sink)
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := (&webhook{r: r, maxBody: 64 << 20, inFlight: newByteBudget(1 << 30)}).routes()
+	_, h := benchReceiverTo(b, sink)
 	for pass := range 2 {
 		sink.Reset()
 		for _, body := range variants[pass] {
