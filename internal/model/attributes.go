@@ -76,6 +76,7 @@ const (
 	AttrEventRelatedName       = "k8s.event.related.name"
 	AttrEventRelatedNamespace  = "k8s.event.related.namespace"
 	AttrEventRelatedUID        = "k8s.event.related.uid"
+	AttrEventAggregated        = "k8s.event.aggregated" // true when the recorder combined similar Events; else absent
 )
 
 // Object spans emitted by the processor.

@@ -98,6 +98,9 @@ func (c *converter) appendSpan(b *model.TracesBuilder, ev *eventsv1.Event, occ o
 	putStr(attrs, model.AttrEventNote, ev.Note)
 	putStr(attrs, model.AttrEventReportingCtrl, ev.ReportingController)
 	putStr(attrs, model.AttrEventReportingInstance, ev.ReportingInstance)
+	if aggregated(ev) {
+		attrs.PutBool(model.AttrEventAggregated, true)
+	}
 	attrs.PutInt(model.AttrEventCount, int64(occ.count))
 	putStr(attrs, model.AttrEventUID, string(ev.UID))
 	putStr(attrs, model.AttrEventName, ev.Name)

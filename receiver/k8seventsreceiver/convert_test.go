@@ -12,11 +12,15 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-func convertOne(t *testing.T, ev *eventsv1.Event, occ occurrenceSpan) (ptrace.ResourceSpans, ptrace.Span) {
+// convertOne strips ev (an events.k8s.io/v1 or a core/v1 Event) and converts it as the pipeline does.
+func convertOne(t *testing.T, ev any, occ occurrenceSpan) (ptrace.ResourceSpans, ptrace.Span) {
 	t.Helper()
 	conv := &converter{cluster: "prod", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
 	b := model.NewTracesBuilder("scope", "v")
-	stripped, _ := strip(ev)
+	stripped, ok := strip(ev)
+	if !ok {
+		t.Fatalf("strip refused %T", ev)
+	}
 	conv.appendSpan(b, stripped, occ)
 	rs := b.Traces().ResourceSpans().At(0)
 	return rs, rs.ScopeSpans().At(0).Spans().At(0)
@@ -86,6 +90,95 @@ func TestConvertEventSpan(t *testing.T) {
 			t.Errorf("%d attributes, want %d: %v", len(got), len(want), got)
 		}
 	})
+}
+
+// asCore is ev as a core/v1 recorder writes it and the core/v1 watch delivers it.
+func asCore(ev *eventsv1.Event) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:          ev.ObjectMeta,
+		InvolvedObject:      ev.Regarding,
+		Reason:              ev.Reason,
+		Message:             ev.Note,
+		Source:              ev.DeprecatedSource,
+		FirstTimestamp:      ev.DeprecatedFirstTimestamp,
+		LastTimestamp:       ev.DeprecatedLastTimestamp,
+		Count:               ev.DeprecatedCount,
+		Type:                ev.Type,
+		EventTime:           ev.EventTime,
+		Action:              ev.Action,
+		Related:             ev.Related,
+		ReportingController: ev.ReportingController,
+		ReportingInstance:   ev.ReportingInstance,
+	}
+}
+
+// Who reported an Event is one rule for both API groups: reportingController, else the
+// (deprecated) source's component; reportingInstance, else its host. client-go's aggregator
+// writes Events with only the source (the deployment fixture's combined ScalingReplicaSet).
+func TestReporterIsOneRuleForBothAPIGroups(t *testing.T) {
+	src := corev1.EventSource{Component: "deployment-controller", Host: "cm-host-0"}
+	tests := []struct {
+		name                 string
+		controller, instance string
+		source               corev1.EventSource
+		wantCtrl, wantInst   string
+	}{
+		{"the reporting fields win over the source", "default-scheduler", "sched-0", src, "default-scheduler", "sched-0"},
+		{"only the source (an aggregated Event): its component and host", "", "", src, "deployment-controller", "cm-host-0"},
+		{"the controller set, the instance from the host", "replicaset-controller", "", src, "replicaset-controller", "cm-host-0"},
+		{"the instance set, the controller from the component", "", "kcm-1", src, "deployment-controller", "kcm-1"},
+		{"a component without host: no instance", "", "", corev1.EventSource{Component: "node-controller"}, "node-controller", ""},
+		{"nothing at all: neither attribute", "", "", corev1.EventSource{}, "", ""},
+	}
+	for _, tt := range tests {
+		ev := testEvent("r", "1", func(ev *eventsv1.Event) {
+			ev.ReportingController, ev.ReportingInstance, ev.DeprecatedSource = tt.controller, tt.instance, tt.source
+		})
+		for _, in := range []struct {
+			group string
+			ev    any
+		}{{"events.k8s.io/v1", ev}, {"core/v1", asCore(ev)}} {
+			t.Run(in.group+"/"+tt.name, func(t *testing.T) {
+				_, span := convertOne(t, in.ev, occurrenceSpan{count: 1, id: "1", at: t0})
+				attrs := span.Attributes().AsRaw()
+				for key, want := range map[string]string{model.AttrEventReportingCtrl: tt.wantCtrl, model.AttrEventReportingInstance: tt.wantInst} {
+					got, ok := attrs[key]
+					if want == "" && ok || want != "" && got != want {
+						t.Errorf("%s = %v (present %t), want %q", key, got, ok, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// An Event client-go's recorder combined from similar Events says so: k8s.event.aggregated=true,
+// absent on any other Event.
+func TestAggregatedEventsSaySo(t *testing.T) {
+	tests := []struct {
+		name, note string
+		want       bool
+	}{
+		{"the aggregator's prefix", "(combined from similar events): Scaled down replica set demo-65b6865b5c from 1 to 0", true},
+		{"a plain note", "Scaled down replica set demo-65b6865b5c from 1 to 0", false},
+		{"the words elsewhere in the note", "Back-off restarting (combined from similar events)", false},
+		{"an empty note", "", false},
+	}
+	for _, tt := range tests {
+		ev := testEvent("g", "1", func(ev *eventsv1.Event) { ev.Note = tt.note })
+		for _, in := range []struct {
+			group string
+			ev    any
+		}{{"events.k8s.io/v1", ev}, {"core/v1", asCore(ev)}} {
+			t.Run(in.group+"/"+tt.name, func(t *testing.T) {
+				_, span := convertOne(t, in.ev, occurrenceSpan{count: 1, id: "1", at: t0})
+				got, ok := span.Attributes().AsRaw()[model.AttrEventAggregated]
+				if ok != tt.want || ok && got != true {
+					t.Errorf("%s = %v (present %t), want present and true: %t", model.AttrEventAggregated, got, ok, tt.want)
+				}
+			})
+		}
+	}
 }
 
 func TestConvertClusterScopedAndUnknownKinds(t *testing.T) {

@@ -2,6 +2,7 @@ package k8seventsreceiver
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,12 +17,10 @@ import (
 func strip(obj any) (*eventsv1.Event, bool) {
 	switch ev := obj.(type) {
 	case *eventsv1.Event:
-		return &eventsv1.Event{
+		out := &eventsv1.Event{
 			ObjectMeta:               stripMeta(&ev.ObjectMeta),
 			EventTime:                ev.EventTime,
 			Series:                   ev.Series,
-			ReportingController:      ev.ReportingController,
-			ReportingInstance:        ev.ReportingInstance,
 			Action:                   ev.Action,
 			Reason:                   ev.Reason,
 			Regarding:                ev.Regarding,
@@ -31,14 +30,14 @@ func strip(obj any) (*eventsv1.Event, bool) {
 			DeprecatedFirstTimestamp: ev.DeprecatedFirstTimestamp,
 			DeprecatedLastTimestamp:  ev.DeprecatedLastTimestamp,
 			DeprecatedCount:          ev.DeprecatedCount,
-		}, true
+		}
+		out.ReportingController, out.ReportingInstance = reporter(ev.ReportingController, ev.ReportingInstance, ev.DeprecatedSource)
+		return out, true
 	case *corev1.Event:
 		// The mapping mirrors the apiserver's own conversion between the two API groups.
 		out := &eventsv1.Event{
 			ObjectMeta:               stripMeta(&ev.ObjectMeta),
 			EventTime:                ev.EventTime,
-			ReportingController:      ev.ReportingController,
-			ReportingInstance:        ev.ReportingInstance,
 			Action:                   ev.Action,
 			Reason:                   ev.Reason,
 			Regarding:                ev.InvolvedObject,
@@ -49,12 +48,7 @@ func strip(obj any) (*eventsv1.Event, bool) {
 			DeprecatedLastTimestamp:  ev.LastTimestamp,
 			DeprecatedCount:          ev.Count,
 		}
-		if out.ReportingController == "" {
-			out.ReportingController = ev.Source.Component
-		}
-		if out.ReportingInstance == "" {
-			out.ReportingInstance = ev.Source.Host
-		}
+		out.ReportingController, out.ReportingInstance = reporter(ev.ReportingController, ev.ReportingInstance, ev.Source)
 		if ev.Series != nil {
 			out.Series = &eventsv1.EventSeries{Count: ev.Series.Count, LastObservedTime: ev.Series.LastObservedTime}
 		}
@@ -63,6 +57,32 @@ func strip(obj any) (*eventsv1.Event, bool) {
 		return strip(&ev)
 	}
 	return nil, false
+}
+
+// reporter is who reported an Event, by one rule for both API groups: reportingController, else
+// the source's component; reportingInstance, else the source's host, each field on its own.
+// client-go's core/v1 recorder (tools/record, which kube-controller-manager's controllers use)
+// fills both pairs, but the Event its aggregator builds copies only source, which events.k8s.io/v1
+// serves as deprecatedSource: without the fallback that API group loses the reporter of exactly
+// the Events of a busy controller.
+func reporter(controller, instance string, src corev1.EventSource) (string, string) {
+	if controller == "" {
+		controller = src.Component
+	}
+	if instance == "" {
+		instance = src.Host
+	}
+	return controller, instance
+}
+
+// aggregatedPrefix starts the message of an Event that client-go's recorder made by combining
+// similar Events (tools/record's EventAggregator: same source, object, type and reason, 10
+// different messages within 10 minutes); the message is the latest one's, after the prefix.
+const aggregatedPrefix = "(combined from similar events)"
+
+// aggregated reports whether the recorder combined similar Events into ev.
+func aggregated(ev *eventsv1.Event) bool {
+	return strings.HasPrefix(ev.Note, aggregatedPrefix)
 }
 
 func stripMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,6 +252,26 @@ func TestDeploymentFixtureNarratesTheRollout(t *testing.T) {
 	}
 	if !repeated {
 		t.Errorf("no ScalingReplicaSet Event produced two occurrence spans: %v", counts)
+	}
+	// Every ScalingReplicaSet names the deployment controller, also those client-go's aggregator
+	// combined, which carry it only as deprecatedSource.component; and those say they are combined.
+	var combined int
+	for _, s := range spans {
+		attrs := s.Attributes().AsRaw()
+		if attrs[model.AttrEventReportingCtrl] != "deployment-controller" {
+			t.Errorf("ScalingReplicaSet %q: %s = %v, want deployment-controller", attrs[model.AttrEventNote], model.AttrEventReportingCtrl, attrs[model.AttrEventReportingCtrl])
+		}
+		note, _ := attrs[model.AttrEventNote].(string)
+		isCombined := strings.HasPrefix(note, "(combined from similar events)")
+		if isCombined {
+			combined++
+		}
+		if got, _ := attrs[model.AttrEventAggregated].(bool); got != isCombined {
+			t.Errorf("ScalingReplicaSet %q: %s = %v", attrs[model.AttrEventNote], model.AttrEventAggregated, attrs[model.AttrEventAggregated])
+		}
+	}
+	if combined == 0 {
+		t.Error("the fixture's combined ScalingReplicaSet Events gave no span")
 	}
 }
 
