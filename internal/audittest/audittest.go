@@ -26,7 +26,7 @@ func PostCapture(t testing.TB, posts []string, window time.Duration, next consum
 	f := k8sauditreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*k8sauditreceiver.Config)
 	if window > 0 {
-		cfg.Window = window
+		cfg.Conversion.Window = window
 	}
 	endpoint := freeAddr(t)
 	cfg.ServerConfig.NetAddr.Endpoint = endpoint

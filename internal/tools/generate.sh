@@ -13,9 +13,9 @@ set -euo pipefail
 : "${MDATAGEN:?MDATAGEN must name the mdatagen binary (make generate builds it)}"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-mapfile -t dirs < <(find receiver processor -mindepth 2 -maxdepth 2 -name metadata.yaml -printf '%h\n' | sort)
+mapfile -t dirs < <(find receiver processor connector -mindepth 2 -maxdepth 2 -name metadata.yaml -printf '%h\n' | sort)
 if [ "${#dirs[@]}" -eq 0 ]; then
-  echo "no metadata.yaml under receiver/ or processor/" >&2
+  echo "no metadata.yaml under receiver/, processor/ or connector/" >&2
   exit 1
 fi
 

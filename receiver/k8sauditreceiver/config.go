@@ -8,8 +8,8 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -42,30 +42,10 @@ type Config struct {
 	// "beginning". A file that appears after start is always read from its beginning.
 	StartAt string `mapstructure:"start_at"`
 
-	// IncludeReadVerbs turns get, list and watch requests into spans too.
-	IncludeReadVerbs bool `mapstructure:"include_read_verbs"`
-	// ExcludeResources are resources whose audit events never become spans.
-	ExcludeResources []GroupResource `mapstructure:"exclude_resources"`
-	// ExcludeUserAgents are user-agent prefixes whose audit events never become spans.
-	ExcludeUserAgents []string `mapstructure:"exclude_user_agents"`
-
-	// DiffCacheSize is the number of objects whose last body is kept for k8s.object.diff.
-	// Zero turns diffs (and conflict links) off.
-	DiffCacheSize int `mapstructure:"diff_cache_size"`
-	// DiffCacheMaxBytes bounds the estimated bytes of that cache too (bodies differ a
-	// thousandfold in size); least recently used objects leave first.
-	DiffCacheMaxBytes int64 `mapstructure:"diff_cache_max_bytes"`
-	// RedactResources are resources whose data and stringData values, and whose
-	// last-applied-configuration annotation, are never exported.
-	RedactResources []GroupResource `mapstructure:"redact_resources"`
-
-	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
-	// write's audit span to the trace that asked for it.
-	TraceContextAnnotation string `mapstructure:"trace_context_annotation"`
-
-	// Window is the object-span window; it must equal the k8s_object_link processor's window so
-	// that both derive the same IDs.
-	Window time.Duration `mapstructure:"window"`
+	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
+	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources,
+	// trace_context_annotation, window), shared with the k8s_audit connector.
+	Conversion auditconv.Settings `mapstructure:",squash"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -85,19 +65,8 @@ const (
 	startAtBeginning = "beginning"
 )
 
-// GroupResource names an API resource. Resource "*" matches every resource of the group; a
-// resource with a subresource ("pods/status") matches only that subresource.
-type GroupResource struct {
-	Group    string `mapstructure:"group"`
-	Resource string `mapstructure:"resource"`
-}
-
-func (gr GroupResource) String() string {
-	if gr.Group == "" {
-		return gr.Resource
-	}
-	return gr.Resource + "." + gr.Group
-}
+// GroupResource names an API resource (see auditconv.GroupResource).
+type GroupResource = auditconv.GroupResource
 
 // validClusterName is the project's one cluster-name rule (internal/model), shared with the
 // other components: the path /audit/{cluster} carries the name as one URL path segment.
@@ -149,47 +118,10 @@ func (cfg *Config) Validate() error {
 	if cfg.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll_interval: must be positive, got %s", cfg.PollInterval))
 	}
-	for i, gr := range cfg.ExcludeResources {
-		if err := gr.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("exclude_resources[%d]: %w", i, err))
-		}
-	}
-	for i, gr := range cfg.RedactResources {
-		if err := gr.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("redact_resources[%d]: %w", i, err))
-		}
-	}
-	for i, ua := range cfg.ExcludeUserAgents {
-		if ua == "" {
-			errs = append(errs, fmt.Errorf("exclude_user_agents[%d]: an empty prefix would exclude every event", i))
-		}
-	}
-	if cfg.DiffCacheSize < 0 {
-		errs = append(errs, fmt.Errorf("diff_cache_size: must not be negative, got %d", cfg.DiffCacheSize))
-	}
-	if cfg.DiffCacheSize > 0 && cfg.DiffCacheMaxBytes <= 0 {
-		errs = append(errs, fmt.Errorf("diff_cache_max_bytes: must be positive while diff_cache_size is, got %d (diff_cache_size: 0 turns diffs off)", cfg.DiffCacheMaxBytes))
-	}
-	if err := model.ValidateWindow(cfg.Window); err != nil {
+	if err := cfg.Conversion.Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if msgs := validation.IsQualifiedName(cfg.TraceContextAnnotation); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", cfg.TraceContextAnnotation, strings.Join(msgs, "; ")))
 	}
 	return errors.Join(errs...)
 }
 
 func (cfg *Config) webhookEnabled() bool { return cfg.ServerConfig.NetAddr.Endpoint != "" }
-
-func (gr GroupResource) validate() error {
-	if gr.Resource == "" {
-		return errors.New("resource: empty (use \"*\" for every resource of the group)")
-	}
-	if strings.Count(gr.Resource, "/") > 1 || strings.HasPrefix(gr.Resource, "/") || strings.HasSuffix(gr.Resource, "/") {
-		return fmt.Errorf("resource: %q must be a resource or resource/subresource", gr.Resource)
-	}
-	if strings.Contains(gr.Group, "/") {
-		return fmt.Errorf("group: %q is a group, not an apiVersion (leave the version out)", gr.Group)
-	}
-	return nil
-}

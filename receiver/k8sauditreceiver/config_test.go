@@ -29,14 +29,14 @@ func TestLoadConfig(t *testing.T) {
 			if cfg.ServerConfig.NetAddr.Endpoint != "localhost:9880" {
 				t.Errorf("endpoint = %q", cfg.ServerConfig.NetAddr.Endpoint)
 			}
-			if len(cfg.ExcludeResources) != 3 || cfg.ExcludeResources[0] != (GroupResource{Group: "coordination.k8s.io", Resource: "leases"}) {
-				t.Errorf("exclude_resources = %v", cfg.ExcludeResources)
+			if len(cfg.Conversion.ExcludeResources) != 3 || cfg.Conversion.ExcludeResources[0] != (GroupResource{Group: "coordination.k8s.io", Resource: "leases"}) {
+				t.Errorf("exclude_resources = %v", cfg.Conversion.ExcludeResources)
 			}
-			if len(cfg.RedactResources) != 1 || cfg.RedactResources[0].Resource != "secrets" {
-				t.Errorf("redact_resources = %v", cfg.RedactResources)
+			if len(cfg.Conversion.RedactResources) != 1 || cfg.Conversion.RedactResources[0].Resource != "secrets" {
+				t.Errorf("redact_resources = %v", cfg.Conversion.RedactResources)
 			}
-			if cfg.DiffCacheSize != 100_000 || cfg.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.IncludeReadVerbs ||
-				cfg.TraceContextAnnotation != "trace.kubernetes.io/context" {
+			if cfg.Conversion.DiffCacheSize != 100_000 || cfg.Conversion.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.Conversion.IncludeReadVerbs ||
+				cfg.Conversion.TraceContextAnnotation != "trace.kubernetes.io/context" {
 				t.Errorf("defaults = %+v", cfg)
 			}
 		}},
@@ -47,13 +47,13 @@ func TestLoadConfig(t *testing.T) {
 			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
 				t.Errorf("cluster/files/storage = %q %v %v", cfg.Cluster, cfg.Files, cfg.Storage)
 			}
-			if cfg.PollInterval != time.Second || cfg.StartAt != "beginning" || !cfg.IncludeReadVerbs || cfg.Window != time.Hour {
+			if cfg.PollInterval != time.Second || cfg.StartAt != "beginning" || !cfg.Conversion.IncludeReadVerbs || cfg.Conversion.Window != time.Hour {
 				t.Errorf("poll/start/reads/window = %+v", cfg)
 			}
-			if len(cfg.ExcludeResources) != 2 || cfg.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
-				t.Errorf("exclude_resources = %v", cfg.ExcludeResources)
+			if len(cfg.Conversion.ExcludeResources) != 2 || cfg.Conversion.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
+				t.Errorf("exclude_resources = %v", cfg.Conversion.ExcludeResources)
 			}
-			if len(cfg.ExcludeUserAgents) != 1 || cfg.DiffCacheSize != 5000 || len(cfg.RedactResources) != 2 || cfg.TraceContextAnnotation != "example.com/traceparent" {
+			if len(cfg.Conversion.ExcludeUserAgents) != 1 || cfg.Conversion.DiffCacheSize != 5000 || len(cfg.Conversion.RedactResources) != 2 || cfg.Conversion.TraceContextAnnotation != "example.com/traceparent" {
 				t.Errorf("user agents/cache/redact = %+v", cfg)
 			}
 		}},
@@ -71,8 +71,8 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "an empty exclusion list and a zero cache turn the defaults off", id: component.MustNewIDWithName("k8s_audit", "no_diffs"), check: func(t *testing.T, cfg *Config) {
-			if len(cfg.ExcludeResources) != 0 || cfg.DiffCacheSize != 0 {
-				t.Errorf("exclude = %v, cache = %d", cfg.ExcludeResources, cfg.DiffCacheSize)
+			if len(cfg.Conversion.ExcludeResources) != 0 || cfg.Conversion.DiffCacheSize != 0 {
+				t.Errorf("exclude = %v, cache = %d", cfg.Conversion.ExcludeResources, cfg.Conversion.DiffCacheSize)
 			}
 		}},
 		{name: "a cluster name that is not one path segment is refused", id: component.MustNewIDWithName("k8s_audit", "bad_cluster"), wantErr: "cluster:"},

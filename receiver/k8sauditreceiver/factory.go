@@ -9,18 +9,12 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
 
-	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 const (
-	defaultEndpoint      = "localhost:9880"
-	defaultDiffCacheSize = 100_000
-	// 64 MiB holds about 20,000 live Pods (a body of 1.7–2.5 KB as JSON without managedFields,
-	// and about 1.1 KB for the entry and its last writes, measured on the fixtures), and keeps
-	// the receiver within the memory of a small collector however large the objects: 1,200
-	// ConfigMaps near etcd's 1.5 MiB limit took the count-bounded cache alone to 3.26 GB.
-	defaultDiffCacheMaxBytes = 64 << 20
+	defaultEndpoint = "localhost:9880"
 	// A quarter second keeps file mode's added latency below the apiserver's own webhook
 	// batching (--audit-webhook-batch-max-wait) while costing one stat per file per tick.
 	defaultPollInterval = 250 * time.Millisecond
@@ -73,18 +67,7 @@ func createDefaultConfig() component.Config {
 		MaxInFlightBytes: defaultMaxInFlightBytes,
 		PollInterval:     defaultPollInterval,
 		StartAt:          startAtEnd,
-		// Leases are renewed every few seconds by every node and controller and Events are
-		// the narration of the k8s_event_spans receiver: as audit spans both are pure noise.
-		ExcludeResources: []GroupResource{
-			{Group: "coordination.k8s.io", Resource: "leases"},
-			{Group: "", Resource: "events"},
-			{Group: "events.k8s.io", Resource: "events"},
-		},
-		DiffCacheSize:          defaultDiffCacheSize,
-		DiffCacheMaxBytes:      defaultDiffCacheMaxBytes,
-		RedactResources:        []GroupResource{{Group: "", Resource: "secrets"}},
-		Window:                 model.DefaultWindow,
-		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
+		Conversion:       auditconv.DefaultSettings(),
 	}
 }
 

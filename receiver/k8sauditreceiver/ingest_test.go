@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 )
 
 // TestOneBadItemIsRefusedAlone: items that are JSON but not valid events are refused one by
@@ -20,13 +22,13 @@ import (
 func TestOneBadItemIsRefusedAlone(t *testing.T) {
 	env := startWebhook(t, nil)
 	items := []string{
-		fmt.Sprintf(oneCreate, "good-1"),
-		strings.Replace(fmt.Sprintf(oneCreate, "bad-time"), `"2026-11-21T10:45:54.106207Z"`, `"21/11/2026"`, 1),
-		strings.Replace(fmt.Sprintf(oneCreate, "bad-verb"), `"verb":"create"`, `"verb":["create"]`, 1),
+		fmt.Sprintf(auditconvtest.OneCreate, "good-1"),
+		strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "bad-time"), `"2026-11-21T10:45:54.106207Z"`, `"21/11/2026"`, 1),
+		strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "bad-verb"), `"verb":"create"`, `"verb":["create"]`, 1),
 		`"not an event"`,
-		strings.Replace(fmt.Sprintf(oneCreate, "year-1"), `"2026-11-21T10:45:54.106207Z"`, `"0001-06-01T00:00:00Z"`, 1),
-		strings.Replace(fmt.Sprintf(oneCreate, "year-9999"), `"2026-11-21T10:45:54.106207Z"`, `"9999-12-31T23:59:59Z"`, 1),
-		fmt.Sprintf(oneCreate, "good-2"),
+		strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "year-1"), `"2026-11-21T10:45:54.106207Z"`, `"0001-06-01T00:00:00Z"`, 1),
+		strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "year-9999"), `"2026-11-21T10:45:54.106207Z"`, `"9999-12-31T23:59:59Z"`, 1),
+		fmt.Sprintf(auditconvtest.OneCreate, "good-2"),
 	}
 	if code := postItems(t, env.url, items...); code != http.StatusOK {
 		t.Fatalf("status %d, want 200: the good items are taken", code)
@@ -34,47 +36,11 @@ func TestOneBadItemIsRefusedAlone(t *testing.T) {
 	if got := strings.Join(env.next.ids(), ","); got != "good-1,good-2" {
 		t.Fatalf("spans for %s, want good-1,good-2", got)
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidEvent); n != 3 {
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", auditconv.ReasonInvalidEvent); n != 3 {
 		t.Fatalf("dropped invalid_event = %d, want 3", n)
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidTimestamp); n != 2 {
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", auditconv.ReasonInvalidTimestamp); n != 2 {
 		t.Fatalf("dropped invalid_timestamp = %d, want 2", n)
-	}
-}
-
-// TestStageTimestampIsClamped: a stage timestamp before the request's, or far in the future,
-// cannot end the span: it ends when it began and says it was clamped.
-func TestStageTimestampIsClamped(t *testing.T) {
-	c := testConverter()
-	c.now = func() time.Time { return time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) }
-	ref := objectReference{Resource: "configmaps", Namespace: "default", Name: "cm", APIVersion: "v1"}
-	for _, tc := range []struct {
-		name    string
-		stage   time.Duration
-		clamped bool
-	}{
-		{"stage before request", -time.Second, true},
-		{"stage in the year 9999", time.Until(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)), true},
-		{"stage after request", 3 * time.Millisecond, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ev := event("a-"+tc.name, "create", "alice", ref, 201)
-			ev.StageTimestamp = ev.RequestReceivedTimestamp.Add(tc.stage)
-			span := onlySpan(t, must(convertOne(t, c, ev)))
-			_, has := span.Attributes().Get(attrClamped)
-			if has != tc.clamped {
-				t.Fatalf("clamped attribute present = %v, want %v", has, tc.clamped)
-			}
-			if tc.clamped && span.EndTimestamp() != span.StartTimestamp() {
-				t.Fatal("a clamped span ends when it starts")
-			}
-		})
-	}
-	future := event("future", "create", "alice", ref, 201)
-	future.RequestReceivedTimestamp = c.now().Add(48 * time.Hour)
-	future.StageTimestamp = future.RequestReceivedTimestamp
-	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[reasonInvalidTimestamp] != 1 {
-		t.Fatalf("an event received two days from now: %d spans, dropped %v", td.SpanCount(), st.dropped)
 	}
 }
 
@@ -190,14 +156,14 @@ func postItems(t *testing.T, url string, items ...string) int {
 func TestFilteredBodiesAreDelimitedNotValidated(t *testing.T) {
 	const bad = `{"kind":"ConfigMapList","items":[{"data":{"n":01,"s":"\q"}}]}`
 	withBody := func(id, verb, body string) string {
-		ev := strings.Replace(fmt.Sprintf(oneCreate, id), `"verb":"create"`, `"verb":"`+verb+`"`, 1)
+		ev := strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, id), `"verb":"create"`, `"verb":"`+verb+`"`, 1)
 		return strings.Replace(ev, `"requestReceivedTimestamp"`, `"responseObject":`+body+`,"requestReceivedTimestamp"`, 1)
 	}
 	env := startWebhook(t, nil)
-	if code := postItems(t, env.url, withBody("list", "list", bad), fmt.Sprintf(oneCreate, "ok")); code != http.StatusOK {
+	if code := postItems(t, env.url, withBody("list", "list", bad), fmt.Sprintf(auditconvtest.OneCreate, "ok")); code != http.StatusOK {
 		t.Fatalf("a malformed body of a filtered read: status %d, want 200", code)
 	}
-	if n := env.next.spans(); n != 1 || env.counted(t, "otelcol_k8s_audit_filtered_events", reasonReadVerb) != 1 {
+	if n := env.next.spans(); n != 1 || env.counted(t, "otelcol_k8s_audit_filtered_events", auditconv.ReasonReadVerb) != 1 {
 		t.Fatalf("%d spans, want the create's alone, the list counted as a filtered read", n)
 	}
 	if code := postItems(t, env.url, withBody("write", "create", bad)); code != http.StatusBadRequest {
@@ -205,7 +171,7 @@ func TestFilteredBodiesAreDelimitedNotValidated(t *testing.T) {
 	}
 
 	// objectRef after the body: the decoder saw a non-resource request when it reached it.
-	late := fmt.Sprintf(oneCreate, "late")
+	late := fmt.Sprintf(auditconvtest.OneCreate, "late")
 	ref := late[strings.Index(late, `"objectRef"`):strings.Index(late, `,"responseStatus"`)]
 	late = strings.Replace(late, ref+",", "", 1)
 	late = strings.Replace(late, `"stageTimestamp"`, ref+`,"stageTimestamp"`, 1)
@@ -219,7 +185,7 @@ func TestFilteredBodiesAreDelimitedNotValidated(t *testing.T) {
 	if got := env.next.ids(); !slices.Contains(got, "late-good") || slices.Contains(got, "late") {
 		t.Fatalf("spans of %v: want late-good's and not late's, whose body is malformed", got)
 	}
-	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", reasonInvalidEvent); n != 1 {
+	if n := env.counted(t, "otelcol_k8s_audit_dropped_events", auditconv.ReasonInvalidEvent); n != 1 {
 		t.Fatalf("dropped invalid events = %d, want 1", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/enumtest"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -16,14 +17,15 @@ var recordedReasons = map[string][]string{
 		reasonPipelineFailure, reasonInFlightBytes,
 	},
 	"filtered_reason": {
-		reasonStage, reasonReadVerb, reasonVerb, reasonNonResource, reasonExcludedResource,
-		reasonExcludedUserAgent, reasonDryRun,
+		auditconv.ReasonStage, auditconv.ReasonReadVerb, auditconv.ReasonVerb, auditconv.ReasonNonResource, auditconv.ReasonExcludedResource,
+		auditconv.ReasonExcludedUserAgent, auditconv.ReasonDryRun,
 	},
 	"dropped_reason": {
-		reasonInvalidEvent, reasonInvalidTimestamp, reasonMalformedLine, reasonLineTooLong,
-		reasonConsumerPermanent,
+		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonMalformedLine, reasonLineTooLong,
+		auditconv.ReasonConsumerPermanent,
 	},
-	"eviction_reason": {reasonEvictedCount, reasonEvictedBytes, reasonEvictedTooLarge},
+	"input":           {inputNameWebhook, inputNameFile},
+	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
 		model.TraceparentZeroID, model.TraceparentTrailing,
@@ -36,6 +38,13 @@ func TestReasonsMatchMetadata(t *testing.T) {
 	enumtest.Check(t, "metadata.yaml", recordedReasons)
 	enumtest.Declared(t, "telemetry.go", func(name string) bool { return strings.HasPrefix(name, "reason") }, recordedReasons)
 	enumtest.Declared(t, "../../internal/model/links.go", func(name string) bool { return strings.HasPrefix(name, "Traceparent") }, recordedReasons)
+	enumtest.Declared(t, "../../internal/auditconv/api.go", func(name string) bool { return strings.HasPrefix(name, "reason") }, recordedReasons)
+	enumtest.NoLiterals(t, "../../internal/auditconv",
+		enumtest.Call{Func: "drop"},
+		enumtest.Call{Func: "filter"},
+		enumtest.Call{Func: "badContext"},
+		enumtest.Call{Func: "onEvict"},
+	)
 	enumtest.NoLiterals(t, ".",
 		enumtest.Call{Func: "withReason"},
 		enumtest.Call{Func: "addWithReason", Arg: 3},

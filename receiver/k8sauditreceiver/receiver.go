@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
@@ -32,7 +33,8 @@ type auditReceiver struct {
 	telemetry *metadata.TelemetryBuilder
 	obsHTTP   *receiverhelper.ObsReport
 	obsFile   *receiverhelper.ObsReport
-	conv      *converter
+	tel       auditconv.Telemetry
+	conv      *auditconv.Converter
 	// shutdownBudget bounds Shutdown when its context has no deadline.
 	shutdownBudget time.Duration
 
@@ -66,15 +68,22 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 		cfg: cfg, set: set, next: next, telemetry: tb, obsHTTP: obsHTTP, obsFile: obsFile,
 		shutdownBudget: defaultShutdownBudget,
 	}
-	r.conv = newConverter(cfg, set.BuildInfo.Version, func(delta int64) {
-		tb.K8sAuditDiffCacheObjects.Add(context.Background(), delta)
-	})
-	r.conv.logger = sampledLogger(set.Logger)
-	if r.conv.cache != nil {
-		r.conv.cache.boundBytes(cfg.DiffCacheMaxBytes,
-			func(delta int64) { tb.K8sAuditDiffCacheBytes.Add(context.Background(), delta) },
-			func(reason string) { tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1, withReason(reason)) })
+	r.tel = auditconv.Telemetry{
+		FilteredEvents:      tb.K8sAuditFilteredEvents,
+		DroppedEvents:       tb.K8sAuditDroppedEvents,
+		TraceContextInvalid: tb.K8sAuditTraceContextInvalid,
+		CacheObjects:        tb.K8sAuditDiffCacheObjects,
+		CacheBytes:          tb.K8sAuditDiffCacheBytes,
+		CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
+		ReceiveLag:          tb.K8sAuditReceiveLag,
 	}
+	r.conv = auditconv.New(auditconv.Options{
+		Settings:     cfg.Conversion,
+		ScopeName:    metadata.ScopeName,
+		ScopeVersion: set.BuildInfo.Version,
+		Logger:       sampledLogger(set.Logger),
+		Telemetry:    r.tel,
+	})
 	return r, nil
 }
 
@@ -125,8 +134,8 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 // telemetry, and the file settings.
 func (r *auditReceiver) tailerDeps() tailerDeps {
 	return tailerDeps{
-		consume: func(ctx context.Context, events []auditEvent) error {
-			_, err := r.consume(ctx, r.obsFile, r.cfg.Cluster, events)
+		consume: func(ctx context.Context, events []auditconv.Event) error {
+			_, err := r.consume(ctx, r.obsFile, inputFile, r.cfg.Cluster, events)
 			return err
 		},
 		conv:         r.conv,

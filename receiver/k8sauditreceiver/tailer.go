@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/retry"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -55,9 +56,9 @@ type tailer struct {
 	client  storage.Client // nil: no checkpoints
 	key     string
 	logger  *zap.Logger
-	consume func(ctx context.Context, events []auditEvent) error
+	consume func(ctx context.Context, events []auditconv.Event) error
 	// conv is the converter the events go to: lines are decoded as it reads them (decodeLine).
-	conv *converter
+	conv *auditconv.Converter
 	// telemetry counts the lines read and the ones dropped.
 	telemetry    *metadata.TelemetryBuilder
 	pollInterval time.Duration
@@ -97,8 +98,8 @@ func (t *tailer) warn(msg string, err error) {
 // counts, and the two settings it reads. A tailer keeps no pointer back to the receiver.
 type tailerDeps struct {
 	// consume hands events to the pipeline; an error that is not permanent keeps them for a retry.
-	consume      func(ctx context.Context, events []auditEvent) error
-	conv         *converter // the converter consume feeds, which decodeLine reads bodies for
+	consume      func(ctx context.Context, events []auditconv.Event) error
+	conv         *auditconv.Converter // the converter consume feeds, which decodeLine reads bodies for
 	logger       *zap.Logger
 	telemetry    *metadata.TelemetryBuilder
 	pollInterval time.Duration // poll_interval
@@ -488,12 +489,12 @@ func (t *tailer) flushLines(ctx context.Context) bool {
 	}
 }
 
-func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
+func (t *tailer) decodeLines(lines [][]byte) []auditconv.Event {
 	t.telemetry.K8sAuditFileLines.Add(context.Background(), int64(len(lines)))
-	events := make([]auditEvent, 0, len(lines))
+	events := make([]auditconv.Event, 0, len(lines))
 	bad := 0
 	for _, line := range lines {
-		ev, err := decodeLine(line, t.conv)
+		ev, err := t.conv.DecodeLine(line)
 		if err != nil {
 			bad++
 			t.logger.Debug("Skipping an audit log line that is not an audit event", zap.Error(err))
@@ -508,7 +509,7 @@ func (t *tailer) decodeLines(lines [][]byte) []auditEvent {
 // flush hands events to the pipeline, retrying with backoff while it refuses, and advances
 // the checkpoint to end once they are accepted. A permanent refusal also advances it: the
 // same events would be refused forever.
-func (t *tailer) flush(ctx context.Context, events []auditEvent, end int64) bool {
+func (t *tailer) flush(ctx context.Context, events []auditconv.Event, end int64) bool {
 	retries := retry.Exponential(minRetryDelay, maxRetryDelay)
 	for len(events) > 0 {
 		err := t.consume(ctx, events)

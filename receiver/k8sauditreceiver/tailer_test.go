@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -26,13 +24,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 	"github.com/kubetrail/kubetrail/internal/storagetest"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // line is one audit log line of a create with the given audit ID.
 func line(id string) string {
-	return `{"kind":"Event","apiVersion":"audit.k8s.io/v1",` + strings.TrimPrefix(fmt.Sprintf(oneCreate, id), "{") + "\n"
+	return `{"kind":"Event","apiVersion":"audit.k8s.io/v1",` + strings.TrimPrefix(fmt.Sprintf(auditconvtest.OneCreate, id), "{") + "\n"
 }
 
 func lines(ids ...string) string {
@@ -314,15 +313,15 @@ func TestTailerRunStopsOnShutdown(t *testing.T) {
 // The audit log carries the same events as the webhook; tailing it must give the very spans
 // the golden files hold for the webhook, whatever the batching.
 func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
-	for _, scenario := range scenarios(t) {
+	for _, scenario := range auditconvtest.Scenarios(t) {
 		t.Run(scenario, func(t *testing.T) {
-			data, err := os.ReadFile(filepath.Join(fixturesDir, scenario, "audit.log"))
+			data, err := os.ReadFile(filepath.Join(auditconvtest.FixturesDir(), scenario, "audit.log"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg := createDefaultConfig().(*Config)
 			cfg.ServerConfig.NetAddr.Endpoint = ""
-			cfg.Cluster = goldenCluster
+			cfg.Cluster = auditconvtest.Cluster
 			cfg.StartAt = startAtBeginning
 			path := filepath.Join(t.TempDir(), "audit.log")
 			if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -340,27 +339,11 @@ func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
 			defer tl.close()
 			tl.poll(context.Background())
 
-			want, err := golden.ReadTraces(filepath.Join("testdata", "golden", scenario+".yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantSpans := spansByID(allSpans(want))
 			var got []ptrace.Span
 			for _, td := range sink.AllTraces() {
-				got = append(got, allSpans(td)...)
+				got = append(got, auditconvtest.AllSpans(td)...)
 			}
-			if len(got) != len(wantSpans) {
-				t.Fatalf("file mode made %d spans, the webhook %d", len(got), len(wantSpans))
-			}
-			for _, s := range got {
-				w, ok := wantSpans[s.SpanID()]
-				if !ok {
-					t.Fatalf("span %q (%s) is not in the golden file", s.Name(), s.SpanID())
-				}
-				if err := ptracetest.CompareSpan(w, s); err != nil {
-					t.Fatalf("span %q: %v", s.Name(), err)
-				}
-			}
+			auditconvtest.AssertGoldenSpans(t, scenario, got)
 		})
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 )
 
 // retryAfterSeconds is what a refused batch asks its sender to wait. The apiserver's audit
@@ -152,19 +154,19 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	// The events refer to the buffer's bytes until they are converted: it goes back to the
 	// pool only when this handler returns.
 	data := buf.Bytes()
-	pooled := eventsPool.Get().(*[]auditEvent)
-	events, err := decodeBodyInto(data, *pooled, w.r.conv)
-	defer putEvents(pooled, events)
+	pooled := auditconv.GetEvents()
+	events, err := w.r.conv.DecodeBody(data, *pooled)
+	defer auditconv.PutEvents(pooled, events)
 	if err != nil {
 		reason := reasonMalformedJSON
-		if errors.Is(err, errWrongKind) {
+		if auditconv.IsWrongKind(err) {
 			reason = reasonWrongKind
 		}
 		w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
 		return
 	}
 
-	n, err := w.r.consume(ctx, w.r.obsHTTP, cluster, events)
+	n, err := w.r.consume(ctx, w.r.obsHTTP, inputWebhook, cluster, events)
 	if err != nil {
 		if consumererror.IsPermanent(err) {
 			w.reject(ctx, rw, http.StatusInternalServerError, reasonPipelineFailure, "InternalError",
@@ -186,7 +188,7 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 
 // reject answers with a metav1.Status body, which the apiserver's webhook client logs as is.
 func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, reason, statusReason, msg string) {
-	w.r.telemetry.K8sAuditRejectedRequests.Add(ctx, 1, withReason(reason))
+	w.r.telemetry.K8sAuditRejectedRequests.Add(ctx, 1, auditconv.WithReason(reason))
 	w.r.set.Logger.Debug("Audit webhook request rejected", zap.Int("code", code), zap.String("reason", reason), zap.String("message", msg))
 	st := map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": msg, "code": code}
 	if statusReason != "" {
@@ -211,30 +213,3 @@ func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 		w.reject(req.Context(), rw, code, reason, "", msg)
 	})
 }
-
-// eventsPool holds the event slices of webhook batches: an EventList of 400 events is some
-// 200 KB of auditEvent structs, and nothing keeps them once the batch is converted.
-var eventsPool = sync.Pool{New: func() any { return new([]auditEvent) }}
-
-// putEvents empties the events (their strings and the slices of the body must not outlive the
-// batch; see auditEvent.reset) and returns their storage to eventsPool, unless one unusually
-// large batch grew it. A slice comes back empty beyond its length: only the events of this batch
-// need emptying, or, when decoding failed part way, all of the storage it may have written.
-func putEvents(p *[]auditEvent, events []auditEvent) {
-	if events == nil {
-		events = *p
-		events = events[:cap(events)]
-	}
-	for i := range events {
-		putNodes(events[i].respIndex.nodes) // indexes the converter did not take
-		events[i].reset()
-	}
-	if cap(events) <= maxPooledEvents {
-		*p = events[:0]
-		eventsPool.Put(p)
-	}
-}
-
-// maxPooledEvents is the largest event slice kept for reuse: the apiserver's default batch is
-// 400 events (--audit-webhook-batch-max-size).
-const maxPooledEvents = 4096

@@ -21,21 +21,14 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
-const oneCreate = `{"level":"Metadata","auditID":"%s","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/default/configmaps","verb":"create",
-"user":{"username":"alice","groups":["system:authenticated"]},"sourceIPs":["127.0.0.1"],"userAgent":"kubectl/v1.36.3",
-"objectRef":{"resource":"configmaps","namespace":"default","name":"cm","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":201},
-"requestReceivedTimestamp":"2026-11-21T10:45:54.106207Z","stageTimestamp":"2026-11-21T10:45:54.109001Z"}`
-
-func eventList(ids ...string) string {
-	items := make([]string, len(ids))
-	for i, id := range ids {
-		items[i] = fmt.Sprintf(oneCreate, id)
-	}
-	return `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + strings.Join(items, ",") + `]}`
-}
+func eventList(ids ...string) string { return auditconvtest.EventList(ids...) }
 
 // switchConsumer accepts into a sink, or refuses with err when set.
 type switchConsumer struct {
@@ -56,7 +49,7 @@ func (c *switchConsumer) ConsumeTraces(_ context.Context, td ptrace.Traces) erro
 		return c.err
 	}
 	c.n += td.SpanCount()
-	for _, s := range allSpans(td) {
+	for _, s := range auditconvtest.AllSpans(td) {
 		v, _ := s.Attributes().Get("k8s.audit.id")
 		c.auditIDs = append(c.auditIDs, v.Str())
 	}
@@ -127,7 +120,7 @@ func startWebhookWith(t *testing.T, next consumer.Traces, mutate func(*Config)) 
 // counted returns the value of one of the receiver's counters for a reason.
 func (e *webhookEnv) counted(t *testing.T, name, reason string) int64 {
 	t.Helper()
-	return metricSum(t, e.tel, name, reason)
+	return auditconvtest.MetricSum(t, e.tel, name, reason)
 }
 
 func TestWebhookStatusCodes(t *testing.T) {
@@ -145,7 +138,7 @@ func TestWebhookStatusCodes(t *testing.T) {
 		reason     string
 	}{
 		{name: "an EventList is answered 200 once the pipeline took its spans", method: "POST", path: "/audit", body: eventList("a", "b"), wantCode: 200, wantSpans: 2},
-		{name: "a single Event is accepted too", method: "POST", path: "/audit/prod-eu-1", body: fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1",%s`, strings.TrimPrefix(fmt.Sprintf(oneCreate, "x"), "{")), wantCode: 200, wantSpans: 1},
+		{name: "a single Event is accepted too", method: "POST", path: "/audit/prod-eu-1", body: fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1",%s`, strings.TrimPrefix(fmt.Sprintf(auditconvtest.OneCreate, "x"), "{")), wantCode: 200, wantSpans: 1},
 		{name: "a gzip body is decompressed", method: "POST", path: "/audit", body: eventList("g"), gzip: true, wantCode: 200, wantSpans: 1},
 		{name: "an EventList with nothing to trace is still accepted", method: "POST", path: "/audit", body: `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}`, wantCode: 200},
 		{name: "malformed JSON is a 400", method: "POST", path: "/audit", body: `{"kind":"EventList",`, wantCode: 400, reason: reasonMalformedJSON},
@@ -219,9 +212,9 @@ func TestWebhookStatusCodes(t *testing.T) {
 
 func TestWebhookCountsFilteredEvents(t *testing.T) {
 	env := startWebhook(t, nil)
-	lease := strings.Replace(fmt.Sprintf(oneCreate, "l"), `"resource":"configmaps"`, `"resource":"leases","apiGroup":"coordination.k8s.io"`, 1)
-	get := strings.Replace(fmt.Sprintf(oneCreate, "g"), `"verb":"create"`, `"verb":"get"`, 1)
-	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + lease + "," + get + "," + fmt.Sprintf(oneCreate, "ok") + `]}`
+	lease := strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "l"), `"resource":"configmaps"`, `"resource":"leases","apiGroup":"coordination.k8s.io"`, 1)
+	get := strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, "g"), `"verb":"create"`, `"verb":"get"`, 1)
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + lease + "," + get + "," + fmt.Sprintf(auditconvtest.OneCreate, "ok") + `]}`
 	resp, err := http.Post(env.url+"/audit", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -230,8 +223,8 @@ func TestWebhookCountsFilteredEvents(t *testing.T) {
 	if resp.StatusCode != 200 || env.next.spans() != 1 {
 		t.Fatalf("status %d, spans %d", resp.StatusCode, env.next.spans())
 	}
-	if env.counted(t, "otelcol_k8s_audit_filtered_events", reasonExcludedResource) != 1 ||
-		env.counted(t, "otelcol_k8s_audit_filtered_events", reasonReadVerb) != 1 {
+	if env.counted(t, "otelcol_k8s_audit_filtered_events", auditconv.ReasonExcludedResource) != 1 ||
+		env.counted(t, "otelcol_k8s_audit_filtered_events", auditconv.ReasonReadVerb) != 1 {
 		t.Fatal("filtered events must be counted by reason")
 	}
 	if _, err := env.tel.GetMetric("otelcol_receiver_accepted_spans"); err != nil {
@@ -311,7 +304,10 @@ func TestStartFailsOnAMissingStorageExtension(t *testing.T) {
 func TestConcurrentBatchesAreAllAccepted(t *testing.T) {
 	env := startWebhook(t, func(cfg *Config) { cfg.ServerConfig.MaxRequestBodySize = 0 })
 	bodies := fixtureBodies(t, "deployment")
-	single, _ := replayScenario(t, "deployment", nil)
+	want, err := golden.ReadTraces(auditconvtest.GoldenPath("deployment"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	const senders = 6
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
@@ -338,7 +334,7 @@ func TestConcurrentBatchesAreAllAccepted(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if got, want := env.next.spans(), senders*single.SpanCount(); got != want {
+	if got, want := env.next.spans(), senders*want.SpanCount(); got != want {
 		t.Fatalf("spans = %d, want %d", got, want)
 	}
 }

@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	K8sAuditFileLines           metric.Int64Counter
 	K8sAuditFilteredEvents      metric.Int64Counter
 	K8sAuditInFlightBytes       metric.Int64UpDownCounter
+	K8sAuditReceiveLag          metric.Float64Histogram
 	K8sAuditRejectedRequests    metric.Int64Counter
 	K8sAuditTraceContextInvalid metric.Int64Counter
 }
@@ -106,6 +107,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_audit_in_flight_bytes",
 		metric.WithDescription("Webhook body bytes being read, decoded and converted now (bounded by max_in_flight_bytes). [Alpha]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditReceiveLag, err = builder.meter.Float64Histogram(
+		"otelcol_k8s_audit_receive_lag",
+		metric.WithDescription("Seconds from an audit event's stageTimestamp (requestReceivedTimestamp when it has none) to its arrival at this component, by input (webhook, file, connector): a late event shows here, a lost one does not. [Alpha]"),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries([]float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}...),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditRejectedRequests, err = builder.meter.Int64Counter(

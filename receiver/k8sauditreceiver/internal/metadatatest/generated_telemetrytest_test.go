@@ -26,6 +26,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditFileLines.Add(context.Background(), 1)
 	tb.K8sAuditFilteredEvents.Add(context.Background(), 1)
 	tb.K8sAuditInFlightBytes.Add(context.Background(), 1)
+	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
 	tb.K8sAuditRejectedRequests.Add(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
 	AssertEqualK8sAuditDiffCacheBytes(t, testTel,
@@ -48,6 +49,9 @@ func TestSetupTelemetry(t *testing.T) {
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditInFlightBytes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditReceiveLag(t, testTel,
+		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditRejectedRequests(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"os"
@@ -33,19 +33,19 @@ func scenarios(t testing.TB) []string {
 
 // replayScenario feeds every recorded webhook body of a scenario, in arrival order, through
 // one converter with the default configuration, as the receiver would.
-func replayScenario(t testing.TB, scenario string, cfg *Config) (ptrace.Traces, batchStats) {
+func replayScenario(t testing.TB, scenario string, cfg *Settings) (ptrace.Traces, Stats) {
 	t.Helper()
 	if cfg == nil {
-		cfg = createDefaultConfig().(*Config)
+		cfg = defaultSettings()
 	}
 	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
 	if err != nil || len(posts) == 0 {
 		t.Fatalf("no webhook captures for %s: %v", scenario, err)
 	}
 	slices.Sort(posts)
-	conv := newConverter(cfg, "test", nil)
+	conv := newConverter(cfg, "test")
 	all := ptrace.NewTraces()
-	var st batchStats
+	var st Stats
 	for _, p := range posts {
 		data, err := os.ReadFile(p)
 		if err != nil {

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ const (
 	kindEvent       = "Event"
 )
 
-type auditEvent struct {
+type Event struct {
 	Level                    string           `json:"level"`
 	AuditID                  string           `json:"auditID"`
 	Stage                    string           `json:"stage"`
@@ -66,7 +66,7 @@ type eventStorage struct {
 // reset empties the event for reuse by a later batch: nothing of it stays readable, but its
 // lists keep their (cleared) backing arrays and its objectRef and responseStatus their
 // (zeroed) memory, so the next event decoded in its place allocates none of them.
-func (ev *auditEvent) reset() {
+func (ev *Event) reset() {
 	groups, ips, ann := ev.User.Groups[:0], ev.SourceIPs[:0], ev.Annotations[:0]
 	clear(groups[:cap(groups)])
 	clear(ips[:cap(ips)])
@@ -75,12 +75,12 @@ func (ev *auditEvent) reset() {
 	if spare != nil {
 		*spare = eventStorage{}
 	}
-	*ev = auditEvent{spare: spare}
+	*ev = Event{spare: spare}
 	ev.User.Groups, ev.SourceIPs, ev.Annotations = groups, ips, ann
 }
 
 // storage returns the event's spare storage, allocated on first use.
-func (ev *auditEvent) storage() *eventStorage {
+func (ev *Event) storage() *eventStorage {
 	if ev.spare == nil {
 		ev.spare = &eventStorage{}
 	}
@@ -97,7 +97,7 @@ const (
 
 // takeResponseIndex hands the index of ResponseObject over to the caller, who returns its nodes
 // to nodePool; ok is false when the body was not indexed while decoding.
-func (ev *auditEvent) takeResponseIndex() (flatBody, bool) {
+func (ev *Event) takeResponseIndex() (flatBody, bool) {
 	f := ev.respIndex
 	ev.respIndex = flatBody{}
 	return f, f.nodes != nil
@@ -105,7 +105,7 @@ func (ev *auditEvent) takeResponseIndex() (flatBody, bool) {
 
 // indexWhileDecoding reports whether a response body is worth indexing as it is decoded: the
 // converter indexes the object's own or status response of a completed write anyway.
-func (ev *auditEvent) indexWhileDecoding() bool {
+func (ev *Event) indexWhileDecoding() bool {
 	return ev.Stage == stageResponseComplete && writeVerbs[ev.Verb] && ev.ObjectRef != nil &&
 		(ev.ObjectRef.Subresource == "" || ev.ObjectRef.Subresource == "status")
 }
@@ -156,13 +156,13 @@ var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 // change while they are in use. An item that is well-formed JSON but not a valid event (a
 // field of the wrong type, a malformed timestamp) does not fail the body: it is returned with
 // its invalid field set, for the converter to refuse and count alone.
-func decodeBody(data []byte) ([]auditEvent, error) { return decodeBodyInto(data, nil, nil) }
+func decodeBody(data []byte) ([]Event, error) { return decodeBodyInto(data, nil, nil) }
 
 // decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool)
 // and reads the bodies as the converter c will (nil: validate them all, index none): it
 // indexes the response bodies c will index (see respIndex) and only delimits the bodies of
 // events c's filters will drop (see delimitValue).
-func decodeBodyInto(data []byte, reuse []auditEvent, c *converter) ([]auditEvent, error) {
+func decodeBodyInto(data []byte, reuse []Event, c *Converter) ([]Event, error) {
 	events, err := decodeDocument(data, true, reuse, bodyReader{conv: c, index: c != nil})
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
@@ -172,17 +172,17 @@ func decodeBodyInto(data []byte, reuse []auditEvent, c *converter) ([]auditEvent
 
 // decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event, its bodies read as
 // the converter c will (see decodeBodyInto; c never indexes for a log line).
-func decodeLine(line []byte, c *converter) (auditEvent, error) {
+func decodeLine(line []byte, c *Converter) (Event, error) {
 	events, err := decodeDocument(line, false, nil, bodyReader{conv: c})
 	if err != nil {
-		return auditEvent{}, fmt.Errorf("decoding audit log line: %w", err)
+		return Event{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
 	return events[0], nil
 }
 
 // decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
 // top-level kind and apiVersion: the members of both are read in one loop.
-func decodeDocument(d []byte, lists bool, items []auditEvent, r bodyReader) ([]auditEvent, error) {
+func decodeDocument(d []byte, lists bool, items []Event, r bodyReader) ([]Event, error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
 		return nil, errAt(i, "empty body")
@@ -199,7 +199,7 @@ func decodeDocument(d []byte, lists bool, items []auditEvent, r bodyReader) ([]a
 	}
 	var (
 		kind, apiVersion string
-		ev               auditEvent
+		ev               Event
 		err              error
 	)
 	i++
@@ -240,11 +240,11 @@ func decodeDocument(d []byte, lists bool, items []auditEvent, r bodyReader) ([]a
 	switch {
 	case lists && kind == kindEventList:
 		if items == nil {
-			items = []auditEvent{}
+			items = []Event{}
 		}
 		return items, nil
 	case kind == kindEvent:
-		return []auditEvent{ev}, nil
+		return []Event{ev}, nil
 	default:
 		return nil, fmt.Errorf("%w: kind %q", errWrongKind, kind)
 	}
@@ -282,7 +282,7 @@ func topString(d []byte, i int, field string) (string, int, error) {
 
 // decodeItems decodes an EventList's items. An item that is not an object becomes an invalid
 // event; a null item an empty one (encoding/json's reading, which the converter filters).
-func decodeItems(d []byte, i int, items []auditEvent, r bodyReader) ([]auditEvent, int, error) {
+func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, error) {
 	switch d[i] {
 	case 'n':
 		end, err := scanLiteral(d, i, "null")
@@ -307,7 +307,7 @@ func decodeItems(d []byte, i int, items []auditEvent, r bodyReader) ([]auditEven
 			// A pooled event, reset by putEvents: decoded into, it reuses its storage.
 			items = items[:len(items)+1]
 		} else {
-			items = append(items, auditEvent{})
+			items = append(items, Event{})
 		}
 		ev := &items[len(items)-1]
 		switch d[next] {
@@ -326,14 +326,14 @@ func decodeItems(d []byte, i int, items []auditEvent, r bodyReader) ([]auditEven
 }
 
 // invalidate marks the event as not decodable, keeping the first reason.
-func (ev *auditEvent) invalidate(field, problem string) {
+func (ev *Event) invalidate(field, problem string) {
 	if ev.Invalid == "" {
 		ev.Invalid = field + ": " + problem
 	}
 }
 
 // decode reads an event object at d[i].
-func (ev *auditEvent) decode(d []byte, i, depth int, r bodyReader) (int, error) {
+func (ev *Event) decode(d []byte, i, depth int, r bodyReader) (int, error) {
 	i++
 	for first := true; ; first = false {
 		key, next, done, err := objectNext(d, i, first)
@@ -348,7 +348,7 @@ func (ev *auditEvent) decode(d []byte, i, depth int, r bodyReader) (int, error) 
 
 // decodeField reads one member of an event; unknown members are skipped. It returns a syntax
 // error only: a value of the wrong type invalidates the event and is skipped.
-func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (int, error) {
+func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (int, error) {
 	switch string(key) {
 	case "level":
 		return ev.sym(d, i, &ev.Level, "level")
@@ -417,7 +417,7 @@ func (ev *auditEvent) decodeField(d []byte, key []byte, i, depth int, r bodyRead
 // bodyReader is how the decoder reads bodies: as the converter conv will use them (nil:
 // validate every body), indexing the responses conv indexes when index is set.
 type bodyReader struct {
-	conv  *converter
+	conv  *Converter
 	index bool
 }
 
@@ -425,7 +425,7 @@ type bodyReader struct {
 // the converter's filters will drop the event, as far as the members read so far tell (the
 // apiserver writes stage, verb and objectRef before the bodies); it indexes a response the
 // converter will index (respIndex); it validates any other.
-func (ev *auditEvent) body(d []byte, i, depth int, r bodyReader, which bodySet) (int, error) {
+func (ev *Event) body(d []byte, i, depth int, r bodyReader, which bodySet) (int, error) {
 	if r.conv != nil && r.conv.filterReason(ev) != "" {
 		ev.delimited |= which
 		return delimitValue(d, i)
@@ -443,17 +443,17 @@ func (ev *auditEvent) body(d []byte, i, depth int, r bodyReader, which bodySet) 
 }
 
 // str reads a string member; null leaves it empty.
-func (ev *auditEvent) str(d []byte, i int, dst *string, field string) (int, error) {
+func (ev *Event) str(d []byte, i int, dst *string, field string) (int, error) {
 	return ev.readStr(d, i, dst, field, false)
 }
 
 // sym is str for the fields whose values recur from event to event (verbs, stages, user names
 // and groups, user agents, resources, namespaces): their strings come from symbols.
-func (ev *auditEvent) sym(d []byte, i int, dst *string, field string) (int, error) {
+func (ev *Event) sym(d []byte, i int, dst *string, field string) (int, error) {
 	return ev.readStr(d, i, dst, field, true)
 }
 
-func (ev *auditEvent) readStr(d []byte, i int, dst *string, field string, recurs bool) (int, error) {
+func (ev *Event) readStr(d []byte, i int, dst *string, field string, recurs bool) (int, error) {
 	switch d[i] {
 	case '"':
 		if recurs {
@@ -475,7 +475,7 @@ func (ev *auditEvent) readStr(d []byte, i int, dst *string, field string, recurs
 	return end, err
 }
 
-func (ev *auditEvent) strs(d []byte, i int, dst *[]string, field string, depth int) (int, error) {
+func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int) (int, error) {
 	switch d[i] {
 	case 'n':
 		*dst = nil
@@ -509,7 +509,7 @@ func (ev *auditEvent) strs(d []byte, i int, dst *[]string, field string, depth i
 }
 
 // object reads an object member with fn for each of its members; null is left as is.
-func (ev *auditEvent) object(d []byte, i int, field string, depth int, fn func(key []byte, i int) (int, error)) (int, error) {
+func (ev *Event) object(d []byte, i int, field string, depth int, fn func(key []byte, i int) (int, error)) (int, error) {
 	switch d[i] {
 	case 'n':
 		return scanLiteral(d, i, "null")
@@ -531,7 +531,7 @@ func (ev *auditEvent) object(d []byte, i int, field string, depth int, fn func(k
 	}
 }
 
-func (ev *auditEvent) user(d []byte, i int, u *userInfo, field string, depth int) (int, error) {
+func (ev *Event) user(d []byte, i int, u *userInfo, field string, depth int) (int, error) {
 	return ev.object(d, i, field, depth, func(key []byte, i int) (int, error) {
 		switch string(key) {
 		case "username":
@@ -544,7 +544,7 @@ func (ev *auditEvent) user(d []byte, i int, u *userInfo, field string, depth int
 	})
 }
 
-func (ev *auditEvent) objectRef(d []byte, i int, depth int) (int, error) {
+func (ev *Event) objectRef(d []byte, i int, depth int) (int, error) {
 	if d[i] == 'n' {
 		ev.ObjectRef = nil
 		return scanLiteral(d, i, "null")
@@ -581,7 +581,7 @@ func (ev *auditEvent) objectRef(d []byte, i int, depth int) (int, error) {
 	return end, err
 }
 
-func (ev *auditEvent) status(d []byte, i int, depth int) (int, error) {
+func (ev *Event) status(d []byte, i int, depth int) (int, error) {
 	if d[i] == 'n' {
 		ev.ResponseStatus = nil
 		return scanLiteral(d, i, "null")
@@ -612,7 +612,7 @@ func (ev *auditEvent) status(d []byte, i int, depth int) (int, error) {
 	return end, err
 }
 
-func (ev *auditEvent) details(d []byte, i int, st *status, depth int) (int, error) {
+func (ev *Event) details(d []byte, i int, st *status, depth int) (int, error) {
 	if d[i] == 'n' {
 		st.Details = nil
 		return scanLiteral(d, i, "null")
@@ -671,7 +671,7 @@ func (ev *auditEvent) details(d []byte, i int, st *status, depth int) (int, erro
 }
 
 // int reads an integer member that fits an int; null leaves it zero.
-func (ev *auditEvent) int(d []byte, i int, dst *int, field string) (int, error) {
+func (ev *Event) int(d []byte, i int, dst *int, field string) (int, error) {
 	if d[i] == 'n' {
 		return scanLiteral(d, i, "null")
 	}
@@ -694,7 +694,7 @@ func (ev *auditEvent) int(d []byte, i int, dst *int, field string) (int, error) 
 }
 
 // time reads an RFC 3339 timestamp member; null leaves it zero.
-func (ev *auditEvent) time(d []byte, i int, dst *time.Time, field string, depth int) (int, error) {
+func (ev *Event) time(d []byte, i int, dst *time.Time, field string, depth int) (int, error) {
 	switch d[i] {
 	case 'n':
 		return scanLiteral(d, i, "null")

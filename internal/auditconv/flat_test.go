@@ -1,10 +1,12 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -25,7 +27,7 @@ func fixtureObjects(tb testing.TB) [][]byte {
 	tb.Helper()
 	var out [][]byte
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
-		for _, body := range fixtureBodies(tb, scenario) {
+		for _, body := range auditconvtest.FixtureBodies(tb, scenario) {
 			var list struct {
 				Items []struct {
 					RequestObject, ResponseObject json.RawMessage

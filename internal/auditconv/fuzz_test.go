@@ -1,9 +1,11 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"encoding/json"
 	"fmt"
 	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 )
 
 // FuzzDecode feeds arbitrary bodies to the webhook's decoder and the converter behind it:
@@ -15,16 +17,16 @@ func FuzzDecode(f *testing.F) {
 	for _, seed := range fixtureSeeds(f) {
 		f.Add(seed)
 	}
-	f.Add([]byte(eventList("a", "b")))
+	f.Add([]byte(auditconvtest.EventList("a", "b")))
 	f.Add([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","stage":"ResponseComplete","verb":"update","auditID":"x",` +
 		`"objectRef":{"resource":"deployments","subresource":"scale","name":"d"},"responseObject":{"kind":"Scale","spec":{"replicas":3}},` +
 		`"requestObject":[{"op":"replace","path":"/data/x","value":1}],"requestReceivedTimestamp":"2026-11-21T10:00:00Z","responseStatus":{"code":409}}`))
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,{}]}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`null`))
-	cfg := createDefaultConfig().(*Config)
+	cfg := defaultSettings()
 	cfg.DiffCacheSize = 64
-	c := newConverter(cfg, "fuzz", nil)
+	c := newConverter(cfg, "fuzz")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// As the webhook decodes: response bodies indexed while decoding, the bodies of events
 		// the filters drop only delimited, the events' storage returned to the pool after the
@@ -40,8 +42,8 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		defer putEvents(new([]auditEvent), events)
-		var st batchStats
+		defer PutEvents(new([]Event), events)
+		var st Stats
 		td := c.convert("fuzz", events, &st)
 		kept := len(events)
 		for _, n := range st.filtered {
@@ -60,7 +62,7 @@ func fixtureSeeds(f *testing.F) [][]byte {
 	seen := map[string]bool{}
 	var seeds [][]byte
 	for _, scenario := range []string{"secret", "conflict", "deployment"} {
-		for _, body := range fixtureBodies(f, scenario) {
+		for _, body := range auditconvtest.FixtureBodies(f, scenario) {
 			var list struct {
 				Items []json.RawMessage `json:"items"`
 			}
@@ -68,7 +70,7 @@ func fixtureSeeds(f *testing.F) [][]byte {
 				f.Fatal(err)
 			}
 			for _, item := range list.Items {
-				var ev auditEvent
+				var ev Event
 				if err := json.Unmarshal(item, &ev); err != nil || ev.ObjectRef == nil || ev.ResponseStatus == nil {
 					continue
 				}

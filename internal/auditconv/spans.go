@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"net/http"
@@ -33,7 +33,7 @@ func fillObject(o *model.Object, m objectMeta) {
 }
 
 // spanName is "<actor> <verb>[ <subresource>][ (<status text>)]".
-func spanName(ev *auditEvent, code int, failed bool) string {
+func spanName(ev *Event, code int, failed bool) string {
 	var b strings.Builder
 	b.WriteString(shortActor(ev.User.Username))
 	b.WriteByte(' ')
@@ -69,7 +69,7 @@ func shortActor(user string) string {
 	return user
 }
 
-func statusText(ev *auditEvent, code int) string {
+func statusText(ev *Event, code int) string {
 	if ev.ResponseStatus != nil && ev.ResponseStatus.Reason != "" {
 		return ev.ResponseStatus.Reason
 	}
@@ -82,7 +82,7 @@ func statusText(ev *auditEvent, code int) string {
 	return "Error"
 }
 
-func setError(span ptrace.Span, ev *auditEvent, code int, ts pcommon.Timestamp) {
+func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp) {
 	reason := validText(statusText(ev, code))
 	msg := reason
 	var st status

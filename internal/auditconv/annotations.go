@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"net/http"
@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // Attributes of this receiver's span events and links; the object and audit attributes shared
@@ -58,9 +57,9 @@ var (
 	readVerbs  = map[string]bool{"get": true, "list": true, "watch": true}
 )
 
-// converter turns decoded audit events into spans (docs/design.md, Spans). It is safe for concurrent
+// Converter turns decoded audit events into spans (docs/design.md, Spans). It is safe for concurrent
 // use: its only mutable state is the object cache, which has its own lock.
-type converter struct {
+type Converter struct {
 	mapper       model.Mapper
 	window       time.Duration
 	includeReads bool
@@ -69,7 +68,9 @@ type converter struct {
 	redact       grSet
 	cache        *objectCache // nil when diffs are off
 	tags         tagger
+	scopeName    string
 	scopeVersion string
+	tel          Telemetry
 	// traceAnnotation is the trace-context annotation key (trace_context_annotation).
 	traceAnnotation string
 	// now is the clock the event timestamps are checked against; logger reports refused
@@ -78,49 +79,56 @@ type converter struct {
 	logger *zap.Logger
 }
 
-func newConverter(cfg *Config, scopeVersion string, onCacheSize func(int64)) *converter {
-	c := &converter{
+// New returns a Converter for the given options.
+func New(o Options) *Converter {
+	c := &Converter{
 		mapper:          model.BuiltinMapper(),
-		window:          cfg.Window,
-		includeReads:    cfg.IncludeReadVerbs,
-		exclude:         newGRSet(cfg.ExcludeResources),
-		excludeUA:       cfg.ExcludeUserAgents,
-		redact:          newGRSet(cfg.RedactResources),
+		window:          o.Settings.Window,
+		includeReads:    o.Settings.IncludeReadVerbs,
+		exclude:         newGRSet(o.Settings.ExcludeResources),
+		excludeUA:       o.Settings.ExcludeUserAgents,
+		redact:          newGRSet(o.Settings.RedactResources),
 		tags:            newTagger(),
-		traceAnnotation: cfg.TraceContextAnnotation,
-		scopeVersion:    scopeVersion,
+		traceAnnotation: o.Settings.TraceContextAnnotation,
+		scopeName:       o.ScopeName,
+		scopeVersion:    o.ScopeVersion,
 		now:             time.Now,
 		logger:          zap.NewNop(),
+		tel:             o.Telemetry,
 	}
-	if cfg.DiffCacheSize > 0 {
-		c.cache = newObjectCache(cfg.DiffCacheSize, onCacheSize)
+	if o.Logger != nil {
+		c.logger = o.Logger
+	}
+	if o.Settings.DiffCacheSize > 0 {
+		c.cache = newObjectCache(o.Settings.DiffCacheSize, c.tel.cacheObjects())
+		c.cache.boundBytes(o.Settings.DiffCacheMaxBytes, c.tel.cacheBytes(), c.tel.cacheEviction())
 	}
 	return c
 }
 
-// batchStats counts what a batch lost on the way, by reason.
-type batchStats struct {
+// Stats counts what a batch lost on the way, by reason.
+type Stats struct {
 	filtered map[string]int
 	dropped  map[string]int
 	// badContexts counts malformed trace-context annotations, by model.Traceparent* reason.
 	badContexts map[string]int
 }
 
-func (s *batchStats) badContext(reason string) {
+func (s *Stats) badContext(reason string) {
 	if s.badContexts == nil {
 		s.badContexts = map[string]int{}
 	}
 	s.badContexts[reason]++
 }
 
-func (s *batchStats) filter(reason string) {
+func (s *Stats) filter(reason string) {
 	if s.filtered == nil {
 		s.filtered = map[string]int{}
 	}
 	s.filtered[reason]++
 }
 
-func (s *batchStats) drop(reason string, n int) {
+func (s *Stats) drop(reason string, n int) {
 	if s.dropped == nil {
 		s.dropped = map[string]int{}
 	}
@@ -128,15 +136,15 @@ func (s *batchStats) drop(reason string, n int) {
 }
 
 // convert turns the events of one cluster into spans, one ResourceSpans per kind.
-func (c *converter) convert(cluster string, events []auditEvent, st *batchStats) ptrace.Traces {
-	b := model.NewTracesBuilder(metadata.ScopeName, c.scopeVersion)
+func (c *Converter) convert(cluster string, events []Event, st *Stats) ptrace.Traces {
+	b := model.NewTracesBuilder(c.scopeName, c.scopeVersion)
 	for i := range events {
 		c.convertEvent(b, cluster, &events[i], st)
 	}
 	return b.Traces()
 }
 
-func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
+func (c *Converter) keep(ev *Event, st *Stats) bool {
 	if ev.Invalid != "" {
 		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event that is not valid; the other events of its batch are kept",
@@ -173,8 +181,8 @@ func (c *converter) keep(ev *auditEvent, st *batchStats) bool {
 // filterReason is the filter that drops the event (a reason of the filtered metric), or ""
 // when the filters keep it. It reads the members the apiserver writes before the bodies
 // (stage, verb, request URI, user agent, objectRef), so the decoder can ask it before it reaches
-// a body (see auditEvent.body).
-func (c *converter) filterReason(ev *auditEvent) string {
+// a body (see Event.body).
+func (c *Converter) filterReason(ev *Event) string {
 	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
 		return reasonStage
 	}
@@ -206,7 +214,7 @@ func (c *converter) filterReason(ev *auditEvent) string {
 }
 
 // validDelimited reports whether the bodies the decoder only delimited are valid JSON.
-func validDelimited(ev *auditEvent) bool {
+func validDelimited(ev *Event) bool {
 	for _, b := range []struct {
 		which bodySet
 		raw   []byte
@@ -223,7 +231,7 @@ func validDelimited(ev *auditEvent) bool {
 // convertEvent appends the span of one event, unless keep refuses it. Each step reads and
 // fills the eventSpan: the object the event concerns, the bodies that describe it, the span and
 // its attributes, then what the bodies and the object cache add (error, patch, diff, snapshot).
-func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *auditEvent, st *batchStats) {
+func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Event, st *Stats) {
 	if !c.keep(ev, st) {
 		return
 	}
@@ -242,7 +250,7 @@ func (c *converter) convertEvent(b *model.TracesBuilder, cluster string, ev *aud
 // eventSpan is one kept event on its way to a span: the object it concerns, the bodies that
 // describe that object and the span being built. convertEvent's steps fill it in order.
 type eventSpan struct {
-	ev     *auditEvent
+	ev     *Event
 	ref    *objectReference
 	obj    model.Object
 	code   int  // the response's HTTP status, 0 when the event has none
@@ -283,7 +291,7 @@ func presentBody(b *lazyBody) *lazyBody {
 func (e *eventSpan) newRV() string { return e.respMeta.ResourceVersion }
 
 // begin takes the event's status and the identity its objectRef gives.
-func (c *converter) begin(e *eventSpan, cluster string, ev *auditEvent) {
+func (c *Converter) begin(e *eventSpan, cluster string, ev *Event) {
 	ref := ev.ObjectRef
 	e.ev, e.ref = ev, ref
 	if ev.ResponseStatus != nil {
@@ -310,7 +318,7 @@ func (c *converter) begin(e *eventSpan, cluster string, ev *auditEvent) {
 // when it is the object itself (not a Status, a Scale or a Binding), completes the identity:
 // generated names, UIDs of creates, kind and controlling owner. Bodies are parsed into trees
 // only when one is diffed, cached or shown (lazyBody); the identity comes from a scan.
-func (c *converter) readBodies(e *eventSpan) {
+func (c *Converter) readBodies(e *eventSpan) {
 	ev, ref := e.ev, e.ref
 	var masks *tagger // redaction of parsed bodies, for redacted resources only
 	if e.redact {
@@ -371,7 +379,7 @@ func (c *converter) readBodies(e *eventSpan) {
 // of the object or its status subresource is indexed anyway when it describes the object
 // (diffed, cached or shown), so it is indexed here and read from the index, left in
 // e.respBody; other responses (a Scale, a Binding, a Status) are only scanned.
-func (c *converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
+func (c *Converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
 	raw := e.ev.ResponseObject
 	pre, indexed := e.ev.takeResponseIndex()
 	if c.cache == nil || masks != nil || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
@@ -391,7 +399,7 @@ func (c *converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool)
 
 // completeIdentity fills in what neither objectRef nor a body said: whether the object is a
 // root, its UID from the cache, its kind and version from the mapper.
-func (c *converter) completeIdentity(e *eventSpan) {
+func (c *Converter) completeIdentity(e *eventSpan) {
 	obj := &e.obj
 	// A body of the object itself without a controlling owner reference is a definitive
 	// answer: the object is a root.
@@ -420,7 +428,7 @@ func (c *converter) completeIdentity(e *eventSpan) {
 }
 
 // startSpan appends the span in the object's trace and window, with its name and times.
-func (c *converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster string) {
+func (c *Converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster string) {
 	ev := e.ev
 	// A stage timestamp before the request's, or past what the request's own bound allows,
 	// cannot be the end of this request: the span ends when it began and says so.
@@ -445,7 +453,7 @@ func (c *converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster stri
 
 // putAttributes sets the span's attributes: the object, the request and its outcome, and the
 // link to the trace context the object carries.
-func (c *converter) putAttributes(e *eventSpan, st *batchStats) {
+func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	ev, ref := e.ev, e.ref
 	attrs := e.span.Attributes()
 	// An audit span of the recorded scenarios carries 18-25 attributes besides its annotations'
@@ -504,7 +512,7 @@ func (c *converter) putAttributes(e *eventSpan, st *batchStats) {
 
 // putBodyParts adds what the bodies and the object cache tell: the error, the patch, the diff
 // or the 409 link (remember), and the snapshot of a created or deleted object.
-func (c *converter) putBodyParts(e *eventSpan) {
+func (c *Converter) putBodyParts(e *eventSpan) {
 	ev, span, ts := e.ev, e.span, e.endTS
 	if e.failed {
 		setError(span, ev, e.code, ts)
@@ -606,7 +614,7 @@ func (b *lazyBody) kept(reuse []byte) ([]byte, []fnode) {
 // remember updates the object cache with this event and adds what the cache knows to the
 // span: the field diff of an update or patch, and the link from a 409 Conflict to the write
 // that won the race. It returns the previously cached body of a deleted object.
-func (c *converter) remember(s *eventSpan) (deletedBody string) {
+func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	c.cache.mu.Lock()
 	defer c.cache.mu.Unlock()
 	var buf [128]byte
@@ -710,7 +718,7 @@ func (c *converter) remember(s *eventSpan) (deletedBody string) {
 
 // linkConflict links a write refused with 409 Conflict for a stale resourceVersion to the
 // write that won the race, when the cache holds it. Callers hold the cache's lock.
-func (c *converter) linkConflict(s *eventSpan, key string) {
+func (c *Converter) linkConflict(s *eventSpan, key string) {
 	ev := s.ev
 	if s.code != http.StatusConflict || s.baseRV == "" || ev.Verb == "create" ||
 		(ev.ResponseStatus != nil && ev.ResponseStatus.Reason == "AlreadyExists") {
@@ -736,7 +744,7 @@ func (c *converter) linkConflict(s *eventSpan, key string) {
 // describes reports whether a body is the audited object itself. Subresources answer with
 // other kinds (Scale, Binding, Status, Eviction); only the status subresource returns the
 // object, and a deletion usually returns a Status.
-func (c *converter) describes(ref *objectReference, m objectMeta) bool {
+func (c *Converter) describes(ref *objectReference, m objectMeta) bool {
 	if m.Kind == "" || m.Kind == "Status" || strings.HasSuffix(m.Kind, "List") {
 		return false
 	}
@@ -845,7 +853,7 @@ func (e *cacheEntry) wrote(auditID string) bool {
 
 // linkTraceContext links the audit span to the trace context an object's trace-context
 // annotation carries (a W3C traceparent); a malformed value is counted and ignored.
-func (c *converter) linkTraceContext(span ptrace.Span, value, auditID string, st *batchStats) {
+func (c *Converter) linkTraceContext(span ptrace.Span, value, auditID string, st *Stats) {
 	tc, reason := model.ParseTraceparent(value)
 	if reason != "" {
 		st.badContext(reason)

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"bufio"
@@ -12,19 +12,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // stdBody is the reference the scanner is held to: the same events decoded by encoding/json
 // through struct tags (the receiver's decoder before the scanner replaced it).
 type stdBody struct {
-	Kind       string       `json:"kind"`
-	APIVersion string       `json:"apiVersion"`
-	Items      []auditEvent `json:"items"`
-	auditEvent
+	Kind       string  `json:"kind"`
+	APIVersion string  `json:"apiVersion"`
+	Items      []Event `json:"items"`
+	Event
 }
 
-func stdDecode(data []byte) ([]auditEvent, error) {
+func stdDecode(data []byte) ([]Event, error) {
 	var b stdBody
 	if err := json.Unmarshal(data, &b); err != nil {
 		return nil, err
@@ -32,12 +34,12 @@ func stdDecode(data []byte) ([]auditEvent, error) {
 	if b.Kind == kindEventList {
 		return b.Items, nil
 	}
-	return []auditEvent{b.auditEvent}, nil
+	return []Event{b.Event}, nil
 }
 
 // sameAnnotations compares the scanner's annotations of the events with encoding/json's map of
 // the same data, and clears them so that the rest can be compared with reflect.DeepEqual.
-func sameAnnotations(t *testing.T, data []byte, got []auditEvent) {
+func sameAnnotations(t *testing.T, data []byte, got []Event) {
 	t.Helper()
 	var ref struct {
 		Kind        string            `json:"kind"`
@@ -113,7 +115,7 @@ func TestDecoderMatchesEncodingJSON(t *testing.T) {
 			}
 			want, _ := stdDecode(sc.Bytes())
 			got.spare = nil
-			one := []auditEvent{got}
+			one := []Event{got}
 			sameAnnotations(t, sc.Bytes(), one)
 			if !reflect.DeepEqual(one[0], want[0]) {
 				t.Fatalf("%s: line %q decodes differently", p, sc.Bytes()[:80])
@@ -156,7 +158,7 @@ func TestDecoderRefusesMalformedBodies(t *testing.T) {
 // TestDecoderMarksBadItems: an item that is JSON but not an event is returned marked, so the
 // converter can refuse it alone; the items around it decode as usual.
 func TestDecoderMarksBadItems(t *testing.T) {
-	good := strings.TrimSuffix(eventList("good"), "]}")
+	good := strings.TrimSuffix(auditconvtest.EventList("good"), "]}")
 	body := good + `,42,{"auditID":"t","requestReceivedTimestamp":"yesterday"},{"auditID":"v","verb":5},` +
 		`{"auditID":"c","responseStatus":{"code":"201"}},{"auditID":"g","user":{"groups":[1]}},null]}`
 	events, err := decodeBody([]byte(body))
@@ -310,7 +312,7 @@ func FuzzJSONScan(f *testing.F) {
 // neither after a batch that decoded nor after one that failed half way through its items: its
 // events are zero but for the storage they keep (list backing arrays, cleared; spare, zeroed).
 func TestPooledEventsComeBackZeroed(t *testing.T) {
-	zeroed := func(events []auditEvent) bool {
+	zeroed := func(events []Event) bool {
 		for _, ev := range events[:cap(events)] {
 			if len(ev.User.Groups)+len(ev.SourceIPs)+len(ev.Annotations) != 0 ||
 				slices.ContainsFunc(ev.User.Groups[:cap(ev.User.Groups)], func(s string) bool { return s != "" }) ||
@@ -320,15 +322,15 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 				return false
 			}
 			ev.User.Groups, ev.SourceIPs, ev.Annotations, ev.spare = nil, nil, nil, nil
-			if !reflect.DeepEqual(ev, auditEvent{}) {
+			if !reflect.DeepEqual(ev, Event{}) {
 				return false
 			}
 		}
 		return true
 	}
-	p := new([]auditEvent)
-	conv := newConverter(createDefaultConfig().(*Config), "test", nil)
-	events, err := decodeBodyInto([]byte(eventList("a", "b", "c")), *p, conv)
+	p := new([]Event)
+	conv := newConverter(defaultSettings(), "test")
+	events, err := decodeBodyInto([]byte(auditconvtest.EventList("a", "b", "c")), *p, conv)
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
@@ -338,12 +340,12 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 			t.Fatal("an event with an objectRef has no storage")
 		}
 	}
-	putEvents(p, events)
+	PutEvents(p, events)
 	if cap(*p) < 3 || !zeroed(*p) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
 	}
 	// The next batch is decoded into the same events, and so into the same storage.
-	events, err = decodeBodyInto([]byte(eventList("x", "y")), *p, conv)
+	events, err = decodeBodyInto([]byte(auditconvtest.EventList("x", "y")), *p, conv)
 	if err != nil || len(events) != 2 || events[0].AuditID != "x" || events[1].AuditID != "y" {
 		t.Fatalf("decode again: %v, %d events", err, len(events))
 	}
@@ -352,15 +354,15 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 			t.Fatalf("event %d of the next batch did not reuse the storage of the one before it", i)
 		}
 	}
-	putEvents(p, events)
+	PutEvents(p, events)
 	if !zeroed(*p) {
 		t.Fatal("after the next batch, the pooled slice must be zeroed again")
 	}
-	broken := strings.TrimSuffix(eventList("d", "e"), "]}") + `,{"auditID":`
+	broken := strings.TrimSuffix(auditconvtest.EventList("d", "e"), "]}") + `,{"auditID":`
 	if _, err := decodeBodyInto([]byte(broken), *p, conv); err == nil {
 		t.Fatal("a truncated body must not decode")
 	}
-	putEvents(p, nil)
+	PutEvents(p, nil)
 	if !zeroed(*p) {
 		t.Fatal("after a failed batch, what it decoded before failing must be cleared")
 	}
@@ -371,9 +373,9 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 // and the events are otherwise what decodeBody returns.
 func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	indexed := 0
-	conv := newConverter(createDefaultConfig().(*Config), "test", nil)
+	conv := newConverter(defaultSettings(), "test")
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
-		for _, body := range fixtureBodies(t, scenario) {
+		for _, body := range auditconvtest.FixtureBodies(t, scenario) {
 			events, err := decodeBodyInto(body, nil, conv)
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"encoding/base64"
@@ -19,11 +19,11 @@ import (
 var t0 = time.Date(2026, 11, 21, 10, 45, 54, 0, time.UTC)
 
 // event builds an audit event the way the apiserver writes one at RequestResponse level.
-type eventOpt func(*auditEvent)
+type eventOpt func(*Event)
 
-func event(id, verb, user string, ref objectReference, code int, opts ...eventOpt) auditEvent {
+func event(id, verb, user string, ref objectReference, code int, opts ...eventOpt) Event {
 	r := ref
-	ev := auditEvent{
+	ev := Event{
 		Level: "RequestResponse", AuditID: id, Stage: stageResponseComplete, Verb: verb,
 		RequestURI: "/api/v1/namespaces/" + ref.Namespace + "/" + ref.Resource + "?timeout=10s",
 		User:       userInfo{Username: user, Groups: []string{"system:authenticated"}},
@@ -38,19 +38,19 @@ func event(id, verb, user string, ref objectReference, code int, opts ...eventOp
 }
 
 func withResponse(body string) eventOpt {
-	return func(ev *auditEvent) { ev.ResponseObject = json.RawMessage(body) }
+	return func(ev *Event) { ev.ResponseObject = json.RawMessage(body) }
 }
 
 func withRequest(body string) eventOpt {
-	return func(ev *auditEvent) { ev.RequestObject = json.RawMessage(body) }
+	return func(ev *Event) { ev.RequestObject = json.RawMessage(body) }
 }
 
-func withURI(uri string) eventOpt { return func(ev *auditEvent) { ev.RequestURI = uri } }
+func withURI(uri string) eventOpt { return func(ev *Event) { ev.RequestURI = uri } }
 
-func withStatus(st status) eventOpt { return func(ev *auditEvent) { ev.ResponseStatus = &st } }
+func withStatus(st status) eventOpt { return func(ev *Event) { ev.ResponseStatus = &st } }
 
 func at(d time.Duration) eventOpt {
-	return func(ev *auditEvent) {
+	return func(ev *Event) {
 		ev.RequestReceivedTimestamp = t0.Add(d)
 		ev.StageTimestamp = t0.Add(d + time.Millisecond)
 	}
@@ -66,18 +66,18 @@ func deployment(rv string, replicas int, image string) string {
 	"spec":{"replicas":%d,"template":{"spec":{"containers":[{"name":"web","image":%q}]}}}}`, rv, replicas, replicas, replicas, image)
 }
 
-func convertOne(t *testing.T, c *converter, events ...auditEvent) (ptrace.Traces, batchStats) {
+func convertOne(t *testing.T, c *Converter, events ...Event) (ptrace.Traces, Stats) {
 	t.Helper()
-	var st batchStats
+	var st Stats
 	return c.convert("c1", events, &st), st
 }
 
-func testConverter(mutate ...func(*Config)) *converter {
-	cfg := createDefaultConfig().(*Config)
+func testConverter(mutate ...func(*Settings)) *Converter {
+	cfg := defaultSettings()
 	for _, m := range mutate {
 		m(cfg)
 	}
-	return newConverter(cfg, "test", nil)
+	return newConverter(cfg, "test")
 }
 
 func allSpans(td ptrace.Traces) []ptrace.Span {
@@ -139,23 +139,23 @@ func TestFiltering(t *testing.T) {
 	pod := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
 	tests := []struct {
 		name   string
-		mutate func(*Config)
-		ev     auditEvent
+		mutate func(*Settings)
+		ev     Event
 		reason string // "" means the event becomes a span
 	}{
 		{"a completed write becomes a span", nil, event("a", "create", "alice", pod, 201), ""},
-		{"a panicked write becomes a span", nil, event("a", "update", "alice", pod, 500, func(ev *auditEvent) { ev.Stage = stagePanic }), ""},
-		{"the RequestReceived stage is not a span", nil, event("a", "create", "alice", pod, 0, func(ev *auditEvent) { ev.Stage = "RequestReceived" }), reasonStage},
-		{"the ResponseStarted stage of a watch is not a span", nil, event("a", "watch", "alice", pod, 200, func(ev *auditEvent) { ev.Stage = "ResponseStarted" }), reasonStage},
+		{"a panicked write becomes a span", nil, event("a", "update", "alice", pod, 500, func(ev *Event) { ev.Stage = stagePanic }), ""},
+		{"the RequestReceived stage is not a span", nil, event("a", "create", "alice", pod, 0, func(ev *Event) { ev.Stage = "RequestReceived" }), reasonStage},
+		{"the ResponseStarted stage of a watch is not a span", nil, event("a", "watch", "alice", pod, 200, func(ev *Event) { ev.Stage = "ResponseStarted" }), reasonStage},
 		{"reads are off by default", nil, event("a", "get", "alice", pod, 200), reasonReadVerb},
-		{"reads can be turned on", func(c *Config) { c.IncludeReadVerbs = true }, event("a", "list", "alice", pod, 200), ""},
-		{"non-resource requests have no object", nil, event("a", "create", "alice", pod, 200, func(ev *auditEvent) { ev.ObjectRef = nil }), reasonNonResource},
+		{"reads can be turned on", func(c *Settings) { c.IncludeReadVerbs = true }, event("a", "list", "alice", pod, 200), ""},
+		{"non-resource requests have no object", nil, event("a", "create", "alice", pod, 200, func(ev *Event) { ev.ObjectRef = nil }), reasonNonResource},
 		{"leases are excluded by default", nil, event("a", "update", "kubelet", objectReference{Resource: "leases", APIGroup: "coordination.k8s.io", Name: "n"}, 200), reasonExcludedResource},
 		{"core events are excluded by default", nil, event("a", "create", "kubelet", objectReference{Resource: "events", Name: "e"}, 201), reasonExcludedResource},
-		{"a group wildcard excludes every resource of the group", func(c *Config) { c.ExcludeResources = []GroupResource{{Group: "apps", Resource: "*"}} }, event("a", "update", "x", deployRef("1"), 200), reasonExcludedResource},
-		{"a subresource entry excludes only that subresource", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", objectReference{Resource: "pods", Name: "p", Subresource: "status"}, 200), reasonExcludedResource},
-		{"a subresource entry leaves the parent alone", func(c *Config) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", pod, 200), ""},
-		{"user agents are excluded by prefix", func(c *Config) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), reasonExcludedUserAgent},
+		{"a group wildcard excludes every resource of the group", func(c *Settings) { c.ExcludeResources = []GroupResource{{Group: "apps", Resource: "*"}} }, event("a", "update", "x", deployRef("1"), 200), reasonExcludedResource},
+		{"a subresource entry excludes only that subresource", func(c *Settings) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", objectReference{Resource: "pods", Name: "p", Subresource: "status"}, 200), reasonExcludedResource},
+		{"a subresource entry leaves the parent alone", func(c *Settings) { c.ExcludeResources = []GroupResource{{Resource: "pods/status"}} }, event("a", "patch", "kwok", pod, 200), ""},
+		{"user agents are excluded by prefix", func(c *Settings) { c.ExcludeUserAgents = []string{"test/"} }, event("a", "create", "alice", pod, 201), reasonExcludedUserAgent},
 		{"an event without audit ID is dropped as invalid", nil, event("", "create", "alice", pod, 201), reasonInvalidEvent},
 		{"an unknown verb is not a span", nil, event("a", "proxy", "alice", pod, 200), reasonVerb},
 		{"a server-side dry run is not a span", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/default/pods?dryRun=All")), reasonDryRun},
@@ -165,7 +165,7 @@ func TestFiltering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := testConverter(func(cfg *Config) {
+			c := testConverter(func(cfg *Settings) {
 				if tt.mutate != nil {
 					tt.mutate(cfg)
 				}
@@ -210,7 +210,7 @@ func TestSpanNames(t *testing.T) {
 	}
 }
 
-func must(td ptrace.Traces, _ batchStats) ptrace.Traces { return td }
+func must(td ptrace.Traces, _ Stats) ptrace.Traces { return td }
 
 func TestIdentityAndIDs(t *testing.T) {
 	t.Run("a generateName create takes name and UID from the response and the owner from ownerReferences", func(t *testing.T) {
@@ -255,7 +255,7 @@ func TestIdentityAndIDs(t *testing.T) {
 	t.Run("without a body the kind comes from the built-in table, else the resource stands in", func(t *testing.T) {
 		c := testConverter()
 		td := must(convertOne(t, c,
-			event("m1", "delete", "alice", objectReference{Resource: "statefulsets", APIGroup: "apps", Namespace: "ns", Name: "db"}, 200, func(ev *auditEvent) { ev.Level = "Metadata" }),
+			event("m1", "delete", "alice", objectReference{Resource: "statefulsets", APIGroup: "apps", Namespace: "ns", Name: "db"}, 200, func(ev *Event) { ev.Level = "Metadata" }),
 			event("m2", "delete", "alice", objectReference{Resource: "widgets", APIGroup: "example.com", Namespace: "ns", Name: "w"}, 200)))
 		spans := allSpans(td)
 		if attrStr(spans[0].Attributes(), model.AttrObjectKind) != "StatefulSet" || attrStr(spans[1].Attributes(), model.AttrObjectKind) != "widgets" {
@@ -274,7 +274,7 @@ func TestIdentityAndIDs(t *testing.T) {
 		resp := `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"team-a","uid":"ns-1","resourceVersion":"3"}}`
 		td := must(convertOne(t, c,
 			event("n1", "create", "alice", create, 201, withResponse(resp)),
-			event("n2", "delete", "alice", later, 200, func(ev *auditEvent) { ev.Level = "Metadata" })))
+			event("n2", "delete", "alice", later, 200, func(ev *Event) { ev.Level = "Metadata" })))
 		spans := allSpans(td)
 		if len(spans) != 2 {
 			t.Fatalf("spans = %d", len(spans))
@@ -386,7 +386,7 @@ func TestDiffs(t *testing.T) {
 		}
 	})
 	t.Run("diffs are off with a zero cache", func(t *testing.T) {
-		c := testConverter(func(cfg *Config) { cfg.DiffCacheSize = 0 })
+		c := testConverter(func(cfg *Settings) { cfg.DiffCacheSize = 0 })
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
 		s := onlySpan(t, must(convertOne(t, c, event("u", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
 		if _, ok := spanEvent(s, model.EventObjectDiff); ok {
@@ -394,7 +394,7 @@ func TestDiffs(t *testing.T) {
 		}
 	})
 	t.Run("the cache holds at most diff_cache_size objects, least recently used out first", func(t *testing.T) {
-		c := testConverter(func(cfg *Config) { cfg.DiffCacheSize = 2 })
+		c := testConverter(func(cfg *Settings) { cfg.DiffCacheSize = 2 })
 		for i := range 3 {
 			ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i), APIVersion: "v1"}
 			body := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":"u%d","resourceVersion":"1"}}`, i, i)
@@ -540,7 +540,7 @@ func (r objectReference) key(cluster string) string {
 func TestRequestDetails(t *testing.T) {
 	pod := objectReference{Resource: "pods", Namespace: "default", Name: "p", UID: "u", APIVersion: "v1"}
 	t.Run("an impersonated request names both users", func(t *testing.T) {
-		s := onlySpan(t, must(convertOne(t, testConverter(), event("i", "delete", "admin", pod, 200, func(ev *auditEvent) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("i", "delete", "admin", pod, 200, func(ev *Event) {
 			ev.ImpersonatedUser = &userInfo{Username: "system:serviceaccount:ci:deployer"}
 		}))))
 		if attrStr(s.Attributes(), model.AttrUserName) != "admin" || attrStr(s.Attributes(), model.AttrAuditImpersonatedUser) != "system:serviceaccount:ci:deployer" {
@@ -548,7 +548,7 @@ func TestRequestDetails(t *testing.T) {
 		}
 	})
 	t.Run("a panic is an error even without a status", func(t *testing.T) {
-		s := onlySpan(t, must(convertOne(t, testConverter(), event("p", "update", "alice", pod, 0, func(ev *auditEvent) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("p", "update", "alice", pod, 0, func(ev *Event) {
 			ev.Stage = stagePanic
 			ev.ResponseStatus = nil
 		}))))
@@ -558,7 +558,7 @@ func TestRequestDetails(t *testing.T) {
 	})
 	t.Run("the window setting derives the IDs", func(t *testing.T) {
 		at := event("w", "update", "alice", pod, 200, at(50*time.Minute))
-		s := onlySpan(t, must(convertOne(t, testConverter(func(cfg *Config) { cfg.Window = time.Hour }), at)))
+		s := onlySpan(t, must(convertOne(t, testConverter(func(cfg *Settings) { cfg.Window = time.Hour }), at)))
 		w := model.WindowStart(t0.Add(50*time.Minute), time.Hour)
 		if s.TraceID() != model.ObjectTraceID(model.UIDKey("c1", "u"), w) || s.ParentSpanID() != model.ObjectSpanID(model.UIDKey("c1", "u"), w) {
 			t.Fatal("a one-hour window must derive the IDs from the hour")
@@ -568,7 +568,7 @@ func TestRequestDetails(t *testing.T) {
 		}
 	})
 	t.Run("an end before the start is clamped to the start", func(t *testing.T) {
-		s := onlySpan(t, must(convertOne(t, testConverter(), event("e", "update", "alice", pod, 200, func(ev *auditEvent) {
+		s := onlySpan(t, must(convertOne(t, testConverter(), event("e", "update", "alice", pod, 200, func(ev *Event) {
 			ev.StageTimestamp = ev.RequestReceivedTimestamp.Add(-time.Second)
 		}))))
 		if s.EndTimestamp() != s.StartTimestamp() {
@@ -819,7 +819,7 @@ func TestWebhookPatchesBecomeAttributes(t *testing.T) {
 	patchAnn := func(round, index int, value string) annotation {
 		return annotation{Key: fmt.Sprintf("patch.webhook.admission.k8s.io/round_%d_index_%d", round, index), Value: value}
 	}
-	convert := func(t *testing.T, c *converter, ref objectReference, anns ...annotation) pcommon.Map {
+	convert := func(t *testing.T, c *Converter, ref objectReference, anns ...annotation) pcommon.Map {
 		t.Helper()
 		ev := event("patched", "create", "alice", ref, 201)
 		ev.Annotations = anns
@@ -916,4 +916,40 @@ func TestWebhookPatchesBecomeAttributes(t *testing.T) {
 			t.Error("cut patches are marked truncated")
 		}
 	})
+}
+
+// TestStageTimestampIsClamped: a stage timestamp before the request's, or far in the future,
+// cannot end the span: it ends when it began and says it was clamped.
+func TestStageTimestampIsClamped(t *testing.T) {
+	c := testConverter()
+	c.now = func() time.Time { return time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) }
+	ref := objectReference{Resource: "configmaps", Namespace: "default", Name: "cm", APIVersion: "v1"}
+	for _, tc := range []struct {
+		name    string
+		stage   time.Duration
+		clamped bool
+	}{
+		{"stage before request", -time.Second, true},
+		{"stage in the year 9999", time.Until(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)), true},
+		{"stage after request", 3 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := event("a-"+tc.name, "create", "alice", ref, 201)
+			ev.StageTimestamp = ev.RequestReceivedTimestamp.Add(tc.stage)
+			span := onlySpan(t, must(convertOne(t, c, ev)))
+			_, has := span.Attributes().Get(attrClamped)
+			if has != tc.clamped {
+				t.Fatalf("clamped attribute present = %v, want %v", has, tc.clamped)
+			}
+			if tc.clamped && span.EndTimestamp() != span.StartTimestamp() {
+				t.Fatal("a clamped span ends when it starts")
+			}
+		})
+	}
+	future := event("future", "create", "alice", ref, 201)
+	future.RequestReceivedTimestamp = c.now().Add(48 * time.Hour)
+	future.StageTimestamp = future.RequestReceivedTimestamp
+	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[reasonInvalidTimestamp] != 1 {
+		t.Fatalf("an event received two days from now: %d spans, dropped %v", td.SpanCount(), st.dropped)
+	}
 }

@@ -1,4 +1,4 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"bytes"
@@ -105,13 +105,13 @@ func TestTokenReviewTokensNeverLeaveTheReceiver(t *testing.T) {
 	ref := objectReference{Resource: "tokenreviews", APIGroup: "authentication.k8s.io", APIVersion: "v1"}
 	for _, tt := range []struct {
 		name string
-		ev   auditEvent
+		ev   Event
 	}{
 		{"at RequestResponse level", event("r", "create", "system:kube-apiserver", ref, 201, withRequest(review), withResponse(review))},
 		{"at Request level", event("q", "create", "system:kube-apiserver", ref, 201, withRequest(review))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			td := must(convertOne(t, testConverter(func(cfg *Config) { cfg.RedactResources = nil }), tt.ev))
+			td := must(convertOne(t, testConverter(func(cfg *Settings) { cfg.RedactResources = nil }), tt.ev))
 			if td.SpanCount() != 1 {
 				t.Fatalf("spans = %d", td.SpanCount())
 			}

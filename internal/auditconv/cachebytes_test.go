@@ -1,17 +1,17 @@
-package k8sauditreceiver
+package auditconv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // configMapEvent is a RequestResponse create of ConfigMap i whose data is size bytes.
@@ -29,43 +29,58 @@ func configMapEvent(i, size int) string {
 "requestReceivedTimestamp":"2026-11-21T10:45:54.106207Z","stageTimestamp":"2026-11-21T10:45:54.109001Z"}`, i, i, body)
 }
 
-func postOK(t *testing.T, url string, body []byte) {
+// feed decodes and converts one body, as a door would.
+func feed(t *testing.T, c *Converter, body []byte) {
 	t.Helper()
-	resp, err := http.Post(url+"/audit", "application/json", bytes.NewReader(body))
+	pooled := GetEvents()
+	events, err := c.DecodeBody(body, *pooled)
+	defer PutEvents(pooled, events)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
+	var st Stats
+	c.Convert("testbed", events, &st)
 }
 
-// metricSum sums a receiver metric's data points, those with the given reason when it is not empty.
-func metricSum(t *testing.T, tel *componenttest.Telemetry, name, reason string) int64 {
+// startConverter is a Converter of the default settings, changed by mutate, whose cache
+// counts with instruments of the given names in a test telemetry.
+func startConverter(t *testing.T, mutate func(*Settings)) (*Converter, *componenttest.Telemetry) {
 	t.Helper()
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s is %T", name, m.Data)
-	}
-	var n int64
-	for _, dp := range sum.DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key("reason")); reason == "" || ok && v.AsString() == reason {
-			n += dp.Value
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	m := tel.NewTelemetrySettings().MeterProvider.Meter("auditconv")
+	var ins Telemetry
+	var err error
+	for _, e := range []error{
+		func() error {
+			ins.CacheObjects, err = m.Int64UpDownCounter("otelcol_k8s_audit_diff_cache_objects")
+			return err
+		}(),
+		func() error {
+			ins.CacheBytes, err = m.Int64UpDownCounter("otelcol_k8s_audit_diff_cache_bytes")
+			return err
+		}(),
+		func() error {
+			ins.CacheEvictions, err = m.Int64Counter("otelcol_k8s_audit_diff_cache_evictions")
+			return err
+		}(),
+	} {
+		if e != nil {
+			t.Fatal(e)
 		}
 	}
-	return n
+	s := defaultSettings()
+	if mutate != nil {
+		mutate(s)
+	}
+	return New(Options{Settings: *s, ScopeName: goldenScope, Telemetry: ins}), tel
 }
 
 // checkAccounting asserts that the bytes the cache counts are the sum of its entries'
 // footprints, within the bound, and what the metric reports.
-func checkAccounting(t *testing.T, r *auditReceiver, tel *componenttest.Telemetry) int64 {
+func checkAccounting(t *testing.T, r *Converter, tel *componenttest.Telemetry) int64 {
 	t.Helper()
-	c := r.conv.cache
+	c := r.cache
 	c.mu.Lock()
 	var sum int64
 	n := 0
@@ -81,13 +96,13 @@ func checkAccounting(t *testing.T, r *auditReceiver, tel *componenttest.Telemetr
 	if charged != sum {
 		t.Fatalf("cache counts %d bytes, its entries' footprints sum to %d", charged, sum)
 	}
-	if charged > r.cfg.DiffCacheMaxBytes {
-		t.Fatalf("cache holds %d bytes, bound %d", charged, r.cfg.DiffCacheMaxBytes)
+	if charged > c.maxBytes {
+		t.Fatalf("cache holds %d bytes, bound %d", charged, c.maxBytes)
 	}
-	if got := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_bytes", ""); got != charged {
+	if got := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diff_cache_bytes", ""); got != charged {
 		t.Fatalf("otelcol_k8s_audit_diff_cache_bytes = %d, cache holds %d", got, charged)
 	}
-	if got := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_objects", ""); got != int64(entries) {
+	if got := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diff_cache_objects", ""); got != int64(entries) {
 		t.Fatalf("otelcol_k8s_audit_diff_cache_objects = %d, cache holds %d", got, entries)
 	}
 	return charged
@@ -95,7 +110,7 @@ func checkAccounting(t *testing.T, r *auditReceiver, tel *componenttest.Telemetr
 
 func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
 	const bound = 4 << 20
-	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) { cfg.DiffCacheMaxBytes = bound })
+	r, tel := startConverter(t, func(cfg *Settings) { cfg.DiffCacheMaxBytes = bound })
 	// 240 ConfigMaps of 100 KB each, 8 per batch: 24 MB of bodies, all among the most
 	// recently written (kept parsed), against a 4 MiB bound.
 	const objects, size, perBatch = 240, 100_000, 8
@@ -107,7 +122,7 @@ func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
 		for j := range items {
 			items[j] = configMapEvent(i+j, size)
 		}
-		postOK(t, url, []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[`+strings.Join(items, ",")+`]}`))
+		feed(t, r, []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[`+strings.Join(items, ",")+`]}`))
 	}
 	// Twice: the first collection moves what sync.Pools hold (a batch's body buffer, index
 	// nodes) to their victim caches, the second frees it; what a pool keeps is not retained.
@@ -123,16 +138,16 @@ func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
 	if charged < bound/2 {
 		t.Fatalf("cache holds %d bytes: the bound should be close to full", charged)
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
 		t.Fatal("no evictions counted with reason bytes")
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedCount); n != 0 {
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedCount); n != 0 {
 		t.Fatalf("%d evictions counted with reason count, under a count bound never reached", n)
 	}
 	// The most recent objects are the ones kept.
-	r.conv.cache.mu.Lock()
-	newest := r.conv.cache.root.next
-	r.conv.cache.mu.Unlock()
+	r.cache.mu.Lock()
+	newest := r.cache.root.next
+	r.cache.mu.Unlock()
 	if want := fmt.Sprintf("/cm-%d", objects-1); !strings.HasSuffix(newest.key, want) || !newest.hasBody() {
 		t.Fatalf("most recent entry %q (body %v), want the last ConfigMap with its body", newest.key, newest.hasBody())
 	}
@@ -141,17 +156,14 @@ func TestManyLargeBodiesStayWithinTheByteBound(t *testing.T) {
 func TestCacheAccountingHoldsOverTheFixtures(t *testing.T) {
 	// Creates, updates, scales, conflicts, deletions and recreations of every fixture through
 	// a cache far smaller than them: whatever path an entry takes, the bytes stay counted.
-	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) {
-		cfg.DiffCacheMaxBytes = 24 << 10
-		cfg.ServerConfig.MaxRequestBodySize = 0
-	})
+	r, tel := startConverter(t, func(cfg *Settings) { cfg.DiffCacheMaxBytes = 24 << 10 })
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
-		for _, body := range fixtureBodies(t, scenario) {
-			postOK(t, url, body)
+		for _, body := range auditconvtest.FixtureBodies(t, scenario) {
+			feed(t, r, body)
 			checkAccounting(t, r, tel)
 		}
 	}
-	if n := metricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diff_cache_evictions", reasonEvictedBytes); n == 0 {
 		t.Fatal("the fixtures should not fit in 24 KiB")
 	}
 }
@@ -217,7 +229,7 @@ func keysOf(c *objectCache) []string {
 }
 
 func TestDiffCacheMaxBytesIsValidated(t *testing.T) {
-	cfg := createDefaultConfig().(*Config)
+	cfg := defaultSettings()
 	if cfg.DiffCacheMaxBytes != 64<<20 {
 		t.Fatalf("default diff_cache_max_bytes = %d, want 64 MiB", cfg.DiffCacheMaxBytes)
 	}
@@ -235,8 +247,8 @@ func TestDiffCacheMaxBytesIsValidated(t *testing.T) {
 // the spare that the next object seen for the first time is compacted into; one too large to be
 // worth keeping is not kept outside the cache's bytes.
 func TestAGoneObjectsStorageTakesTheNextNewBody(t *testing.T) {
-	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) { cfg.DiffCacheSize = 1 })
-	c := r.conv.cache
+	r, tel := startConverter(t, func(cfg *Settings) { cfg.DiffCacheSize = 1 })
+	c := r.cache
 	bodyOf := func(name string) []byte {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -250,12 +262,12 @@ func TestAGoneObjectsStorageTakesTheNextNewBody(t *testing.T) {
 	list := func(ev string) []byte {
 		return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":[` + ev + `]}`)
 	}
-	postOK(t, url, list(configMapEvent(0, 2000)))
+	feed(t, r, list(configMapEvent(0, 2000)))
 	first := bodyOf("cm-0")
 	if first == nil {
 		t.Fatal("cm-0 is not cached")
 	}
-	postOK(t, url, list(configMapEvent(1, 2000))) // evicts cm-0: a cache of one object
+	feed(t, r, list(configMapEvent(1, 2000))) // evicts cm-0: a cache of one object
 	second := bodyOf("cm-1")
 	if bodyOf("cm-0") != nil || second == nil {
 		t.Fatal("cm-1 should have taken cm-0's place")

@@ -1,0 +1,221 @@
+package auditconv
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+)
+
+// Options configure a Converter.
+type Options struct {
+	// Settings are the component's conversion keys.
+	Settings Settings
+	// ScopeName and ScopeVersion name the instrumentation scope of the spans: the component
+	// that converted them.
+	ScopeName    string
+	ScopeVersion string
+	// Logger reports refused events; give it a sampled core, since one bad client can send
+	// thousands a second and each is counted anyway. Nil: no logging.
+	Logger *zap.Logger
+	// Telemetry are the component's instruments; nil instruments count nothing.
+	Telemetry Telemetry
+}
+
+// Telemetry holds the instruments a Converter and the doors in front of it count with. Every
+// k8s_audit component generates them from its metadata.yaml under the same names
+// (otelcol_k8s_audit_*), so a dashboard reads the receiver and the connector alike.
+type Telemetry struct {
+	FilteredEvents      metric.Int64Counter
+	DroppedEvents       metric.Int64Counter
+	TraceContextInvalid metric.Int64Counter
+	CacheObjects        metric.Int64UpDownCounter
+	CacheBytes          metric.Int64UpDownCounter
+	CacheEvictions      metric.Int64Counter
+	// ReceiveLag is the time from an event's stageTimestamp to its arrival, in seconds.
+	ReceiveLag metric.Float64Histogram
+}
+
+func (t Telemetry) cacheObjects() func(int64) {
+	if t.CacheObjects == nil {
+		return nil
+	}
+	return func(d int64) { t.CacheObjects.Add(context.Background(), d) }
+}
+
+func (t Telemetry) cacheBytes() func(int64) {
+	if t.CacheBytes == nil {
+		return nil
+	}
+	return func(d int64) { t.CacheBytes.Add(context.Background(), d) }
+}
+
+func (t Telemetry) cacheEviction() func(string) {
+	if t.CacheEvictions == nil {
+		return nil
+	}
+	return func(reason string) { t.CacheEvictions.Add(context.Background(), 1, WithReason(reason)) }
+}
+
+// The reasons the conversion counts by. Each component's metadata.yaml lists them per counter
+// for its documentation.md; its reasons test compares the two.
+const (
+	// otelcol_k8s_audit_filtered_events
+	ReasonStage             = reasonStage
+	ReasonReadVerb          = reasonReadVerb
+	ReasonVerb              = reasonVerb
+	ReasonNonResource       = reasonNonResource
+	ReasonExcludedResource  = reasonExcludedResource
+	ReasonExcludedUserAgent = reasonExcludedUserAgent
+	ReasonDryRun            = reasonDryRun
+	// otelcol_k8s_audit_dropped_events
+	ReasonInvalidEvent      = reasonInvalidEvent
+	ReasonInvalidTimestamp  = reasonInvalidTimestamp
+	ReasonConsumerPermanent = "consumer_permanent"
+	// otelcol_k8s_audit_diff_cache_evictions
+	ReasonEvictedCount    = reasonEvictedCount
+	ReasonEvictedBytes    = reasonEvictedBytes
+	ReasonEvictedTooLarge = reasonEvictedTooLarge
+)
+
+const (
+	reasonStage             = "stage"
+	reasonReadVerb          = "read_verb"
+	reasonVerb              = "verb"
+	reasonNonResource       = "non_resource"
+	reasonExcludedResource  = "excluded_resource"
+	reasonExcludedUserAgent = "excluded_user_agent"
+	// reasonDryRun: a write made with ?dryRun=All (kubectl --dry-run=server) changed nothing.
+	reasonDryRun           = "dry_run"
+	reasonInvalidEvent     = "invalid_event"
+	reasonInvalidTimestamp = "invalid_timestamp"
+	// reasonEvictedCount: the least recently used object left to keep diff_cache_size.
+	reasonEvictedCount = "count"
+	// reasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
+	reasonEvictedBytes = "bytes"
+	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
+	reasonEvictedTooLarge = "too_large"
+)
+
+// WithReason is the measurement option for a counter's reason attribute.
+func WithReason(reason string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
+}
+
+// AddWithReason counts n items with a reason; it ignores n <= 0 and a nil counter.
+func AddWithReason(ctx context.Context, c metric.Int64Counter, n int, reason string) {
+	if n > 0 && c != nil {
+		c.Add(ctx, int64(n), WithReason(reason))
+	}
+}
+
+// Convert turns the events of one cluster into spans, one ResourceSpans per object kind, and
+// counts in st what it filtered and dropped.
+func (c *Converter) Convert(cluster string, events []Event, st *Stats) ptrace.Traces {
+	return c.convert(cluster, events, st)
+}
+
+// Drop counts n events lost for reason (a door's own reasons: a malformed line, a permanent
+// refusal downstream).
+func (s *Stats) Drop(reason string, n int) { s.drop(reason, n) }
+
+// Record adds the batch's counts to the instruments.
+func (s *Stats) Record(ctx context.Context, t Telemetry) {
+	for reason, n := range s.filtered {
+		AddWithReason(ctx, t.FilteredEvents, n, reason)
+	}
+	for reason, n := range s.dropped {
+		AddWithReason(ctx, t.DroppedEvents, n, reason)
+	}
+	for reason, n := range s.badContexts {
+		AddWithReason(ctx, t.TraceContextInvalid, n, reason)
+	}
+}
+
+// Dropped is how many events the batch lost for reason.
+func (s *Stats) Dropped(reason string) int { return s.dropped[reason] }
+
+// Filtered is how many events the batch filtered for reason.
+func (s *Stats) Filtered(reason string) int { return s.filtered[reason] }
+
+// RecordLag records, for each event with a stage timestamp, how long before received the
+// apiserver finished it, with the door's input attribute (webhook, file, connector): the
+// histogram tells an event that is late from one that is lost.
+func (c *Converter) RecordLag(ctx context.Context, events []Event, received time.Time, input metric.MeasurementOption) {
+	h := c.tel.ReceiveLag
+	if h == nil {
+		return
+	}
+	for i := range events {
+		ts := events[i].StageTimestamp
+		if ts.IsZero() {
+			ts = events[i].RequestReceivedTimestamp
+		}
+		if ts.IsZero() {
+			continue
+		}
+		h.Record(ctx, max(received.Sub(ts), 0).Seconds(), input)
+	}
+}
+
+// InputAttribute is the measurement option naming the door events came in by.
+func InputAttribute(input string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("input", input)))
+}
+
+// ErrWrongKind marks a well-formed JSON document that is not an audit.k8s.io/v1 Event or
+// EventList.
+var ErrWrongKind = errWrongKind
+
+// IsWrongKind reports whether err says the document was JSON of another kind.
+func IsWrongKind(err error) bool { return errors.Is(err, errWrongKind) }
+
+// DecodeBody decodes an audit.k8s.io/v1 EventList or Event into events, reusing the storage of
+// reuse, with the bodies read as c will convert them (see decodeBodyInto). The events refer to
+// data's bytes: data must not change until they are released.
+func (c *Converter) DecodeBody(data []byte, reuse []Event) ([]Event, error) {
+	return decodeBodyInto(data, reuse, c)
+}
+
+// DecodeLine decodes one audit log line (a single Event).
+func (c *Converter) DecodeLine(line []byte) (Event, error) { return decodeLine(line, c) }
+
+// eventsPool holds the event slices of batches: an EventList of 400 events is some 200 KB of
+// Event structs, and nothing keeps them once the batch is converted.
+var eventsPool = sync.Pool{New: func() any { return new([]Event) }}
+
+// GetEvents returns pooled storage for a batch's events; give it back with PutEvents.
+func GetEvents() *[]Event { return eventsPool.Get().(*[]Event) }
+
+// PutEvents empties the events (their strings and the slices of the body must not outlive the
+// batch; see Event.reset) and returns their storage to the pool, unless one unusually large
+// batch grew it. A slice comes back empty beyond its length: only the events of this batch
+// need emptying, or, when decoding failed part way (events nil), all of the storage it may
+// have written.
+func PutEvents(p *[]Event, events []Event) {
+	if events == nil {
+		events = *p
+		events = events[:cap(events)]
+	}
+	for i := range events {
+		putNodes(events[i].respIndex.nodes) // indexes the converter did not take
+		events[i].reset()
+	}
+	if cap(events) <= maxPooledEvents {
+		*p = events[:0]
+		eventsPool.Put(p)
+	}
+}
+
+// maxPooledEvents is the largest event slice kept for reuse: the apiserver's default batch is
+// 400 events (--audit-webhook-batch-max-size).
+const maxPooledEvents = 4096
+
+// DecodeBody decodes an EventList or Event with every body validated, as a converter with no
+// filters would read it.
+func DecodeBody(data []byte) ([]Event, error) { return decodeBody(data) }

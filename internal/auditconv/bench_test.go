@@ -1,0 +1,165 @@
+package auditconv
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// BenchmarkScanMeta scans every recorded request and response body of every scenario for
+// identity, owner, the trace-context annotation and a Pod's node: the per-body work of the
+// hot path, without the rest of the conversion's noise.
+func BenchmarkScanMeta(b *testing.B) {
+	paths, err := filepath.Glob(filepath.Join(auditconvtest.FixturesDir(), "*", "audit-webhook", "*.json"))
+	if err != nil || len(paths) == 0 {
+		b.Fatal("no webhook captures")
+	}
+	var bodies [][]byte
+	size := 0
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range evs {
+			for _, raw := range [][]byte{ev.RequestObject, ev.ResponseObject} {
+				if hasBody(raw) {
+					bodies = append(bodies, raw)
+					size += len(raw)
+				}
+			}
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, raw := range bodies {
+			scanMeta(raw, model.DefaultTraceContextAnnotation)
+		}
+	}
+}
+
+// BenchmarkDecodeCapture decodes the benchmark capture that audits reads with their bodies
+// (testbed/bench/requestresponse-deployment) both ways in one run, the responses the converter
+// indexes indexed in both: every body validated, and, as the webhook reads them, the bodies of
+// events the filters drop only delimited.
+func BenchmarkDecodeCapture(b *testing.B) {
+	bodies := auditconvtest.WebhookBodies(b, auditconvtest.RequestResponseCapture())
+	events, size := 0, 0
+	for _, data := range bodies {
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events, size = events+len(evs), size+len(data)
+	}
+	conv := newConverter(defaultSettings(), "bench")
+	for _, mode := range []struct {
+		name string
+		r    bodyReader
+	}{{"validate", bodyReader{index: true}}, {"delimit-dropped", bodyReader{conv: conv, index: true}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			pooled := new([]Event)
+			for b.Loop() {
+				for _, body := range bodies {
+					evs, err := decodeDocument(body, true, *pooled, mode.r)
+					if err != nil {
+						b.Fatal(err)
+					}
+					PutEvents(pooled, evs)
+				}
+			}
+			b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkSkipBody finds the end of every list and get response of the same capture (the
+// bodies the filters drop) by validating it and by delimiting it.
+func BenchmarkSkipBody(b *testing.B) {
+	var bodies [][]byte
+	size := 0
+	for _, data := range auditconvtest.WebhookBodies(b, auditconvtest.RequestResponseCapture()) {
+		evs, err := decodeBody(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range evs {
+			if readVerbs[ev.Verb] && hasBody(ev.ResponseObject) {
+				bodies, size = append(bodies, ev.ResponseObject), size+len(ev.ResponseObject)
+			}
+		}
+	}
+	if len(bodies) == 0 {
+		b.Fatal("no read responses in the capture")
+	}
+	for _, mode := range []struct {
+		name string
+		skip func([]byte) (int, error)
+	}{
+		{"validate", func(d []byte) (int, error) { return skipValue(d, 0, 0) }},
+		{"delimit", func(d []byte) (int, error) { return delimitValue(d, 0) }},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				for _, body := range bodies {
+					if end, err := mode.skip(body); err != nil || end != len(body) {
+						b.Fatalf("ended at %d of %d: %v", end, len(body), err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDiffFlat diffs each recorded object's successive bodies (the pairs of one UID in
+// arrival order, as the cache sees them) and encodes each body as a snapshot: the diff and
+// snapshot work of the hot path, alone.
+func BenchmarkDiffFlat(b *testing.B) {
+	lastOf := map[string]int{}
+	var flats []flatBody
+	var pairs [][2]int
+	for _, raw := range fixtureObjects(b) {
+		f, ok := flatten(raw, nil)
+		if !ok {
+			b.Fatal("a recorded object does not index")
+		}
+		uid := f.meta("").UID
+		if uid == "" {
+			continue
+		}
+		if i, ok := lastOf[uid]; ok {
+			pairs = append(pairs, [2]int{i, len(flats)})
+		}
+		lastOf[uid] = len(flats)
+		flats = append(flats, f)
+	}
+	b.Run("diff", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, p := range pairs {
+				diffFlat(&flats[p[0]], &flats[p[1]])
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pairs)), "ns/pair")
+	})
+	b.Run("snapshot", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for i := range flats {
+				encodeFlat(&flats[i])
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(flats)), "ns/body")
+	})
+}

@@ -1,0 +1,129 @@
+package auditconv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Settings are the conversion keys of every k8s_audit component (receiver and connector).
+// Each component's Config holds them as one field squashed into its top level, so the keys,
+// their defaults and their validation are the same wherever audit events come in.
+type Settings struct {
+	// IncludeReadVerbs turns get, list and watch requests into spans too.
+	IncludeReadVerbs bool `mapstructure:"include_read_verbs"`
+	// ExcludeResources are resources whose audit events never become spans.
+	ExcludeResources []GroupResource `mapstructure:"exclude_resources"`
+	// ExcludeUserAgents are user-agent prefixes whose audit events never become spans.
+	ExcludeUserAgents []string `mapstructure:"exclude_user_agents"`
+
+	// DiffCacheSize is the number of objects whose last body is kept for k8s.object.diff.
+	// Zero turns diffs (and conflict links) off.
+	DiffCacheSize int `mapstructure:"diff_cache_size"`
+	// DiffCacheMaxBytes bounds the estimated bytes of that cache too (bodies differ a
+	// thousandfold in size); least recently used objects leave first.
+	DiffCacheMaxBytes int64 `mapstructure:"diff_cache_max_bytes"`
+	// RedactResources are resources whose data and stringData values, and whose
+	// last-applied-configuration annotation, are never exported.
+	RedactResources []GroupResource `mapstructure:"redact_resources"`
+
+	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
+	// write's audit span to the trace that asked for it.
+	TraceContextAnnotation string `mapstructure:"trace_context_annotation"`
+
+	// Window is the object-span window; it must equal the k8s_object_link processor's window so
+	// that both derive the same IDs.
+	Window time.Duration `mapstructure:"window"`
+}
+
+const (
+	defaultDiffCacheSize = 100_000
+	// 64 MiB holds about 20,000 live Pods (a body of 1.7–2.5 KB as JSON without managedFields,
+	// and about 1.1 KB for the entry and its last writes, measured on the fixtures), and keeps
+	// a component within the memory of a small collector however large the objects: 1,200
+	// ConfigMaps near etcd's 1.5 MiB limit took the count-bounded cache alone to 3.26 GB.
+	defaultDiffCacheMaxBytes = 64 << 20
+)
+
+// DefaultSettings are the defaults of the conversion keys.
+func DefaultSettings() Settings {
+	return Settings{
+		// Leases are renewed every few seconds by every node and controller and Events are
+		// the narration of the k8s_event_spans receiver: as audit spans both are pure noise.
+		ExcludeResources: []GroupResource{
+			{Group: "coordination.k8s.io", Resource: "leases"},
+			{Group: "", Resource: "events"},
+			{Group: "events.k8s.io", Resource: "events"},
+		},
+		DiffCacheSize:          defaultDiffCacheSize,
+		DiffCacheMaxBytes:      defaultDiffCacheMaxBytes,
+		RedactResources:        []GroupResource{{Group: "", Resource: "secrets"}},
+		Window:                 model.DefaultWindow,
+		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
+	}
+}
+
+// Validate checks the conversion keys; each error names its key.
+func (s *Settings) Validate() error {
+	var errs []error
+	for i, gr := range s.ExcludeResources {
+		if err := gr.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("exclude_resources[%d]: %w", i, err))
+		}
+	}
+	for i, gr := range s.RedactResources {
+		if err := gr.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("redact_resources[%d]: %w", i, err))
+		}
+	}
+	for i, ua := range s.ExcludeUserAgents {
+		if ua == "" {
+			errs = append(errs, fmt.Errorf("exclude_user_agents[%d]: an empty prefix would exclude every event", i))
+		}
+	}
+	if s.DiffCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("diff_cache_size: must not be negative, got %d", s.DiffCacheSize))
+	}
+	if s.DiffCacheSize > 0 && s.DiffCacheMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("diff_cache_max_bytes: must be positive while diff_cache_size is, got %d (diff_cache_size: 0 turns diffs off)", s.DiffCacheMaxBytes))
+	}
+	if err := model.ValidateWindow(s.Window); err != nil {
+		errs = append(errs, err)
+	}
+	if msgs := validation.IsQualifiedName(s.TraceContextAnnotation); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", s.TraceContextAnnotation, strings.Join(msgs, "; ")))
+	}
+	return errors.Join(errs...)
+}
+
+// GroupResource names an API resource. Resource "*" matches every resource of the group; a
+// resource with a subresource ("pods/status") matches only that subresource.
+type GroupResource struct {
+	Group    string `mapstructure:"group"`
+	Resource string `mapstructure:"resource"`
+}
+
+func (gr GroupResource) String() string {
+	if gr.Group == "" {
+		return gr.Resource
+	}
+	return gr.Resource + "." + gr.Group
+}
+
+func (gr GroupResource) validate() error {
+	if gr.Resource == "" {
+		return errors.New("resource: empty (use \"*\" for every resource of the group)")
+	}
+	if strings.Count(gr.Resource, "/") > 1 || strings.HasPrefix(gr.Resource, "/") || strings.HasSuffix(gr.Resource, "/") {
+		return fmt.Errorf("resource: %q must be a resource or resource/subresource", gr.Resource)
+	}
+	if strings.Contains(gr.Group, "/") {
+		return fmt.Errorf("group: %q is a group, not an apiVersion (leave the version out)", gr.Group)
+	}
+	return nil
+}
