@@ -271,6 +271,62 @@ func TestErrorsSayWhatToTryNext(t *testing.T) {
 	}
 }
 
+// A file exporter killed mid-write leaves its last line cut short, and a line can be corrupt: the
+// command shows the tree of the valid lines, as from a file of them alone, and says on stderr how
+// many lines it skipped and where the first is. A file without a valid line is still refused.
+func TestAFileWithATruncatedAndACorruptLineShowsTheRest(t *testing.T) {
+	t.Setenv("KUBETRAIL_SOURCE", "")
+	line := func(scenario string) string {
+		td, err := golden.ReadTraces(filepath.Join(recorded, scenario+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	write := func(content string) string {
+		path := filepath.Join(t.TempDir(), "traces.jsonl")
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	valid, last := line("deployment"), line("conflict")
+	args := []string{"trace", "deployment/demo", "-n", "default", "--cluster", "testbed", "--source"}
+	code, want, errOut := kubetrail(t, append(args, "file="+write(valid+"\n"))...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("the valid line alone: exit %d: %s", code, errOut)
+	}
+
+	dirty := write(valid + "\n" + "\x00\x00 not json {\n" + last[:len(last)/2])
+	code, got, errOut := kubetrail(t, append(args, "file="+dirty)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got != want {
+		t.Errorf("the tree differs from the valid line's alone:\n%s", head(got, 20))
+	}
+	for _, s := range []string{dirty, "skipped 2 of 3 lines", "first line 2"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("stderr %q lacks %q", errOut, s)
+		}
+	}
+
+	broken := write("\x00\x00 not json {\n" + last[:len(last)/2])
+	code, got, errOut = kubetrail(t, append(args, "file="+broken)...)
+	if code == 0 || got != "" {
+		t.Fatalf("a file without a valid line: exit %d, output %q", code, head(got, 5))
+	}
+	for _, s := range []string{broken, "not OTLP JSON trace lines", "none of its 2 lines"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("stderr %q lacks %q", errOut, s)
+		}
+	}
+}
+
 func closedPort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

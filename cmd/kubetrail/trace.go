@@ -108,6 +108,11 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if err != nil {
 		return usageError{err}
 	}
+	if file, ok := src.(*trail.File); ok && file.Skipped > 0 {
+		// A file exporter killed mid-write leaves its last line cut short: show the rest.
+		fmt.Fprintf(stderr, "warning: %s: skipped %d of %d lines that are not OTLP JSON trace data, first line %d (%v); showing the spans of the others\n",
+			file.Path, file.Skipped, file.Lines, file.FirstSkipped, file.SkipErr)
+	}
 	t0 := now()
 	var since, until time.Time
 	if f.since != "" {

@@ -1,6 +1,7 @@
 package trail
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,8 +17,6 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-
-	"github.com/kubetrail/kubetrail/internal/tracetree"
 )
 
 // Source is a trace backend: it returns whole traces by ID and searches for traces by the
@@ -57,8 +56,13 @@ func OpenSource(spec string) (Source, error) {
 // File is a file of OTLP JSON lines, one ExportTraceServiceRequest per line, as the collector's
 // file exporter writes them. It is read whole at open.
 type File struct {
-	Path    string
-	byTrace map[pcommon.TraceID][]*Span
+	Path string
+	// Lines is the number of non-blank lines read. Skipped of them were not OTLP JSON trace data
+	// (a last line cut short by an exporter killed mid-write, a corrupt line) and were left out;
+	// FirstSkipped is the first one's number (counting from 1), SkipErr why it was refused.
+	Lines, Skipped, FirstSkipped int
+	SkipErr                      error
+	byTrace                      map[pcommon.TraceID][]*Span
 }
 
 // maxResponse bounds one answer of the Jaeger query service.
@@ -74,17 +78,42 @@ func OpenFile(path string) (*File, error) {
 	return ReadFile(path, f)
 }
 
-// ReadFile reads OTLP JSON lines from r; path names it in errors.
+// maxLine bounds one line of the file (one exporter batch).
+const maxLine = 256 << 20
+
+// ReadFile reads OTLP JSON lines from r; path names it in errors. A line that is not OTLP JSON
+// trace data is skipped and counted (File.Skipped), so that one truncated or corrupt line does
+// not hide the rest of the file; a file whose lines are all such is an error.
 func ReadFile(path string, r io.Reader) (*File, error) {
 	fs := &File{Path: path, byTrace: map[pcommon.TraceID][]*Span{}}
-	batches, err := tracetree.ReadOTLPJSONLines(r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: not OTLP JSON trace lines as the file exporter writes them: %w", path, err)
-	}
-	for _, td := range batches {
+	var u ptrace.JSONUnmarshaler
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		fs.Lines++
+		td, err := u.UnmarshalTraces(b)
+		if err != nil {
+			if fs.Skipped == 0 {
+				fs.FirstSkipped, fs.SkipErr = line, err
+			}
+			fs.Skipped++
+			continue
+		}
 		for _, s := range SpansFromTraces(td) {
 			fs.byTrace[s.TraceID] = append(fs.byTrace[s.TraceID], s)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: line %d: %w", path, line+1, err)
+	}
+	if fs.Lines > 0 && fs.Skipped == fs.Lines {
+		return nil, fmt.Errorf("%s: not OTLP JSON trace lines as the file exporter writes them: none of its %d lines is (line %d: %w); point file= at the file exporter's output, in JSON (not format: proto) and not compressed", path, fs.Lines, fs.FirstSkipped, fs.SkipErr)
 	}
 	return fs, nil
 }
