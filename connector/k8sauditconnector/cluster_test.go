@@ -1,0 +1,106 @@
+package k8sauditconnector
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+func confmapOf(m map[string]any) *confmap.Conf { return confmap.NewFromStringMap(m) }
+
+func TestClusterOfProviderValues(t *testing.T) {
+	for in, want := range map[string]string{
+		"/aws/eks/prod-eu/cluster": "prod-eu",
+		"/SUBSCRIPTIONS/0000/RESOURCEGROUPS/RG/PROVIDERS/MICROSOFT.CONTAINERSERVICE/MANAGEDCLUSTERS/aks-1": "aks-1",
+		"gke-prod": "gke-prod",
+	} {
+		if got := clusterOf(in); got != want {
+			t.Errorf("clusterOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The cluster comes from cluster_attribute on the record, then on its resource (a slice such
+// as the awsfirehose receiver's aws.log.group.names takes its first value), then from the
+// configured cluster; a value that is no valid cluster name drops the record, counted.
+func TestClusterFromAttributes(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, func(cfg *Config) {
+		cfg.ClusterAttribute = "aws.log.group.names"
+		cfg.Cluster = "fallback"
+	})
+	ld := plog.NewLogs()
+	add := func(resGroup, recGroup any, id string) {
+		rl := ld.ResourceLogs().AppendEmpty()
+		if resGroup != nil {
+			_ = rl.Resource().Attributes().FromRaw(map[string]any{"aws.log.group.names": resGroup})
+		}
+		lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		if recGroup != nil {
+			_ = lr.Attributes().FromRaw(map[string]any{"aws.log.group.names": recGroup})
+		}
+		lr.Body().SetStr(auditconvtest.EventList(id))
+	}
+	add([]any{"/aws/eks/from-resource/cluster"}, nil, "a1")
+	add("/aws/eks/from-resource/cluster", "/aws/eks/from-record/cluster", "a2")
+	add(nil, nil, "a3")
+	add(nil, "/aws/eks/not a name/cluster", "a4")
+	if err := c.ConsumeLogs(context.Background(), ld); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, td := range sink.AllTraces() {
+		for _, rs := range td.ResourceSpans().All() {
+			cluster, _ := rs.Resource().Attributes().Get(model.AttrClusterName)
+			for _, ss := range rs.ScopeSpans().All() {
+				for _, s := range ss.Spans().All() {
+					id, _ := s.Attributes().Get(model.AttrAuditID)
+					got[id.Str()] = cluster.Str()
+				}
+			}
+		}
+	}
+	want := map[string]string{"a1": "from-resource", "a2": "from-record", "a3": "fallback"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("clusters %v, want %v", got, want)
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reasonNoCluster); n != 1 {
+		t.Fatalf("no_cluster drops = %d, want 1", n)
+	}
+}
+
+// A record of no known format, or of a known one that cannot be read, is counted by reason and
+// the rest of the batch goes on.
+func TestUnreadableRecordsAreCountedAlone(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	ld := logsOf(
+		func(v pcommon.Value) { v.SetStr("level=info msg=hello") },
+		func(v pcommon.Value) { v.SetStr(`{"kind":"Pod","apiVersion":"v1"}`) },
+		func(v pcommon.Value) { v.SetInt(7) },
+		func(v pcommon.Value) { v.SetStr(`{"category":"kube-audit","properties":{"log":"{not json"}}`) },
+		func(v pcommon.Value) {
+			v.SetStr(`{"protoPayload":{"serviceName":"k8s.io","methodName":"io.k8s.core.v1.pods.create","resourceName":"pods"}}`)
+		},
+		str([]byte(auditconvtest.EventList("ok"))),
+	)
+	if err := c.ConsumeLogs(context.Background(), ld); err != nil {
+		t.Fatal(err)
+	}
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans, want the one good record's", sink.SpanCount())
+	}
+	for reason, want := range map[string]int64{reasonUnknownFormat: 3, reasonMalformedRecord: 2} {
+		if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reason); n != want {
+			t.Errorf("dropped %s = %d, want %d", reason, n, want)
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package k8sauditconnector
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// The formats a log record can be read as.
+const (
+	formatAuto   = "auto"
+	formatNative = "native"
+	formatAKS    = "aks"
+	formatGKE    = "gke"
+)
+
+// Config configures the k8s_audit connector.
+type Config struct {
+	// Cluster names the cluster of every record, unless ClusterAttribute finds one.
+	Cluster string `mapstructure:"cluster"`
+	// ClusterAttribute names a log record attribute, or a resource attribute, that holds the
+	// cluster: the name itself (GKE's k8s.cluster.name or cluster_name), an EKS log group
+	// (/aws/eks/<cluster>/cluster) or an AKS resource ID (…/managedClusters/<cluster>), from
+	// which the name is taken. A record where it is missing takes Cluster.
+	ClusterAttribute string `mapstructure:"cluster_attribute"`
+	// Format is how records are read: auto (detected per record), native, aks or gke.
+	Format string `mapstructure:"format"`
+
+	// DedupWindow is how long the auditID of an event converted and accepted downstream is
+	// remembered, so that a redelivery (Kafka without a committed offset, an unacked Pub/Sub
+	// message, an overlapping CloudWatch poll) becomes no second span. Zero turns it off.
+	DedupWindow time.Duration `mapstructure:"dedup_window"`
+	// DedupMaxBytes bounds the estimated bytes of the remembered auditIDs; the oldest leave
+	// first.
+	DedupMaxBytes int64 `mapstructure:"dedup_max_bytes"`
+
+	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
+	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources,
+	// trace_context_annotation, window), shared with the k8s_audit receiver.
+	Conversion auditconv.Settings `mapstructure:",squash"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// Validate checks the configuration.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if cfg.Cluster == "" && cfg.ClusterAttribute == "" {
+		errs = append(errs, errors.New("cluster: required when cluster_attribute is not set (log records do not name their cluster)"))
+	}
+	if cfg.Cluster != "" && !model.ValidClusterName(cfg.Cluster) {
+		errs = append(errs, fmt.Errorf("cluster: %q is not a valid cluster name (1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit)", cfg.Cluster))
+	}
+	switch cfg.Format {
+	case formatAuto, formatNative, formatAKS, formatGKE:
+	default:
+		errs = append(errs, fmt.Errorf("format: must be one of auto, native, aks, gke; got %q", cfg.Format))
+	}
+	if cfg.DedupWindow < 0 {
+		errs = append(errs, fmt.Errorf("dedup_window: must not be negative, got %s", cfg.DedupWindow))
+	}
+	if cfg.DedupWindow > 0 && cfg.DedupMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("dedup_max_bytes: must be positive while dedup_window is, got %d (dedup_window: 0 turns deduplication off)", cfg.DedupMaxBytes))
+	}
+	if err := cfg.Conversion.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

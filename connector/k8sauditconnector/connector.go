@@ -1,0 +1,257 @@
+package k8sauditconnector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// The connector's own values of the dropped counter's reason (the conversion's are
+// auditconv.Reason*) and of the input attribute.
+const (
+	reasonUnknownFormat   = "unknown_format"
+	reasonMalformedRecord = "malformed_record"
+	reasonNoCluster       = "no_cluster"
+	inputConnector        = "connector"
+)
+
+var inputAttribute = auditconv.InputAttribute(inputConnector)
+
+// auditConnector turns log records holding audit events into audit spans.
+type auditConnector struct {
+	cfg       *Config
+	logger    *zap.Logger // sampled: one bad source can send thousands of bad records a second
+	next      consumer.Traces
+	telemetry *metadata.TelemetryBuilder
+	tel       auditconv.Telemetry
+	conv      *auditconv.Converter
+	rd        reader
+	dedup     *dedup // nil when dedup_window is 0
+	now       func() time.Time
+	formats   map[string]metric.MeasurementOption
+}
+
+var _ connector.Logs = (*auditConnector)(nil)
+
+func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces) (*auditConnector, error) {
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("creating telemetry: %w", err)
+	}
+	logger := set.Logger.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(core, time.Minute, 5, 0)
+	}))
+	c := &auditConnector{
+		cfg: cfg, logger: logger, next: next, telemetry: tb, now: time.Now,
+		tel: auditconv.Telemetry{
+			FilteredEvents:      tb.K8sAuditFilteredEvents,
+			DroppedEvents:       tb.K8sAuditDroppedEvents,
+			TraceContextInvalid: tb.K8sAuditTraceContextInvalid,
+			CacheObjects:        tb.K8sAuditDiffCacheObjects,
+			CacheBytes:          tb.K8sAuditDiffCacheBytes,
+			CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
+			ReceiveLag:          tb.K8sAuditReceiveLag,
+		},
+		formats: map[string]metric.MeasurementOption{},
+	}
+	for _, f := range []string{formatNative, formatAKS, formatGKE} {
+		c.formats[f] = metric.WithAttributeSet(attribute.NewSet(attribute.String("format", f)))
+	}
+	c.conv = auditconv.New(auditconv.Options{
+		Settings:     cfg.Conversion,
+		ScopeName:    metadata.ScopeName,
+		ScopeVersion: set.BuildInfo.Version,
+		Logger:       logger,
+		Telemetry:    c.tel,
+	})
+	c.rd = reader{conv: c.conv, format: cfg.Format}
+	if cfg.DedupWindow > 0 {
+		c.dedup = newDedup(cfg.DedupWindow, cfg.DedupMaxBytes, func() time.Time { return c.now() },
+			func(d int64) { tb.K8sAuditDedupBytes.Add(context.Background(), d) })
+	}
+	return c, nil
+}
+
+func (*auditConnector) Start(context.Context, component.Host) error { return nil }
+
+func (c *auditConnector) Shutdown(context.Context) error {
+	c.telemetry.Shutdown()
+	return nil
+}
+
+func (*auditConnector) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: false}
+}
+
+// batch is the audit events of one ConsumeLogs call, by cluster, in arrival order.
+type batch struct {
+	clusters []string
+	events   map[string][]auditconv.Event
+	ids      []string // the auditIDs to remember once the spans are accepted
+	pending  map[string]bool
+}
+
+// ConsumeLogs converts the records' audit events into spans and hands them on in one call. Its
+// error is the next consumer's, unchanged, so that a source that can redeliver (Kafka, Pub/Sub)
+// does; a record that cannot be read is counted and logged, and the rest go on.
+func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err error) {
+	received := c.now()
+	var st auditconv.Stats
+	b := batch{events: map[string][]auditconv.Event{}, pending: map[string]bool{}}
+	duplicates := 0
+	n := 0
+	defer func() {
+		if p := recover(); p != nil {
+			c.logger.Error("Converting audit events panicked", zap.Any("panic", p))
+			err = consumererror.NewPermanent(fmt.Errorf("converting audit events: panic: %v", p))
+			st.Drop(auditconv.ReasonInvalidEvent, len(b.ids))
+		}
+		st.Record(ctx, c.tel)
+		if duplicates > 0 {
+			c.telemetry.K8sAuditDuplicateEvents.Add(ctx, int64(duplicates))
+		}
+	}()
+	for _, rl := range ld.ResourceLogs().All() {
+		res := rl.Resource().Attributes()
+		for _, sl := range rl.ScopeLogs().All() {
+			for _, lr := range sl.LogRecords().All() {
+				duplicates += c.read(ctx, &b, &st, lr, res)
+			}
+		}
+	}
+	td := ptrace.NewTraces()
+	for _, cluster := range b.clusters {
+		events := b.events[cluster]
+		c.conv.RecordLag(ctx, events, received, inputAttribute)
+		part := c.conv.Convert(cluster, events, &st)
+		part.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	if n = td.SpanCount(); n > 0 {
+		if err := c.next.ConsumeTraces(ctx, td); err != nil {
+			if consumererror.IsPermanent(err) {
+				st.Drop(auditconv.ReasonConsumerPermanent, n)
+			}
+			return err
+		}
+	}
+	if c.dedup != nil {
+		c.dedup.remember(b.ids)
+	}
+	return nil
+}
+
+// read decodes one record into the batch and returns how many of its events were duplicates.
+func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats, lr plog.LogRecord, res pcommon.Map) int {
+	d, err := c.rd.read(lr)
+	if err != nil {
+		reason := reasonMalformedRecord
+		if errors.Is(err, errUnknownFormat) {
+			reason = reasonUnknownFormat
+		}
+		st.Drop(reason, 1)
+		c.logger.Warn("Dropping a log record that holds no readable audit event; the other records of its batch are kept",
+			zap.String("reason", reason), zap.Error(err))
+		return 0
+	}
+	c.telemetry.K8sAuditLogRecords.Add(ctx, 1, c.formats[d.format])
+	cluster := c.clusterOf(lr.Attributes(), res, d.cluster)
+	if cluster == "" {
+		st.Drop(reasonNoCluster, max(len(d.events), 1))
+		c.logger.Warn("Dropping audit events whose cluster is unknown or not a valid cluster name",
+			zap.String("cluster_attribute", c.cfg.ClusterAttribute), zap.Int("events", len(d.events)))
+		return 0
+	}
+	dups := 0
+	for _, ev := range d.events {
+		if c.dedup != nil && ev.AuditID != "" && becomesSpan(&ev) {
+			key := cluster + "/" + ev.AuditID
+			if b.pending[key] || c.dedup.seen(key) {
+				dups++
+				continue
+			}
+			b.pending[key] = true
+			b.ids = append(b.ids, key)
+		}
+		if _, ok := b.events[cluster]; !ok {
+			b.clusters = append(b.clusters, cluster)
+		}
+		b.events[cluster] = append(b.events[cluster], ev)
+	}
+	return dups
+}
+
+// becomesSpan reports whether an event is of a stage that can become a span: the other stages
+// of the same request share its auditID and must not count as its duplicates.
+func becomesSpan(ev *auditconv.Event) bool {
+	return ev.Stage == "ResponseComplete" || ev.Stage == "Panic"
+}
+
+// clusterOf is the record's cluster: from cluster_attribute (the record's attributes, then its
+// resource's, then what the envelope names), else the configured cluster; "" when none is a
+// valid cluster name.
+func (c *auditConnector) clusterOf(attrs, res pcommon.Map, envelope string) string {
+	if name := c.cfg.ClusterAttribute; name != "" {
+		found := ""
+		for _, m := range []pcommon.Map{attrs, res} {
+			if v, ok := m.Get(name); ok {
+				found = clusterOf(firstString(v))
+				break
+			}
+		}
+		if found == "" {
+			found = envelope
+		}
+		if found != "" {
+			if model.ValidClusterName(found) {
+				return found
+			}
+			return ""
+		}
+	}
+	return c.cfg.Cluster
+}
+
+// firstString is a string attribute's value, or the first element of a slice (the awsfirehose
+// receiver's aws.log.group.names).
+func firstString(v pcommon.Value) string {
+	if v.Type() == pcommon.ValueTypeSlice {
+		if v.Slice().Len() == 0 {
+			return ""
+		}
+		return v.Slice().At(0).AsString()
+	}
+	return v.AsString()
+}
+
+// clusterOf takes the cluster name out of the values providers put it in: an EKS log group
+// (/aws/eks/<cluster>/cluster), an AKS resource ID (…/managedClusters/<cluster>), or the name.
+func clusterOf(v string) string {
+	if rest, ok := strings.CutPrefix(v, "/aws/eks/"); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		return name
+	}
+	lower := strings.ToLower(v)
+	if i := strings.LastIndex(lower, "/managedclusters/"); i >= 0 {
+		name, _, _ := strings.Cut(v[i+len("/managedclusters/"):], "/")
+		return name
+	}
+	return v
+}

@@ -1,0 +1,43 @@
+package k8sauditconnector
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/consumer"
+
+	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+)
+
+const (
+	// Ten minutes covers what the sources redeliver: Pub/Sub's maximum ack deadline, a Kafka
+	// consumer group's rebalance, a CloudWatch poll that overlaps the last one.
+	defaultDedupWindow = 10 * time.Minute
+	// 16 MiB remembers about 120,000 audit IDs (36-byte UUIDs, about 140 bytes each with the
+	// entry), two minutes of a busy cluster's writes at 1,000 a second, ten at 200.
+	defaultDedupMaxBytes = 16 << 20
+)
+
+// NewFactory returns the factory of the k8s_audit connector.
+func NewFactory() connector.Factory {
+	return connector.NewFactory(
+		metadata.Type,
+		createDefaultConfig,
+		connector.WithLogsToTraces(createLogsToTraces, metadata.LogsToTracesStability))
+}
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		Format:        formatAuto,
+		DedupWindow:   defaultDedupWindow,
+		DedupMaxBytes: defaultDedupMaxBytes,
+		Conversion:    auditconv.DefaultSettings(),
+	}
+}
+
+func createLogsToTraces(_ context.Context, set connector.Settings, cfg component.Config, next consumer.Traces) (connector.Logs, error) {
+	return newAuditConnector(set, cfg.(*Config), next)
+}

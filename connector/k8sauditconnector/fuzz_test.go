@@ -1,0 +1,57 @@
+package k8sauditconnector
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/testbed/envelope"
+)
+
+// FuzzRead feeds arbitrary record bodies to format detection and every envelope's reader (the
+// GKE mapping included): an error is fine, a panic or a GKE event that is not a valid audit
+// event is not.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(auditconvtest.EventList("a")))
+	f.Add([]byte(`{"records":[{"category":"kube-audit","properties":{"log":"{}"}}]}`))
+	f.Add([]byte(`{"@type":"type.googleapis.com/google.cloud.audit.AuditLog","methodName":"io.k8s.core.v1.pods.delete","resourceName":"core/v1/namespaces/a/pods/b"}`))
+	for _, body := range auditconvtest.FixtureBodies(f, "unschedulable") {
+		items, err := envelope.Items(body)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, item := range items[:min(3, len(items))] {
+			f.Add([]byte(item))
+			if entry, err := envelope.GKE("c", item); err == nil {
+				f.Add(entry)
+			}
+		}
+		if aks, err := envelope.AKS("c", items[:min(2, len(items))]); err == nil {
+			f.Add(aks)
+		}
+	}
+	conv := auditconv.New(auditconv.Options{Settings: auditconv.DefaultSettings()})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lr := plog.NewLogRecord()
+		lr.Body().SetStr(string(data))
+		for _, format := range []string{formatAuto, formatNative, formatAKS, formatGKE} {
+			r := reader{conv: conv, format: format}
+			d, err := r.read(lr)
+			if err != nil {
+				continue
+			}
+			for _, ev := range d.events {
+				if d.format == formatGKE && (ev.AuditID == "" || ev.ObjectRef == nil) {
+					t.Fatalf("a GKE entry read as an event without auditID or objectRef: %+v", ev)
+				}
+			}
+		}
+		var doc map[string]json.RawMessage
+		if json.Unmarshal(data, &doc) == nil {
+			_ = detect(doc)
+		}
+	})
+}

@@ -1,0 +1,34 @@
+package k8sauditconnector
+
+import (
+	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/enumtest"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// recordedReasons are the values the connector records, per attribute of metadata.yaml.
+var recordedReasons = map[string][]string{
+	"filtered_reason": {
+		auditconv.ReasonStage, auditconv.ReasonReadVerb, auditconv.ReasonVerb, auditconv.ReasonNonResource,
+		auditconv.ReasonExcludedResource, auditconv.ReasonExcludedUserAgent, auditconv.ReasonDryRun,
+	},
+	"dropped_reason": {
+		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord,
+		reasonNoCluster, auditconv.ReasonConsumerPermanent,
+	},
+	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
+	"format":          {formatNative, formatAKS, formatGKE},
+	"input":           {inputConnector},
+	"trace_context_reason": {
+		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
+		model.TraceparentZeroID, model.TraceparentTrailing,
+	},
+}
+
+// TestReasonsMatchMetadata keeps the constants and metadata.yaml's enums (and so
+// documentation.md) in step.
+func TestReasonsMatchMetadata(t *testing.T) {
+	enumtest.Check(t, "metadata.yaml", recordedReasons)
+}
