@@ -1,6 +1,8 @@
 package k8sauditconnector
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,5 +85,47 @@ func TestConversionKeysAreValidated(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Fatalf("Validate = %v, want an error naming %s", err, key)
 		}
+	}
+}
+
+// The managed-cluster examples are complete collector configurations for receivers this
+// build cannot contain; their k8s_audit connector sections are checked here.
+func TestManagedExamplesConfigureTheConnector(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "distribution", "examples", "managed", "*.yaml"))
+	if err != nil || len(files) < 5 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Setenv("EKS_CLUSTER", "eks-1")
+			t.Setenv("AKS_CLUSTER", "aks-1")
+			t.Setenv("GKE_CLUSTER", "gke-1")
+			t.Setenv("KUBETRAIL_CLUSTER", "c-1")
+			cm, err := confmaptest.LoadConf(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := cm.Sub("connectors::k8s_audit")
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := sub.ToStringMap()
+			for k, v := range raw {
+				if s, ok := v.(string); ok {
+					raw[k] = os.ExpandEnv(strings.ReplaceAll(strings.ReplaceAll(s, "${env:", "${"), "}", "}"))
+				}
+			}
+			cfg := createDefaultConfig().(*Config)
+			if err := confmapOf(raw).Unmarshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			pipes, err := cm.Sub("service::pipelines")
+			if err != nil || !strings.Contains(fmt.Sprint(pipes.ToStringMap()), "k8s_audit") {
+				t.Fatalf("no pipeline uses the connector: %v", err)
+			}
+		})
 	}
 }
