@@ -1,0 +1,144 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// TestAuditLogThroughTheConnector ships the apiserver's audit log, line by line as a log
+// shipper would, as OTLP logs into a second collector whose logs pipeline ends in the k8s_audit
+// connector and whose traces pipeline writes a file: the managed-cluster path on the real
+// control plane's own audit events. Every logged write must be exactly one span, with the span
+// ID the webhook path gave Jaeger.
+func TestAuditLogThroughTheConnector(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	if !Check(t, "the collector has the k8s_audit connector", env.Components.Has("connectors", "k8s_audit"), "connectors %v", env.Components["connectors"]) {
+		t.FailNow()
+	}
+	start, end := env.RunsSpan()
+	if start.IsZero() {
+		t.Fatal("no scenario ran")
+	}
+	auditLog := filepath.Join(env.StateDir, "audit.log")
+	logged := loggedWrites(t, auditLog, start, end)
+
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(env.OutDir, "connector-spans.jsonl")
+	_ = os.Remove(out)
+	cfg := Config{}
+	cfg.Set("receivers.otlp.protocols.http.endpoint", fmt.Sprintf("127.0.0.1:%d", port))
+	cfg.Set("connectors.k8s_audit.cluster", ClusterName)
+	cfg.Set("exporters.file.path", out)
+	cfg.Set("exporters.file.flush_interval", "100ms")
+	cfg.Set("service.pipelines.logs/audit.receivers", []any{"otlp"})
+	cfg.Set("service.pipelines.logs/audit.exporters", []any{"k8s_audit"})
+	cfg.SetPipeline("receivers", "k8s_audit")
+	cfg.SetPipeline("exporters", "file")
+	cfg.Set("service.telemetry.metrics.level", "none")
+	c := env.StartExtraCollector(t, "connector", cfg)
+
+	// The shipper: every line of the audit log, 500 to a request, each batch sent until
+	// accepted (the collector may still be starting).
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	client := &http.Client{Timeout: 10 * time.Second}
+	ship := func(lines []string) {
+		ld := plog.NewLogs()
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", "kube-apiserver-audit-shipper")
+		lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
+		for _, l := range lines {
+			lrs.AppendEmpty().Body().SetStr(l)
+		}
+		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			resp, err := client.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/logs", port), "application/json", bytes.NewReader(data))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the connector's collector did not accept a batch: %v\n%s", err, c.LogTail(20))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	var batch []string
+	for sc.Scan() {
+		batch = append(batch, sc.Text())
+		if len(batch) == 500 {
+			ship(batch)
+			batch = nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) > 0 {
+		ship(batch)
+	}
+
+	var got map[string][]string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got = auditSpanIDsIn(t, out)
+		missing := 0
+		for id := range logged {
+			if len(got[id]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if !c.Running() {
+		t.Fatalf("the connector's collector exited:\n%s", c.LogTail(20))
+	}
+	webhook := env.SpansIn(t, Window{Start: start.Add(-time.Second), End: end.Add(2 * time.Second)}).OfType(model.SpanTypeAudit)
+	viaWebhook := map[string]string{}
+	for _, s := range webhook {
+		viaWebhook[s.Attr(model.AttrAuditID)] = s.SpanID
+	}
+	var missing, doubled, differ []string
+	for id, what := range logged {
+		switch ids := got[id]; {
+		case len(ids) == 0:
+			missing = append(missing, what)
+		case len(ids) > 1:
+			doubled = append(doubled, what)
+		case viaWebhook[id] != "" && viaWebhook[id] != ids[0]:
+			differ = append(differ, what)
+		}
+	}
+	Check(t, "connector: every logged write is a span", len(missing) == 0, "%d of %d missing, e.g. %v", len(missing), len(logged), missing[:min(5, len(missing))])
+	Check(t, "connector: no write twice", len(doubled) == 0, "%d doubled, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
+	Check(t, "connector and webhook give the same span IDs", len(differ) == 0, "%d differ, e.g. %v", len(differ), differ[:min(5, len(differ))])
+}
