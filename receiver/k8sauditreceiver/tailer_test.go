@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap"
@@ -346,14 +345,6 @@ func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
 			auditconvtest.AssertGoldenSpans(t, scenario, got)
 		})
 	}
-}
-
-func spansByID(spans []ptrace.Span) map[pcommon.SpanID]ptrace.Span {
-	m := make(map[pcommon.SpanID]ptrace.Span, len(spans))
-	for _, s := range spans {
-		m[s.SpanID()] = s
-	}
-	return m
 }
 
 // statusHost records the component statuses reported to it.

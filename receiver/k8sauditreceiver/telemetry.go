@@ -39,9 +39,6 @@ const (
 	inputNameFile    = "file"
 )
 
-// withReason is the measurement option for a counter's reason attribute.
-func withReason(reason string) metric.MeasurementOption { return auditconv.WithReason(reason) }
-
 // addWithReason counts n items with a reason; it ignores n <= 0.
 func addWithReason(ctx context.Context, c metric.Int64Counter, n int, reason string) {
 	auditconv.AddWithReason(ctx, c, n, reason)
