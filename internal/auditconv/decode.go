@@ -18,6 +18,8 @@ const (
 	kindEvent       = "Event"
 )
 
+// Event is an audit.k8s.io/v1 Event as the conversion reads it: the members a span needs,
+// decoded in one pass, and the request and response bodies as slices of the document.
 type Event struct {
 	Level                    string           `json:"level"`
 	AuditID                  string           `json:"auditID"`
