@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -262,31 +261,16 @@ func TestRedeliveryIsOneSpan(t *testing.T) {
 func TestShuffledCaptureWithDuplicates(t *testing.T) {
 	for _, scenario := range auditconvtest.Scenarios(t) {
 		t.Run(scenario, func(t *testing.T) {
-			items := scenarioItems(t, scenario)
-			rng := rand.New(rand.NewPCG(1, uint64(len(items))))
-			type timed struct {
-				at  time.Time
-				raw json.RawMessage
+			stream, err := envelope.Shuffled(scenarioItems(t, scenario), 60*time.Second, 5, 1)
+			if err != nil {
+				t.Fatal(err)
 			}
-			var stream []timed
-			for _, raw := range items {
-				var ev envelope.Event
-				if err := json.Unmarshal(raw, &ev); err != nil {
-					t.Fatal(err)
-				}
-				// Delivered up to 60 s late; one in five twice.
-				stream = append(stream, timed{ev.StageTimestamp.Add(time.Duration(rng.IntN(60)) * time.Second), raw})
-				if rng.IntN(5) == 0 {
-					stream = append(stream, timed{ev.StageTimestamp.Add(time.Duration(rng.IntN(60)) * time.Second), raw})
-				}
-			}
-			slices.SortStableFunc(stream, func(a, b timed) int { return a.at.Compare(b.at) })
 			sink := new(consumertest.TracesSink)
 			c, _ := newTestConnector(t, sink, nil)
 			for start := 0; start < len(stream); start += 7 {
 				var bodies []func(pcommon.Value)
-				for _, e := range stream[start:min(start+7, len(stream))] {
-					bodies = append(bodies, str(e.raw))
+				for _, raw := range stream[start:min(start+7, len(stream))] {
+					bodies = append(bodies, str(raw))
 				}
 				if err := c.ConsumeLogs(context.Background(), logsOf(bodies...)); err != nil {
 					t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -246,4 +248,33 @@ func FirehoseRequest(requestID, cluster string, events []json.RawMessage, at tim
 		Timestamp int64    `json:"timestamp"`
 		Records   []record `json:"records"`
 	}{RequestID: requestID, Timestamp: at.UnixMilli(), Records: []record{{Data: gz.Bytes()}}})
+}
+
+// Shuffled is the events in the order a log pipeline might deliver them: each delayed by up to
+// maxDelay after its stageTimestamp (in whole seconds, drawn from seed) and one in dupEvery
+// (0: none) delivered a second time with a delay of its own, sorted by delivery time.
+func Shuffled(events []json.RawMessage, maxDelay time.Duration, dupEvery int, seed uint64) ([]json.RawMessage, error) {
+	rng := rand.New(rand.NewPCG(seed, uint64(len(events))))
+	delay := func() time.Duration { return time.Duration(rng.Int64N(int64(maxDelay/time.Second)+1)) * time.Second }
+	type timed struct {
+		at  time.Time
+		raw json.RawMessage
+	}
+	var stream []timed
+	for _, raw := range events {
+		var ev Event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		stream = append(stream, timed{ev.StageTimestamp.Add(delay()), raw})
+		if dupEvery > 0 && rng.IntN(dupEvery) == 0 {
+			stream = append(stream, timed{ev.StageTimestamp.Add(delay()), raw})
+		}
+	}
+	slices.SortStableFunc(stream, func(a, b timed) int { return a.at.Compare(b.at) })
+	out := make([]json.RawMessage, len(stream))
+	for i, e := range stream {
+		out[i] = e.raw
+	}
+	return out, nil
 }
