@@ -39,6 +39,9 @@ type cacheEntry struct {
 	// (batch retries, webhook plus log file); the second copy reuses it instead of
 	// diffing the object against itself.
 	lastDiff *diffResult
+	// lastSkipped says that the write that produced body was not diffed: it was based on a
+	// resourceVersion the cache did not hold (diffSkippedBaseNotSeen). A redelivery says so again.
+	lastSkipped bool
 
 	history []write
 
@@ -213,6 +216,7 @@ func (e *cacheEntry) footprint() int64 {
 		for _, ch := range d.Changes {
 			n += int64(len(ch.Path) + len(ch.Old) + len(ch.New))
 		}
+		n += int64(len(d.Base))
 	}
 	return n + int64(cap(e.body)) + int64(cap(e.nodes))*fnodeSize
 }
@@ -264,7 +268,7 @@ func (e *cacheEntry) dropBody() {
 	if e.c != nil {
 		e.c.letGo(e.body)
 	}
-	e.body, e.lastDiff = nil, nil
+	e.body, e.lastDiff, e.lastSkipped = nil, nil, false
 	e.charge()
 }
 
@@ -331,7 +335,7 @@ func (c *objectCache) remove(e *cacheEntry) {
 	e.prev, e.next = nil, nil
 	e.dropNodes()
 	c.letGo(e.body)
-	e.body, e.lastDiff = nil, nil
+	e.body, e.lastDiff, e.lastSkipped = nil, nil, false
 	c.addBytes(-e.cost)
 	e.cost, e.c = 0, nil
 	delete(c.entries, e.key)

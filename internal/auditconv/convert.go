@@ -24,17 +24,36 @@ const (
 	attrDiffTruncated = "k8s.object.diff.truncated"
 	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
 	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
-	attrObjectBody         = "k8s.object.body"
-	attrBodyTruncated      = "k8s.object.body.truncated"
-	attrErrorCode          = "k8s.audit.error.code"
-	attrErrorReason        = "k8s.audit.error.reason"
-	attrErrorMessage       = "k8s.audit.error.message"
-	attrErrorCauses        = "k8s.audit.error.causes"
-	attrClamped            = "k8s.audit.stage_timestamp.clamped"
+	// attrDiffBase, on a diff event, is the resourceVersion of the cached body the diff was
+	// computed from, when the request did not name its base (a patch without precondition): the
+	// diff then holds the changes of any write between that version and this one not seen here.
+	attrDiffBase = "k8s.object.diff.base_resource_version"
+	// attrDiffSkipped, on an update or patch span, says why it has no diff although the cache
+	// holds a body of the object: diffSkipped* values.
+	attrDiffSkipped   = "k8s.object.diff.skipped"
+	attrObjectBody    = "k8s.object.body"
+	attrBodyTruncated = "k8s.object.body.truncated"
+	attrErrorCode     = "k8s.audit.error.code"
+	attrErrorReason   = "k8s.audit.error.reason"
+	attrErrorMessage  = "k8s.audit.error.message"
+	attrErrorCauses   = "k8s.audit.error.causes"
+	attrClamped       = "k8s.audit.stage_timestamp.clamped"
 	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
 	// request (a new auditID) with the resourceVersion the object already had.
 	attrAuditNoop   = "k8s.audit.noop"
 	eventAuditPatch = "k8s.audit.patch"
+)
+
+// Values of attrDiffSkipped.
+const (
+	// diffSkippedBaseNotSeen: the write names the resourceVersion it was based on and the cache
+	// holds another one (writes in between reached another replica, were lost, are still being
+	// retried, or were audited without their body). A diff against the cached body would put
+	// their changes on this write.
+	diffSkippedBaseNotSeen = "base_not_seen"
+	// diffSkippedOutOfOrder: the write arrived after a newer one of the object; the cache
+	// never moves backwards.
+	diffSkippedOutOfOrder = "out_of_order"
 )
 
 const (
@@ -658,11 +677,48 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		return ""
 	}
 	e.record(w)
+	if resp == nil && scale == nil {
+		return ""
+	}
+
+	isChange := ev.Verb == "update" || ev.Verb == "patch"
+	// Whether the cached body is this write's base. A write whose request names its base (an
+	// update's resourceVersion, a patch's precondition) is diffed only against that version; one
+	// that names none is diffed against the cached body, and its diff says which version that was.
+	baseSeen := true
+	switch {
+	case !e.hasBody():
+		// First sight of this object's body: nothing to compare with.
+	case newRV != "" && newRV == e.rv:
+		// The same write delivered again: show what it showed the first time, never an empty diff.
+		if isChange {
+			if e.lastSkipped {
+				span.Attributes().PutStr(attrDiffSkipped, diffSkippedBaseNotSeen)
+			} else if e.lastDiff != nil {
+				putDiff(span, *e.lastDiff, s.redact, s.endTS)
+			}
+		}
+		return ""
+	case rvOlder(newRV, e.rv):
+		// Arrived out of order: never move the cache backwards.
+		if isChange {
+			span.Attributes().PutStr(attrDiffSkipped, diffSkippedOutOfOrder)
+		}
+		return ""
+	case isChange && s.baseRV != "" && s.baseRV != e.rv:
+		baseSeen = false
+		span.Attributes().PutStr(attrDiffSkipped, diffSkippedBaseNotSeen)
+	}
+
 	var body *flatBody
 	var kept []byte
 	var nodes []fnode
-	switch {
-	case scale != nil:
+	if scale != nil {
+		if !baseSeen {
+			// The object at the Scale's resourceVersion is not known: the cached body stays as
+			// it is, and a later write based on this one is not diffed against it either.
+			return ""
+		}
 		t := scaledBody(e, scale.tree(), newRV)
 		if t == nil {
 			return ""
@@ -673,33 +729,17 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 			return ""
 		}
 		body, nodes = &f, f.nodes
-	case resp != nil:
-		// Indexed below only when it is diffed or becomes the cached body.
-	default:
+	} else if body = resp.flat(); body == nil {
+		// Indexed only now that it is diffed or becomes the cached body.
 		return ""
 	}
 
-	isChange := ev.Verb == "update" || ev.Verb == "patch"
 	var d *diffResult
-	switch {
-	case !e.hasBody():
-		// First sight of this object's body: nothing to compare with.
-	case newRV != "" && newRV == e.rv:
-		// The same write delivered again: show the diff it had, never an empty one.
-		if e.lastDiff != nil && isChange {
-			putDiff(span, *e.lastDiff, s.redact, s.endTS)
-		}
-		return ""
-	case rvOlder(newRV, e.rv):
-		return "" // arrived out of order: never move the cache backwards
-	}
-	if body == nil {
-		if body = resp.flat(); body == nil {
-			return ""
-		}
-	}
-	if e.hasBody() {
+	if e.hasBody() && baseSeen {
 		if res, ok := diffCached(e, body); ok {
+			if s.baseRV == "" {
+				res.Base = e.rv
+			}
 			d = &res
 		}
 	}
@@ -707,7 +747,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		// The previous body is diffed: its storage (or a gone object's) may take the new one.
 		kept, nodes = resp.kept(c.cache.storageFor(e))
 	}
-	e.lastDiff = d
+	e.lastDiff, e.lastSkipped = d, !baseSeen
 	c.cache.setBody(e, kept, nodes)
 	e.rv = newRV
 	if d != nil && isChange {

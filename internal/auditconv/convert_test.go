@@ -1,6 +1,7 @@
 package auditconv
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -375,10 +376,21 @@ func TestDiffs(t *testing.T) {
 	t.Run("an update arriving after a newer one does not move the cache backwards", func(t *testing.T) {
 		c := testConverter()
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
-		_, _ = convertOne(t, c, event("u2", "update", "alice", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))))
-		s := onlySpan(t, must(convertOne(t, c, event("u1", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
+		// u2 (11 -> 12, replicas 3 -> 5) arrives before u1 (10 -> 11, 2 -> 3): diffed against
+		// the cached body at 10 it would claim 2 -> 5, u1's change blamed on u2's writer.
+		s := onlySpan(t, must(convertOne(t, c, event("u2", "update", "alice", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))))))
+		if e, ok := spanEvent(s, model.EventObjectDiff); ok {
+			t.Fatalf("an update based on an unseen version got a diff: %v", e.Attributes().AsRaw())
+		}
+		if got := attrStr(s.Attributes(), attrDiffSkipped); got != diffSkippedBaseNotSeen {
+			t.Fatalf("%s = %s, want %s", attrDiffSkipped, got, diffSkippedBaseNotSeen)
+		}
+		s = onlySpan(t, must(convertOne(t, c, event("u1", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
 		if _, ok := spanEvent(s, model.EventObjectDiff); ok {
 			t.Fatal("a stale update must not be diffed against a newer body")
+		}
+		if got := attrStr(s.Attributes(), attrDiffSkipped); got != diffSkippedOutOfOrder {
+			t.Fatalf("%s = %s, want %s", attrDiffSkipped, got, diffSkippedOutOfOrder)
 		}
 		s = onlySpan(t, must(convertOne(t, c, event("u3", "update", "alice", deployRef("12"), 200, withResponse(deployment("13", 6, "a"))))))
 		if got := diffOf(t, s); got["spec.replicas"] != "5 -> 6" {
@@ -407,6 +419,137 @@ func TestDiffs(t *testing.T) {
 			t.Fatal("the oldest object must be evicted")
 		}
 	})
+}
+
+// TestDiffBase holds a diff to the write's own base: a write that names the resourceVersion it
+// was based on is diffed only when the cache holds that version, and one that names none says
+// which version its diff is relative to.
+func TestDiffBase(t *testing.T) {
+	scaleRef := func(rv string) objectReference {
+		r := deployRef(rv)
+		r.Subresource = "scale"
+		return r
+	}
+	scale := func(rv string, replicas int) string {
+		return fmt.Sprintf(`{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"demo","namespace":"default","uid":"d-1","resourceVersion":%q},"spec":{"replicas":%d}}`, rv, replicas)
+	}
+	// Every case starts from the create of the Deployment at resourceVersion 10 with 2 replicas.
+	created := event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a")))
+	tests := []struct {
+		name   string
+		writes []Event // the last one's span is checked
+		diff   map[string]string
+		skip   string // attrDiffSkipped, "" for none
+		base   string // attrDiffBase on the diff event, "" for none
+	}{
+		{
+			name:   "an update based on the cached version is diffed",
+			writes: []Event{event("u", "update", "bob", deployRef("10"), 200, withResponse(deployment("11", 4, "a")))},
+			diff:   map[string]string{"spec.replicas": "2 -> 4"},
+		},
+		{
+			name:   "an update based on a version not seen gets no diff and says why",
+			writes: []Event{event("u", "update", "bob", deployRef("11"), 200, withResponse(deployment("12", 5, "a")))},
+			skip:   diffSkippedBaseNotSeen,
+		},
+		{
+			name: "a patch whose precondition is the cached version is diffed",
+			writes: []Event{event("p", "patch", "bob", deployRef(""), 200,
+				withRequest(`{"metadata":{"resourceVersion":"10"},"spec":{"replicas":3}}`), withResponse(deployment("11", 3, "a")))},
+			diff: map[string]string{"spec.replicas": "2 -> 3"},
+		},
+		{
+			name: "a patch whose precondition is not the cached version gets no diff",
+			writes: []Event{event("p", "patch", "bob", deployRef(""), 200,
+				withRequest(`{"metadata":{"resourceVersion":"11"},"spec":{"replicas":3}}`), withResponse(deployment("12", 3, "a")))},
+			skip: diffSkippedBaseNotSeen,
+		},
+		{
+			name: "a patch without precondition is diffed against the cached version and names it",
+			writes: []Event{event("p", "patch", "bob", deployRef(""), 200,
+				withRequest(`{"spec":{"replicas":3}}`), withResponse(deployment("12", 3, "a")))},
+			diff: map[string]string{"spec.replicas": "2 -> 3"},
+			base: "10",
+		},
+		{
+			name:   "an unconditional update (no resourceVersion) names its base",
+			writes: []Event{event("u", "update", "bob", deployRef(""), 200, withResponse(deployment("11", 4, "a")))},
+			diff:   map[string]string{"spec.replicas": "2 -> 4"},
+			base:   "10",
+		},
+		{
+			name:   "a scale update based on a version not seen gets no diff",
+			writes: []Event{event("s", "update", "hpa", scaleRef("11"), 200, withResponse(scale("12", 5)))},
+			skip:   diffSkippedBaseNotSeen,
+		},
+		{
+			name:   "a scale patch without precondition names its base",
+			writes: []Event{event("s", "patch", "bob", scaleRef(""), 200, withRequest(`{"spec":{"replicas":4}}`), withResponse(scale("11", 4)))},
+			diff:   map[string]string{"spec.replicas": "2 -> 4"},
+			base:   "10",
+		},
+		{
+			name: "a skipped write delivered again says so again",
+			writes: []Event{
+				event("u", "update", "bob", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))),
+				event("u", "update", "bob", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))),
+			},
+			skip: diffSkippedBaseNotSeen,
+		},
+		{
+			name: "a patch without precondition delivered again names the same base",
+			writes: []Event{
+				event("p", "patch", "bob", deployRef(""), 200, withRequest(`{"spec":{"replicas":3}}`), withResponse(deployment("12", 3, "a"))),
+				event("p", "patch", "bob", deployRef(""), 200, withRequest(`{"spec":{"replicas":3}}`), withResponse(deployment("12", 3, "a"))),
+			},
+			diff: map[string]string{"spec.replicas": "2 -> 3"},
+			base: "10",
+		},
+		{
+			name: "the write after a skipped one is diffed against the skipped one's body",
+			writes: []Event{
+				event("u1", "update", "bob", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))),
+				event("u2", "update", "carol", deployRef("12"), 200, withResponse(deployment("13", 6, "a"))),
+			},
+			diff: map[string]string{"spec.replicas": "5 -> 6"},
+		},
+		{
+			name: "a scale write skipped leaves the cached body: the write based on it is skipped too",
+			writes: []Event{
+				event("s", "update", "hpa", scaleRef("11"), 200, withResponse(scale("12", 5))),
+				event("u", "update", "carol", deployRef("12"), 200, withResponse(deployment("13", 5, "b"))),
+			},
+			skip: diffSkippedBaseNotSeen,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConverter()
+			_, _ = convertOne(t, c, created)
+			var s ptrace.Span
+			for i, w := range tt.writes {
+				w.RequestReceivedTimestamp = t0.Add(time.Duration(i+1) * time.Second)
+				w.StageTimestamp = w.RequestReceivedTimestamp.Add(time.Millisecond)
+				s = onlySpan(t, must(convertOne(t, c, w)))
+			}
+			if got := attrStr(s.Attributes(), attrDiffSkipped); got != cmp.Or(tt.skip, "<absent>") {
+				t.Errorf("%s = %s, want %s", attrDiffSkipped, got, cmp.Or(tt.skip, "<absent>"))
+			}
+			e, ok := spanEvent(s, model.EventObjectDiff)
+			if tt.diff == nil {
+				if ok {
+					t.Fatalf("diff = %v, want none", e.Attributes().AsRaw())
+				}
+				return
+			}
+			if got := diffOf(t, s); fmt.Sprint(got) != fmt.Sprint(tt.diff) {
+				t.Fatalf("diff = %v, want %v", got, tt.diff)
+			}
+			if got := attrStr(e.Attributes(), attrDiffBase); got != cmp.Or(tt.base, "<absent>") {
+				t.Fatalf("%s = %s, want %s", attrDiffBase, got, cmp.Or(tt.base, "<absent>"))
+			}
+		})
+	}
 }
 
 // diffTrees diffs two trees as the receiver diffs bodies: encoded, indexed, diffFlat.

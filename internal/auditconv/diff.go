@@ -26,6 +26,9 @@ type change struct {
 type diffResult struct {
 	Changes []change // sorted by path, at most maxDiffPaths
 	Total   int      // every changed path, including those beyond maxDiffPaths
+	// Base is the resourceVersion of the body the diff was computed from, set when the request
+	// did not name the version it was based on (exported as attrDiffBase).
+	Base string
 }
 
 // noisePaths change on every write and say nothing a reader wants to see in a diff.

@@ -152,8 +152,9 @@ func putSnapshot(span ptrace.Span, body string, redact bool, ts pcommon.Timestam
 }
 
 // putDiff encodes a diff as three parallel string arrays (paths, old values, new values; JSON
-// texts, "" where a side is absent) plus the count. Parallel arrays keep one attribute per
-// role instead of one per path, so backends index three keys however many paths change.
+// texts, "" where a side is absent) plus the count, and the resourceVersion it is relative to
+// when the request did not name it. Parallel arrays keep one attribute per role instead of one
+// per path, so backends index three keys however many paths change.
 func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) {
 	if d.Total == 0 {
 		return
@@ -181,6 +182,7 @@ func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) 
 	if pathsCut {
 		a.PutBool(attrDiffPathsTruncated, true)
 	}
+	putNonEmpty(a, attrDiffBase, d.Base)
 }
 
 func clipBody(s string) (string, bool) {
