@@ -205,6 +205,8 @@ T_ETCD=$(now_ms)
 # so a test sees the apiserver's spans about as soon as the audit webhook's, and queues up to 64k
 # spans instead of 2048 while the receiver is not listening yet (e2e starts the collector after
 # the control plane; the apiserver makes ~1,000 spans a second while it starts).
+# --audit-webhook-initial-backoff 1s, not the recommended default of 10 s
+# (distribution/apiserver-flags.md): tests refuse batches on purpose and would wait 10 s a retry.
 start kube-apiserver env OTEL_BSP_SCHEDULE_DELAY=500 OTEL_BSP_MAX_QUEUE_SIZE=65536 "$K8S_BIN/kube-apiserver" "${TRACING_ARGS[@]}" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
