@@ -3,11 +3,16 @@
 package distribution_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,13 +51,22 @@ func helm(t *testing.T, args ...string) (string, string, error) {
 // renderChart runs `helm template` with --set flags and returns the manifests by "Kind/name".
 func renderChart(t *testing.T, sets ...string) map[string]map[string]any {
 	t.Helper()
+	return renderChartWith(t, nil, sets...)
+}
+
+// renderChartWith is renderChart with values files (-f) before the --set flags.
+func renderChartWith(t *testing.T, valuesFiles []string, sets ...string) map[string]map[string]any {
+	t.Helper()
 	args := []string{"template", "kt", chartDir, "--namespace", "kubetrail"}
+	for _, f := range valuesFiles {
+		args = append(args, "--values", f)
+	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
 	out, stderr, err := helm(t, args...)
 	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", sets, err, stderr)
+		t.Fatalf("helm template %v %v: %v\n%s", valuesFiles, sets, err, stderr)
 	}
 	objs := map[string]map[string]any{}
 	for _, doc := range strings.Split(out, "\n---\n") {
@@ -119,10 +133,16 @@ func keys[V any](m map[string]V) []string {
 }
 
 func TestChartLints(t *testing.T) {
-	for _, mode := range []string{"gateway", "daemonset"} {
+	for _, mode := range []string{"gateway", "daemonset", "managed"} {
 		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--set", "mode="+mode)
 		if err != nil {
 			t.Errorf("helm lint --strict (mode %s): %v\n%s%s", mode, err, out, stderr)
+		}
+	}
+	for _, f := range managedValuesFiles(t) {
+		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--values", f)
+		if err != nil {
+			t.Errorf("helm lint --strict --values %s: %v\n%s%s", filepath.Base(f), err, out, stderr)
 		}
 	}
 }
@@ -239,6 +259,23 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			},
 		},
 		{
+			name:   "managed, OTLP logs, events off: the connector alone feeds traces",
+			sets:   []string{"mode=managed", "events.enabled=false", "managed.connector.dedup_window=0", "managed.connector.format=native"},
+			want:   []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "Service/kt-kubetrail-headless", "PodDisruptionBudget/kt-kubetrail"},
+			absent: []string{"DaemonSet/kt-kubetrail"},
+			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				if got := dig(cfg, "service", "pipelines", "traces", "receivers"); !reflect.DeepEqual(got, []any{"k8s_audit"}) {
+					t.Errorf("traces receivers %v, want [k8s_audit]", got)
+				}
+				if r := dig(cfg, "receivers", "k8s_audit"); r != nil {
+					t.Errorf("k8s_audit receiver rendered in mode managed")
+				}
+				if d := dig(cfg, "connectors", "k8s_audit", "dedup_window"); d != float64(0) {
+					t.Errorf("dedup_window %v, want 0", d)
+				}
+			},
+		},
+		{
 			name:   "one replica, memory ID map, no persistence",
 			sets:   []string{"gateway.replicas=1", "redis.bundled.enabled=false", "gateway.persistence.enabled=false", "goMemLimit=", "gateway.service.type=ClusterIP"},
 			absent: []string{"Deployment/kt-kubetrail-redis"},
@@ -331,6 +368,17 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"allowed names without a client CA", []string{"clusterName=c", "gateway.tls.allowedClientNames={a}"}, "allowedClientNames needs gateway.tls.clientCA"},
 		{"Redis address without a port", []string{"clusterName=c", "redis.addresses={redis}"}, "redis/addresses/0"},
 		{"unreadable memory limit for GOMEMLIMIT auto", []string{"clusterName=c", "resources.limits.memory=1G"}, "goMemLimit auto"},
+		{"unknown key under managed", []string{"clusterName=c", "mode=managed", "managed.recievers.otlp.protocols.grpc.endpoint=x"}, "additional properties 'recievers' not allowed"},
+		{"unknown connector key", []string{"clusterName=c", "mode=managed", "managed.connector.formt=aks"}, "additional properties 'formt' not allowed"},
+		{"unknown connector format", []string{"clusterName=c", "mode=managed", "managed.connector.format=eks"}, "managed/connector/format"},
+		{"connector cluster other than clusterName", []string{"clusterName=c", "mode=managed", "managed.connector.cluster=d"}, "managed.connector.cluster: set by the chart"},
+		{"connector window other than window", []string{"clusterName=c", "mode=managed", "managed.connector.window=1h"}, "managed.connector.window: set by the chart"},
+		{"k8s_audit as a log receiver", []string{"clusterName=c", "mode=managed", "managed.receivers.k8s_audit.endpoint=x"}, "managed.receivers.k8s_audit: not a log receiver"},
+		{"receiver config that is no map", []string{"clusterName=c", "mode=managed", "managed.receivers.otlp=x"}, "managed/receivers/otlp"},
+		{"Service port name a container cannot carry", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=otlp-grpc-receiver", "managed.service.ports[0].port=4317"}, "managed/service/ports/0/name"},
+		{"Service port taken by the metrics", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=prom", "managed.service.ports[0].port=8888"}, "managed.service.ports: prom/8888 is taken"},
+		{"webhook TLS in managed mode", []string{"clusterName=c", "mode=managed", "gateway.tls.enabled=true", "gateway.tls.existingSecret=s"}, "gateway.tls is the audit webhook's"},
+		{"managed replicas without a shared ID map", []string{"clusterName=c", "mode=managed", "redis.bundled.enabled=false"}, "gateway.replicas > 1 needs a shared ID map"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "kt", chartDir}
@@ -375,7 +423,7 @@ func TestManifestsNameTheImage(t *testing.T) {
 	if chart.AppVersion != builder.Dist.Version {
 		t.Errorf("Chart.yaml appVersion %q, the distribution is %q", chart.AppVersion, builder.Dist.Version)
 	}
-	for _, mode := range []string{"gateway", "daemonset"} {
+	for _, mode := range []string{"gateway", "daemonset", "managed"} {
 		objs := renderChart(t, "clusterName=c", "mode="+mode)
 		for k, obj := range objs {
 			if img := dig(obj, "spec", "template", "spec", "containers", 0, "image"); strings.HasPrefix(k, "StatefulSet/") || strings.HasPrefix(k, "DaemonSet/") {
@@ -391,5 +439,285 @@ func TestManifestsNameTheImage(t *testing.T) {
 	}
 	if !strings.Contains(string(raw), "image: "+want+"\n") {
 		t.Errorf("distribution/kubernetes/kubetrail.yaml does not run %s", want)
+	}
+}
+
+// managedValuesFiles are the chart's examples/values-*.yaml, one per way the audit logs arrive in
+// mode managed; the test fails if one of the documented files is missing.
+func managedValuesFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "examples", "values-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[filepath.Base(f)] = true
+	}
+	for _, name := range []string{"values-otlp.yaml", "values-eks.yaml", "values-aks.yaml", "values-gke.yaml", "values-kafka.yaml"} {
+		if !have[name] {
+			t.Errorf("examples/%s is missing (have %v)", name, files)
+		}
+	}
+	return files
+}
+
+// managedValues is what a values file sets for mode managed, as far as the test compares it.
+type managedValues struct {
+	Mode  string `json:"mode"`
+	Image struct {
+		Repository string `json:"repository"`
+	} `json:"image"`
+	Managed struct {
+		Receivers map[string]any `json:"receivers"`
+		Connector map[string]any `json:"connector"`
+		Service   struct {
+			Ports *[]struct {
+				Name string  `json:"name"`
+				Port float64 `json:"port"`
+			} `json:"ports"`
+		} `json:"service"`
+	} `json:"managed"`
+}
+
+// TestChartManagedValuesFiles renders the chart with each examples/values-*.yaml: a gateway
+// StatefulSet without the k8s_audit receiver or the webhook port, whose log receivers feed
+// logs/audit into the k8s_audit connector, the connector feeds traces, and the Service exposes
+// the file's ports. Only values-otlp.yaml's config goes through `otelcol-kubetrail validate`:
+// the others name receivers (awsfirehose, azureeventhub, googlecloudpubsub, kafka) that this
+// build does not contain, because they cannot be built from the module mirror
+// (builder-config.yaml), so validate would refuse them as unknown types. They are checked
+// structurally here, and their connector keys by the schema and the connector's own test of
+// distribution/examples/managed/ (TestManagedExamplesConfigureTheConnector).
+func TestChartManagedValuesFiles(t *testing.T) {
+	requireBinary(t)
+	for _, file := range managedValuesFiles(t) {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var vals managedValues
+			if err := yaml.Unmarshal(raw, &vals); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if vals.Mode != "managed" {
+				t.Fatalf("mode %q, want managed", vals.Mode)
+			}
+			wantReceivers := vals.Managed.Receivers
+			if len(wantReceivers) == 0 {
+				wantReceivers = map[string]any{"otlp": map[string]any{"protocols": map[string]any{
+					"grpc": map[string]any{"endpoint": "${env:POD_IP}:4317"},
+					"http": map[string]any{"endpoint": "${env:POD_IP}:4318"},
+				}}}
+			}
+			wantPorts := map[string]float64{"otlp-grpc": 4317, "otlp-http": 4318}
+			if p := vals.Managed.Service.Ports; p != nil {
+				wantPorts = map[string]float64{}
+				for _, port := range *p {
+					wantPorts[port.Name] = port.Port
+				}
+			}
+			otlpOnly := len(wantReceivers) == 1 && wantReceivers["otlp"] != nil
+
+			objs := renderChartWith(t, []string{file}, "clusterName=chart-test")
+			for _, k := range []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail-headless", "PodDisruptionBudget/kt-kubetrail", "ConfigMap/kt-kubetrail"} {
+				if objs[k] == nil {
+					t.Errorf("%s not rendered (have %v)", k, keys(objs))
+				}
+			}
+			if objs["DaemonSet/kt-kubetrail"] != nil || objs["Secret/kt-kubetrail-tls"] != nil {
+				t.Errorf("DaemonSet or webhook TLS Secret rendered in mode managed")
+			}
+			cfg, path := collectorConfig(t, objs)
+			requireDeliveryGuarantees(t, cfg)
+
+			// No webhook: no k8s_audit receiver, no port 9880 anywhere.
+			if r := dig(cfg, "receivers", "k8s_audit"); r != nil {
+				t.Errorf("k8s_audit receiver rendered in mode managed: %v", r)
+			}
+			rendered := map[string]any{}
+			for k, v := range dig(cfg, "receivers").(map[string]any) {
+				if k != "k8s_event_spans" {
+					rendered[k] = v
+				}
+			}
+			if !reflect.DeepEqual(rendered, wantReceivers) {
+				t.Errorf("log receivers\n got  %v\n want %v", rendered, wantReceivers)
+			}
+			container := dig(objs["StatefulSet/kt-kubetrail"], "spec", "template", "spec", "containers", 0)
+			containerPorts := namedPorts(t, dig(container, "ports"), "containerPort")
+			for _, svc := range []string{"Service/kt-kubetrail", "Service/kt-kubetrail-headless"} {
+				for name, port := range namedPorts(t, dig(objs[svc], "spec", "ports"), "port") {
+					if name == "audit" || port == 9880 {
+						t.Errorf("%s exposes the webhook port %s/%v", svc, name, port)
+					}
+				}
+			}
+			if _, ok := containerPorts["audit"]; ok {
+				t.Errorf("the container declares the webhook port: %v", containerPorts)
+			}
+
+			// The connector: cluster and window are the chart's, the rest the file's.
+			conn, _ := dig(cfg, "connectors", "k8s_audit").(map[string]any)
+			if conn["cluster"] != "chart-test" || conn["window"] != "30m" {
+				t.Errorf("connector cluster %v, window %v; want chart-test, 30m", conn["cluster"], conn["window"])
+			}
+			for k, v := range vals.Managed.Connector {
+				if !reflect.DeepEqual(conn[k], v) {
+					t.Errorf("connector %s = %v, the file sets %v", k, conn[k], v)
+				}
+			}
+
+			// The pipelines: receivers -> logs/audit -> k8s_audit -> traces.
+			var names []any
+			for k := range wantReceivers {
+				names = append(names, k)
+			}
+			slices.SortFunc(names, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+			logs := dig(cfg, "service", "pipelines", "logs/audit")
+			if got := dig(logs, "receivers"); !reflect.DeepEqual(got, names) {
+				t.Errorf("logs/audit receivers %v, want %v", got, names)
+			}
+			if got := dig(logs, "exporters"); !reflect.DeepEqual(got, []any{"k8s_audit"}) {
+				t.Errorf("logs/audit exporters %v, want [k8s_audit]", got)
+			}
+			if got := dig(cfg, "service", "pipelines", "traces", "receivers"); !reflect.DeepEqual(got, []any{"k8s_audit", "k8s_event_spans"}) {
+				t.Errorf("traces receivers %v, want [k8s_audit k8s_event_spans]", got)
+			}
+
+			// The Service exposes the listed ports, and the container declares them; none listed, no Service.
+			svcPorts := namedPorts(t, dig(objs["Service/kt-kubetrail"], "spec", "ports"), "port")
+			if len(wantPorts) == 0 {
+				if objs["Service/kt-kubetrail"] != nil {
+					t.Errorf("a Service rendered without ports listed: %v", svcPorts)
+				}
+			} else if !reflect.DeepEqual(svcPorts, wantPorts) {
+				t.Errorf("Service ports %v, want %v", svcPorts, wantPorts)
+			}
+			for name, port := range wantPorts {
+				if containerPorts[name] != port {
+					t.Errorf("container port %s = %v, want %v", name, containerPorts[name], port)
+				}
+			}
+
+			// The image: the shipped one only where it has the receivers, and the file says so.
+			header := string(raw[:bytes.Index(raw, []byte("\nmode:"))])
+			image := dig(container, "image").(string)
+			if otlpOnly {
+				if image != "otelcol-kubetrail:0.1.0" || !strings.Contains(header, "shipped otelcol-kubetrail image") {
+					t.Errorf("OTLP runs the shipped image (%s), and its header says so", image)
+				}
+				validate(t, path, "POD_IP=127.0.0.1")
+			} else {
+				if strings.HasPrefix(image, "otelcol-kubetrail:") || vals.Image.Repository == "" {
+					t.Errorf("image %s: the shipped image has none of %v", image, names)
+				}
+				for _, n := range names {
+					if !strings.Contains(header, "receiver/"+n.(string)+"receiver") || !strings.Contains(header, "IN THE IMAGE") || !strings.Contains(header, "builder-config.yaml") {
+						t.Errorf("the header does not say that the %s receiver must be in the image and how:\n%s", n, header)
+					}
+				}
+			}
+
+			notes := renderNotes(t, file)
+			for _, want := range append([]string{"(managed mode)", "No audit webhook"}, func() (w []string) {
+				for name, port := range wantPorts {
+					w = append(w, fmt.Sprintf("%s: kt-kubetrail.kubetrail.svc:%v", name, port))
+				}
+				if otlpOnly {
+					return append(w, "in the shipped otelcol-kubetrail image")
+				}
+				return append(w, "must be in the image "+image)
+			}()...) {
+				if !strings.Contains(notes, want) {
+					t.Errorf("the install notes do not say %q:\n%s", want, notes)
+				}
+			}
+		})
+	}
+}
+
+// namedPorts maps a list of ports by name to the value of key (port, containerPort).
+func namedPorts(t *testing.T, list any, key string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	l, _ := list.([]any)
+	for _, p := range l {
+		name, _ := dig(p, "name").(string)
+		port, _ := dig(p, key).(float64)
+		if name == "health" || name == "metrics" {
+			continue
+		}
+		out[name] = port
+	}
+	return out
+}
+
+// renderNotes renders the chart's NOTES.txt with a values file. `helm template` leaves the notes
+// out and `helm install --dry-run` wants a reachable cluster, so a copy of the chart carries the
+// notes as a plain file and a template that renders it with tpl into a ConfigMap.
+func renderNotes(t *testing.T, valuesFile string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "kubetrail")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | toJson }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes.yaml"), []byte(tmpl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := helm(t, "template", "kt", dir, "--namespace", "kubetrail", "--set", "clusterName=chart-test",
+		"--values", valuesFile, "--show-only", "templates/zz-notes.yaml")
+	if err != nil {
+		t.Fatalf("rendering the notes with %s: %v\n%s", valuesFile, err, stderr)
+	}
+	var cm map[string]any
+	if err := yaml.Unmarshal([]byte(out), &cm); err != nil {
+		t.Fatal(err)
+	}
+	notes, _ := dig(cm, "data", "notes").(string)
+	return notes
+}
+
+// TestChartPackageShipsTheValuesFiles: `helm package` puts examples/ into the chart archive
+// (.helmignore keeps them), so a pulled chart has the values files its README names.
+func TestChartPackageShipsTheValuesFiles(t *testing.T) {
+	dir := t.TempDir()
+	if out, stderr, err := helm(t, "package", chartDir, "--destination", dir); err != nil {
+		t.Fatalf("helm package: %v\n%s%s", err, out, stderr)
+	}
+	archives, _ := filepath.Glob(filepath.Join(dir, "kubetrail-*.tgz"))
+	if len(archives) != 1 {
+		t.Fatalf("helm package wrote %v", archives)
+	}
+	f, err := os.Open(archives[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packaged := map[string]bool{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		packaged[h.Name] = true
+	}
+	for _, f := range managedValuesFiles(t) {
+		if name := "kubetrail/examples/" + filepath.Base(f); !packaged[name] {
+			t.Errorf("%s is not in the packaged chart (%v)", name, keys(packaged))
+		}
 	}
 }

@@ -2,11 +2,13 @@
 The collector configuration, derived from distribution/kubernetes/kubetrail.yaml and keeping its
 guarantees: no batch processor (it would acknowledge spans it later loses); the otlp_grpc exporter
 batches itself behind a persistent queue (file_storage/queue, fsync on) that refuses at once when
-full, so the webhook answers 503 and the apiserver retries; retries without a deadline.
+full, so the webhook answers 503 and the apiserver retries (in mode managed the refusal goes back
+through the k8s_audit connector to the log receiver); retries without a deadline.
 .Values.config is merged over it.
 */}}
 {{- define "kubetrail.baseConfig" -}}
 {{- $gateway := eq .Values.mode "gateway" -}}
+{{- $managed := eq .Values.mode "managed" -}}
 {{- $redis := include "kubetrail.redisAddresses" . | fromJsonArray -}}
 extensions:
   health_check:
@@ -22,6 +24,9 @@ extensions:
       directory: /var/lib/otelcol-kubetrail/queue
       on_rebound: true
 receivers:
+  {{- if $managed }}
+  {{- include "kubetrail.managedReceivers" . | fromJson | toYaml | nindent 2 }}
+  {{- else }}
   k8s_audit:
     cluster: {{ .Values.clusterName | quote }}
     {{- if $gateway }}
@@ -44,6 +49,7 @@ receivers:
     start_at: {{ .Values.daemonset.startAt }}
     {{- end }}
     window: {{ .Values.window }}
+  {{- end }}
   {{- if .Values.events.enabled }}
   k8s_event_spans:
     auth_type: serviceAccount
@@ -74,6 +80,12 @@ processors:
       cluster: {{ .Values.clusterName | quote }}
     owner_wait: {{ .Values.ownerWait }}
     storage: file_storage/queue
+{{- if $managed }}
+connectors:
+  # Audit events in the log records of logs/audit -> audit spans into traces (managed.connector).
+  k8s_audit:
+    {{- mustMergeOverwrite (dict "cluster" .Values.clusterName "window" .Values.window) (deepCopy .Values.managed.connector) | toYaml | nindent 4 }}
+{{- end }}
 exporters:
   otlp_grpc:
     endpoint: {{ .Values.otlp.endpoint | quote }}
@@ -109,10 +121,29 @@ service:
                 host: ${env:POD_IP}
                 port: 8888
   pipelines:
+    {{- if $managed }}
+    logs/audit:
+      receivers: {{ include "kubetrail.managedReceivers" . | fromJson | keys | sortAlpha | toJson }}
+      processors: [memory_limiter]
+      exporters: [k8s_audit]
+    {{- end }}
     traces:
       receivers: {{ if .Values.events.enabled }}[k8s_audit, k8s_event_spans]{{ else }}[k8s_audit]{{ end }}
       processors: [memory_limiter, k8s_object_link]
       exporters: [otlp_grpc]
+{{- end -}}
+
+{{/*
+Managed mode's log receivers: managed.receivers, or when it is empty the OTLP receiver of the
+shipped image. The default lives here rather than in values.yaml because Helm merges a user's map
+into the default one: an otlp default there would stay beside the user's awsfirehose.
+*/}}
+{{- define "kubetrail.managedReceivers" -}}
+{{- if .Values.managed.receivers -}}
+{{- toJson .Values.managed.receivers -}}
+{{- else -}}
+{{- toJson (dict "otlp" (dict "protocols" (dict "grpc" (dict "endpoint" "${env:POD_IP}:4317") "http" (dict "endpoint" "${env:POD_IP}:4318")))) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "kubetrail.config" -}}

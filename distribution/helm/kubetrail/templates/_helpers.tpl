@@ -56,7 +56,7 @@ app.kubernetes.io/component: collector
 {{- if not (regexMatch "^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$" .Values.clusterName) -}}
 {{- fail "clusterName is required: 1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit (--set clusterName=prod-eu-1)" -}}
 {{- end -}}
-{{- if and (eq .Values.mode "gateway") (gt (int .Values.gateway.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
+{{- if and (ne .Values.mode "daemonset") (gt (int .Values.gateway.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
 {{- fail "gateway.replicas > 1 needs a shared ID map: set redis.addresses or redis.bundled.enabled=true" -}}
 {{- end -}}
 {{- if and (eq .Values.mode "gateway") .Values.gateway.tls.enabled (not .Values.gateway.tls.existingSecret) (not (and .Values.gateway.tls.cert .Values.gateway.tls.key)) -}}
@@ -64,6 +64,26 @@ app.kubernetes.io/component: collector
 {{- end -}}
 {{- if and .Values.gateway.tls.allowedClientNames (not .Values.gateway.tls.clientCA) -}}
 {{- fail "gateway.tls.allowedClientNames needs gateway.tls.clientCA (names are checked on verified client certificates)" -}}
+{{- end -}}
+{{- if eq .Values.mode "managed" -}}
+{{- if .Values.gateway.tls.enabled -}}
+{{- fail "gateway.tls is the audit webhook's, and mode managed has none: give the log receivers their own tls in managed.receivers" -}}
+{{- end -}}
+{{- range $k, $v := .Values.managed.connector -}}
+{{- if has $k (list "cluster" "window") -}}
+{{- fail (printf "managed.connector.%s: set by the chart (cluster = clusterName, window = window); set those values instead" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .Values.managed.receivers -}}
+{{- if has (regexReplaceAll "/.*$" $k "") (list "k8s_audit" "k8s_event_spans") -}}
+{{- fail (printf "managed.receivers.%s: not a log receiver (the chart configures k8s_event_spans with events.enabled)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.managed.service.ports -}}
+{{- if or (has .name (list "health" "metrics")) (has (int .port) (list 8888 13133)) -}}
+{{- fail (printf "managed.service.ports: %s/%v is taken by the collector's health check (health, 13133) or metrics (metrics, 8888)" .name .port) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -1,6 +1,7 @@
-{{/* The collector container, shared by the gateway StatefulSet and the DaemonSet. */}}
+{{/* The collector container, shared by the StatefulSet (modes gateway, managed) and the DaemonSet. */}}
 {{- define "kubetrail.container" -}}
 {{- $gateway := eq .Values.mode "gateway" -}}
+{{- $managed := eq .Values.mode "managed" -}}
 - name: otelcol-kubetrail
   image: {{ include "kubetrail.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -16,9 +17,19 @@
     - name: REDIS_PASSWORD
       valueFrom: {secretKeyRef: {name: {{ .name }}, key: {{ .key }}}}
     {{- end }}
+    {{- if $managed }}
+    {{- with .Values.managed.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- end }}
   ports:
     {{- if $gateway }}
     - {name: audit, containerPort: 9880}
+    {{- end }}
+    {{- if $managed }}
+    {{- range .Values.managed.service.ports }}
+    - {name: {{ .name }}, containerPort: {{ .port }}}
+    {{- end }}
     {{- end }}
     - {name: health, containerPort: 13133}
     - {name: metrics, containerPort: 8888}
@@ -36,7 +47,7 @@
     {{- if and $gateway .Values.gateway.tls.enabled }}
     - {name: tls, mountPath: /etc/otelcol-kubetrail-tls, readOnly: true}
     {{- end }}
-    {{- if not $gateway }}
+    {{- if eq .Values.mode "daemonset" }}
     - {name: audit-log, mountPath: {{ dir .Values.daemonset.auditLogPath }}, readOnly: true}
     {{- end }}
 {{- end -}}
