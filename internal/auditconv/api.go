@@ -182,6 +182,33 @@ func (c *Converter) DecodeBody(data []byte, reuse []Event) ([]Event, error) {
 	return decodeBodyInto(data, reuse, c)
 }
 
+// DecodeLimits bound what decoding one body may hold (see DecodeBodyLimited).
+type DecodeLimits struct {
+	// MaxItems is the most events a body may hold: decoding stops at the first item past it,
+	// before decoding that item, with a *TooManyItemsError. 0: no limit.
+	MaxItems int
+	// Charge, when set, is asked for room as the estimated memory of the decoded events grows:
+	// EventBytes per event, and each element of their lists (groups, sourceIPs, annotations,
+	// status causes) and of the response bodies indexed while decoding, at least 64 KiB at a
+	// time. When it reports false, decoding stops at once with ErrOverBudget. What it granted
+	// is the caller's to give back.
+	Charge func(bytes int64) bool
+}
+
+// EventBytes is the memory one decoded event is estimated to hold, besides its body's bytes,
+// until its batch is converted and consumed: the Event, twice over for its slice's growth, and
+// the span made of it. A door charges it per item, whatever the item's size.
+const EventBytes = eventBytes
+
+// ErrOverBudget says DecodeLimits.Charge refused room for more decoded events.
+var ErrOverBudget = errOverBudget
+
+// DecodeBodyLimited is DecodeBody within lim: a webhook body cannot make the decoder hold more
+// events, or more memory, than its door allows, whatever its size in bytes.
+func (c *Converter) DecodeBodyLimited(data []byte, reuse []Event, lim DecodeLimits) ([]Event, error) {
+	return decodeBodyLimited(data, reuse, c, &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge})
+}
+
 // DecodeLine decodes one audit log line (a single Event).
 func (c *Converter) DecodeLine(line []byte) (Event, error) { return decodeLine(line, c) }
 

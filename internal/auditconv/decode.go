@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // The audit.k8s.io/v1 types, reduced to the fields a span needs. Request and response bodies
@@ -152,6 +153,85 @@ type statusCause struct {
 // errWrongKind marks a well-formed JSON body that is not an audit.k8s.io/v1 Event or EventList.
 var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 
+// errOverBudget says the budget a body was decoded against (DecodeLimits.Charge) refused room
+// for more decoded events.
+var errOverBudget = errors.New("the decoded events would pass the memory budget")
+
+// TooManyItemsError says an EventList had more items than DecodeLimits.MaxItems: decoding
+// stopped at the first item past the limit.
+type TooManyItemsError struct{ Max int }
+
+// Error names the limit.
+func (e *TooManyItemsError) Error() string {
+	return fmt.Sprintf("more than %d items in the EventList", e.Max)
+}
+
+// eventBytes estimates the memory one decoded event holds, besides the bytes of its body, until
+// its batch is converted and consumed: the Event (400 bytes) twice over (a slice grown by append
+// has up to twice its length in capacity, and the array it outgrew stays until collected), the
+// objectRef and responseStatus storage (192), and the span the converter makes of it (about
+// 1.4 KB of pdata for a Metadata-level create: the decode and conversion of 10,000 minimal
+// traced events leave some 1.85 KB each on the heap besides the body, by runtime.MemStats).
+// An item of two bytes ({} and its comma) costs as much: it is the item count, not the body's
+// size, that this charges for.
+const eventBytes = 2 << 10
+
+// What each element of an event's lists (user groups, sourceIPs, annotations, status causes)
+// and each node of a response body indexed while decoding holds, twice over for the slice's
+// growth: a list of empty strings costs five to sixteen times its bytes.
+const (
+	stringElemBytes = 2 * int64(unsafe.Sizeof(""))
+	annotationBytes = 2 * int64(unsafe.Sizeof(annotation{}))
+	causeBytes      = 2 * int64(unsafe.Sizeof(statusCause{}))
+	userBytes       = int64(unsafe.Sizeof(userInfo{}))
+	nodeBytes       = 2 * int64(unsafe.Sizeof(fnode{}))
+)
+
+// chargeStep is the least a decoder asks its budget for at a time: one lock of the budget per
+// 32 events, not one per event.
+const chargeStep = 64 << 10
+
+// decodeCost counts the items of a body and estimates the memory its decoded events hold, and
+// asks the caller's budget for it as it grows (see DecodeLimits). A nil *decodeCost counts
+// nothing: the file tailer and the connector decode without limits.
+type decodeCost struct {
+	maxItems int
+	charge   func(int64) bool
+
+	items             int
+	estimate, charged int64
+}
+
+// item counts one more event, failing past maxItems before anything of it is decoded.
+func (c *decodeCost) item() error {
+	if c == nil {
+		return nil
+	}
+	if c.maxItems > 0 && c.items >= c.maxItems {
+		return &TooManyItemsError{Max: c.maxItems}
+	}
+	c.items++
+	return c.add(eventBytes)
+}
+
+// add adds n bytes to the estimate and asks the budget for room when it passes what was
+// granted.
+func (c *decodeCost) add(n int64) error {
+	if c == nil {
+		return nil
+	}
+	c.estimate += n
+	if c.estimate <= c.charged || c.charge == nil {
+		return nil
+	}
+	step := max(chargeStep, c.estimate-c.charged)
+	if !c.charge(step) {
+		return errOverBudget
+	}
+	c.charged += step
+	return nil
+}
+
 // decodeBody decodes a webhook body: an audit.k8s.io/v1 EventList or a single Event, in one
 // pass (see jsonscan.go). It returns errWrongKind (wrapped) for JSON of another kind and a
 // syntax error for anything else. The events' raw bodies are slices of data: data must not
@@ -165,7 +245,13 @@ func decodeBody(data []byte) ([]Event, error) { return decodeBodyInto(data, nil,
 // indexes the response bodies c will index (see respIndex) and only delimits the bodies of
 // events c's filters will drop (see delimitValue).
 func decodeBodyInto(data []byte, reuse []Event, c *Converter) ([]Event, error) {
-	events, err := decodeDocument(data, true, reuse, bodyReader{conv: c, index: c != nil})
+	return decodeBodyLimited(data, reuse, c, nil)
+}
+
+// decodeBodyLimited is decodeBodyInto within cost's bounds: it stops at once past the item
+// limit (*TooManyItemsError) or when the budget refuses room (errOverBudget).
+func decodeBodyLimited(data []byte, reuse []Event, c *Converter, cost *decodeCost) ([]Event, error) {
+	events, err := decodeDocument(data, true, reuse, bodyReader{conv: c, index: c != nil, cost: cost})
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
@@ -202,8 +288,13 @@ func decodeDocument(d []byte, lists bool, items []Event, r bodyReader) ([]Event,
 	var (
 		kind, apiVersion string
 		ev               Event
-		err              error
 	)
+	// The document's own members are decoded into an event too (a single Event's are all of
+	// it): its memory is charged, but it is no item of a list.
+	err := r.cost.add(eventBytes)
+	if err != nil {
+		return nil, err
+	}
 	i++
 	for first := true; ; first = false {
 		var key []byte
@@ -305,6 +396,9 @@ func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, er
 		if done {
 			return items, next, nil
 		}
+		if err := r.cost.item(); err != nil {
+			return nil, 0, err
+		}
 		if len(items) < cap(items) {
 			// A pooled event, reset by putEvents: decoded into, it reuses its storage.
 			items = items[:len(items)+1]
@@ -365,24 +459,27 @@ func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (
 	case "userAgent":
 		return ev.sym(d, i, &ev.UserAgent, "userAgent")
 	case "user":
-		return ev.user(d, i, &ev.User, "user", depth)
+		return ev.user(d, i, &ev.User, "user", depth, r.cost)
 	case "impersonatedUser":
 		if d[i] == 'n' {
 			ev.ImpersonatedUser = nil
 			return scanLiteral(d, i, "null")
 		}
+		if err := r.cost.add(userBytes); err != nil {
+			return 0, err
+		}
 		u := &userInfo{}
-		end, err := ev.user(d, i, u, "impersonatedUser", depth)
+		end, err := ev.user(d, i, u, "impersonatedUser", depth, r.cost)
 		if d[i] == '{' {
 			ev.ImpersonatedUser = u
 		}
 		return end, err
 	case "sourceIPs":
-		return ev.strs(d, i, &ev.SourceIPs, "sourceIPs", depth)
+		return ev.strs(d, i, &ev.SourceIPs, "sourceIPs", depth, r.cost)
 	case "objectRef":
 		return ev.objectRef(d, i, depth)
 	case "responseStatus":
-		return ev.status(d, i, depth)
+		return ev.status(d, i, depth, r.cost)
 	case "requestObject":
 		end, err := ev.body(d, i, depth, r, requestBody)
 		if err != nil {
@@ -406,6 +503,9 @@ func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (
 	case "annotations":
 		ev.Annotations = ev.Annotations[:0]
 		return ev.object(d, i, "annotations", depth, func(key []byte, i int) (int, error) {
+			if err := r.cost.add(annotationBytes); err != nil {
+				return 0, err
+			}
 			var v string
 			end, err := ev.sym(d, i, &v, "annotations")
 			ev.Annotations = append(ev.Annotations, annotation{Key: symbols.of(key), Value: v})
@@ -421,6 +521,8 @@ func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (
 type bodyReader struct {
 	conv  *Converter
 	index bool
+	// cost, when set, bounds what the decoded events may hold (see decodeCost).
+	cost *decodeCost
 }
 
 // body finds the end of the request or response body at d[i]. It only delimits the body when
@@ -439,7 +541,7 @@ func (ev *Event) body(d []byte, i, depth int, r bodyReader, which bodySet) (int,
 			return 0, err
 		}
 		ev.respIndex = f
-		return end, nil
+		return end, r.cost.add(int64(len(f.nodes)) * nodeBytes)
 	}
 	return skipValue(d, i, depth)
 }
@@ -477,7 +579,7 @@ func (ev *Event) readStr(d []byte, i int, dst *string, field string, recurs bool
 	return end, err
 }
 
-func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int) (int, error) {
+func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int, cost *decodeCost) (int, error) {
 	switch d[i] {
 	case 'n':
 		*dst = nil
@@ -501,6 +603,9 @@ func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int) (
 			}
 			*dst = out
 			return next, nil
+		}
+		if err := cost.add(stringElemBytes); err != nil {
+			return 0, err
 		}
 		var s string
 		if i, err = ev.sym(d, next, &s, field); err != nil {
@@ -533,13 +638,13 @@ func (ev *Event) object(d []byte, i int, field string, depth int, fn func(key []
 	}
 }
 
-func (ev *Event) user(d []byte, i int, u *userInfo, field string, depth int) (int, error) {
+func (ev *Event) user(d []byte, i int, u *userInfo, field string, depth int, cost *decodeCost) (int, error) {
 	return ev.object(d, i, field, depth, func(key []byte, i int) (int, error) {
 		switch string(key) {
 		case "username":
 			return ev.sym(d, i, &u.Username, field+".username")
 		case "groups":
-			return ev.strs(d, i, &u.Groups, field+".groups", depth+1)
+			return ev.strs(d, i, &u.Groups, field+".groups", depth+1, cost)
 		default:
 			return skipValue(d, i, depth+1)
 		}
@@ -583,7 +688,7 @@ func (ev *Event) objectRef(d []byte, i int, depth int) (int, error) {
 	return end, err
 }
 
-func (ev *Event) status(d []byte, i int, depth int) (int, error) {
+func (ev *Event) status(d []byte, i int, depth int, cost *decodeCost) (int, error) {
 	if d[i] == 'n' {
 		ev.ResponseStatus = nil
 		return scanLiteral(d, i, "null")
@@ -603,7 +708,7 @@ func (ev *Event) status(d []byte, i int, depth int) (int, error) {
 		case "reason":
 			return ev.str(d, i, &st.Reason, "responseStatus.reason")
 		case "details":
-			return ev.details(d, i, st, depth+1)
+			return ev.details(d, i, st, depth+1, cost)
 		default:
 			return skipValue(d, i, depth+1)
 		}
@@ -614,7 +719,7 @@ func (ev *Event) status(d []byte, i int, depth int) (int, error) {
 	return end, err
 }
 
-func (ev *Event) details(d []byte, i int, st *status, depth int) (int, error) {
+func (ev *Event) details(d []byte, i int, st *status, depth int, cost *decodeCost) (int, error) {
 	if d[i] == 'n' {
 		st.Details = nil
 		return scanLiteral(d, i, "null")
@@ -646,6 +751,9 @@ func (ev *Event) details(d []byte, i int, st *status, depth int) (int, error) {
 					det.Causes = []statusCause{}
 				}
 				return next, err
+			}
+			if err := cost.add(causeBytes); err != nil {
+				return 0, err
 			}
 			var c statusCause
 			i, err = ev.object(d, next, "responseStatus.details.causes", depth+2, func(key []byte, i int) (int, error) {
