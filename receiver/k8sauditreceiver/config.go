@@ -20,9 +20,14 @@ type Config struct {
 	// empty endpoint turns the webhook off, for file-only setups.
 	ServerConfig confighttp.ServerConfig `mapstructure:",squash"`
 
-	// MaxInFlightBytes bounds the webhook body bytes being read, decoded and converted at
-	// once, over all requests; a request that would pass it is answered 429 with Retry-After.
+	// MaxInFlightBytes bounds what webhook requests hold at once, over all requests: their
+	// body bytes as they arrive, and an estimate of their decoded events
+	// (auditconv.EventBytes each); a request that would pass it is answered 429 with
+	// Retry-After.
 	MaxInFlightBytes int64 `mapstructure:"max_in_flight_bytes"`
+	// MaxEventsPerRequest bounds the events of one webhook body: the decoder stops at the
+	// item past it, and the request is answered 413.
+	MaxEventsPerRequest int `mapstructure:"max_events_per_request"`
 	// AllowedClientNames, when set, restricts the webhook to clients whose verified certificate
 	// (tls.client_ca_file) has one of these names as its common name or as a DNS name; others
 	// get 403. Empty: any certificate the CA signed.
@@ -58,6 +63,13 @@ func (cfg *Config) bodyLimit() int64 {
 		return cfg.ServerConfig.MaxRequestBodySize
 	}
 	return defaultMaxRequestBodySize
+}
+
+// largestRequest is the most one webhook request may hold of max_in_flight_bytes: a body of
+// the largest size (and the byte that finds its end), max_events_per_request decoded events
+// and the document's own, and the 64 KiB by which the decoder's charge is rounded up.
+func (cfg *Config) largestRequest() int64 {
+	return cfg.bodyLimit() + 1 + int64(cfg.MaxEventsPerRequest+1)*auditconv.EventBytes + bodyChunk
 }
 
 const (
@@ -111,9 +123,12 @@ func (cfg *Config) Validate() error {
 	if cfg.StartAt != startAtEnd && cfg.StartAt != startAtBeginning {
 		errs = append(errs, fmt.Errorf("start_at: must be %q or %q, got %q", startAtEnd, startAtBeginning, cfg.StartAt))
 	}
-	if webhook && cfg.MaxInFlightBytes < cfg.bodyLimit() {
-		errs = append(errs, fmt.Errorf("max_in_flight_bytes: %d is less than max_request_body_size (%d): a body of the largest allowed size could never be read",
-			cfg.MaxInFlightBytes, cfg.bodyLimit()))
+	if cfg.MaxEventsPerRequest < 1 {
+		errs = append(errs, fmt.Errorf("max_events_per_request: must be positive, got %d", cfg.MaxEventsPerRequest))
+	}
+	if need := cfg.largestRequest(); webhook && cfg.MaxEventsPerRequest >= 1 && cfg.MaxInFlightBytes < need {
+		errs = append(errs, fmt.Errorf("max_in_flight_bytes: %d is less than %d, what a body of max_request_body_size (%d bytes) with max_events_per_request (%d) events holds (its bytes and %d bytes per event): such a body could never be read",
+			cfg.MaxInFlightBytes, need, cfg.bodyLimit(), cfg.MaxEventsPerRequest, auditconv.EventBytes))
 	}
 	if cfg.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll_interval: must be positive, got %s", cfg.PollInterval))

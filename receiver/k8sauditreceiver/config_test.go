@@ -41,7 +41,7 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "every key can be set", id: component.MustNewIDWithName("k8s_audit", "full"), check: func(t *testing.T, cfg *Config) {
-			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 || cfg.MaxInFlightBytes != 32<<20 {
+			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 || cfg.MaxInFlightBytes != 32<<20 || cfg.MaxEventsPerRequest != 5000 {
 				t.Errorf("server = %+v", cfg.ServerConfig)
 			}
 			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
@@ -77,6 +77,8 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{name: "a cluster name that is not one path segment is refused", id: component.MustNewIDWithName("k8s_audit", "bad_cluster"), wantErr: "cluster:"},
 		{name: "max_in_flight_bytes below max_request_body_size is refused", id: component.MustNewIDWithName("k8s_audit", "max_in_flight_too_small"), wantErr: "max_in_flight_bytes:"},
+		{name: "max_events_per_request must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_events"), wantErr: "max_events_per_request: must be positive"},
+		{name: "max_in_flight_bytes must hold a largest body with the most events", id: component.MustNewIDWithName("k8s_audit", "max_in_flight_too_small_for_events"), wantErr: "max_events_per_request (20000)"},
 		{name: "files need a cluster", id: component.MustNewIDWithName("k8s_audit", "files_without_cluster"), wantErr: "cluster: required when files is set"},
 		{name: "no webhook and no files is refused", id: component.MustNewIDWithName("k8s_audit", "nothing_to_read"), wantErr: "endpoint:"},
 		{name: "storage without files is refused", id: component.MustNewIDWithName("k8s_audit", "storage_without_files"), wantErr: "storage:"},
@@ -160,8 +162,8 @@ func TestUnknownKeysAreRefusedByName(t *testing.T) {
 			"endpoint": "localhost:0", "cluster": "c", "files": []any{"/a.log"}, "storage": "file_storage",
 			"poll_interval": "1s", "start_at": "end", "include_read_verbs": true, "exclude_resources": []any{},
 			"exclude_user_agents": []any{"x/"}, "diff_cache_size": 1, "redact_resources": []any{}, "window": "30m",
-			"trace_context_annotation": "a/b",
-			"max_request_body_size":    1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
+			"trace_context_annotation": "a/b", "max_events_per_request": 400, "max_in_flight_bytes": 1 << 30,
+			"max_request_body_size": 1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
 			"read_header_timeout": "1s", "write_timeout": "1s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
 			"response_headers": map[string]any{"X-A": "b"}, "cors": map[string]any{"allowed_origins": []any{"https://a"}},
 			"tls": map[string]any{"cert_file": "/c", "key_file": "/k", "client_ca_file": "/ca"},

@@ -20,12 +20,19 @@ const (
 	defaultPollInterval = 250 * time.Millisecond
 	// defaultMaxRequestBodySize is confighttp's limit when max_request_body_size is not set.
 	defaultMaxRequestBodySize = 20 << 20
-	// defaultMaxInFlightBytes lets three bodies of the largest default size be read and
-	// decoded at once. The apiserver posts one batch at a time per webhook backend, of
-	// --audit-webhook-batch-max-size events (400 by default, well under 1 MiB at Metadata level,
-	// a few MiB at RequestResponse), so a few apiservers never meet it; a flood does, and is
-	// answered 429 instead of growing the heap.
+	// defaultMaxInFlightBytes lets three bodies of the largest default size, of the
+	// apiserver's default 400 events each, be read and decoded at once. The apiserver posts
+	// one batch at a time per webhook backend, of --audit-webhook-batch-max-size events (400
+	// by default, well under 1 MiB at Metadata level, a few MiB at RequestResponse), so a few
+	// apiservers never meet it; a flood does, and is answered 429 instead of growing the heap.
 	defaultMaxInFlightBytes = 64 << 20
+	// defaultMaxEventsPerRequest is 25 times the apiserver's default batch
+	// (--audit-webhook-batch-max-size 400), so a raised batch size rarely meets it, and a
+	// 20 MiB body of real events (half a KiB each at Metadata level) holds some 40,000. Its
+	// events cost 20 MiB (auditconv.EventBytes each): a largest body with the most events
+	// fits the default max_in_flight_bytes at once, where a million two-byte items would hold
+	// 2 GB.
+	defaultMaxEventsPerRequest = 10_000
 
 	// Webhook read bounds, so that a client that sends slowly or not at all cannot hold a
 	// connection (and the memory of its half-read body) forever. None is ever reached by a
@@ -63,11 +70,12 @@ func createDefaultConfig() component.Config {
 		server.IdleTimeout = defaultIdleTimeout //nolint:staticcheck // deprecated, still what ToServer reads here
 	}
 	return &Config{
-		ServerConfig:     server,
-		MaxInFlightBytes: defaultMaxInFlightBytes,
-		PollInterval:     defaultPollInterval,
-		StartAt:          startAtEnd,
-		Conversion:       auditconv.DefaultSettings(),
+		ServerConfig:        server,
+		MaxInFlightBytes:    defaultMaxInFlightBytes,
+		MaxEventsPerRequest: defaultMaxEventsPerRequest,
+		PollInterval:        defaultPollInterval,
+		StartAt:             startAtEnd,
+		Conversion:          auditconv.DefaultSettings(),
 	}
 }
 

@@ -76,10 +76,11 @@ func TestInFlightBytesAreBounded(t *testing.T) {
 	}
 	body := eventList(ids...)
 	size := int64(len(body))
+	held := heldBy(size, len(ids))
 	gate := &gateConsumer{entered: make(chan struct{}, 8), open: make(chan struct{})}
 	env := startWebhookWith(t, gate, func(cfg *Config) {
 		cfg.ServerConfig.MaxRequestBodySize = size
-		cfg.MaxInFlightBytes = 2*size + size/2 // room for two bodies, not three
+		cfg.MaxInFlightBytes = 2*held + held/2 // room for two requests, not three
 	})
 
 	const senders = 5
@@ -133,6 +134,15 @@ func TestInFlightBytesAreBounded(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the held requests ended: status %d", resp.StatusCode)
 	}
+}
+
+// heldBy is what a request whose body of size bytes (under 64 KiB) decodes into events events
+// holds of max_in_flight_bytes: its body and the byte that finds its end, and
+// auditconv.EventBytes per event and for the list itself, charged 64 KiB at a time.
+func heldBy(size int64, events int) int64 {
+	const step = 64 << 10
+	decoded := int64(events+1) * auditconv.EventBytes
+	return size + 1 + (decoded+step-1)/step*step
 }
 
 // postItems posts the audit events (JSON texts) to the webhook at url as one EventList and

@@ -25,6 +25,8 @@ const (
 	reasonPipelineBusy    = "pipeline_refused"
 	reasonPipelineFailure = "pipeline_failed"
 	reasonInFlightBytes   = "in_flight_bytes"
+	// reasonTooManyEvents: an EventList with more items than max_events_per_request (413).
+	reasonTooManyEvents = "too_many_events"
 	// reasonClientNotAllowed: a verified client certificate whose names are not in
 	// allowed_client_names (403).
 	reasonClientNotAllowed = "client_not_allowed"

@@ -1,11 +1,11 @@
 package k8sauditreceiver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,7 +30,8 @@ type webhook struct {
 	inFlight *byteBudget
 }
 
-// byteBudget bounds the bytes held by requests in flight.
+// byteBudget bounds the bytes held by requests in flight: their bodies as they arrive and an
+// estimate of their decoded events (see reservation).
 type byteBudget struct {
 	mu   sync.Mutex
 	used int64
@@ -62,23 +63,95 @@ func (b *byteBudget) inUse() int64 {
 	return b.used
 }
 
+// reservation is what one request holds of the in-flight budget. It grows as the request's
+// body arrives and as its events are decoded, and is given back whole when the request ends.
+type reservation struct {
+	w    *webhook
+	ctx  context.Context
+	held int64
+}
+
+// grow reserves n bytes more, or reports false when the budget cannot spare them.
+func (r *reservation) grow(n int64) bool {
+	if !r.w.inFlight.acquire(n) {
+		return false
+	}
+	r.held += n
+	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, n)
+	return true
+}
+
+func (r *reservation) release() {
+	r.w.inFlight.release(r.held)
+	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -r.held)
+	r.held = 0
+}
+
+// alone reports whether n bytes more than the request holds would pass the whole budget, even
+// with no other request in flight: asking again later would not help.
+func (r *reservation) alone(n int64) bool { return r.held+n > r.w.inFlight.max }
+
+// bodyChunk is the least a body's reservation grows by: a sender that declares a large body
+// and sends it slowly holds what it has sent, rounded up to this, not what it declared.
+const bodyChunk = 64 << 10
+
+// errBodyOverBudget says the in-flight budget could not hold more of a body being read.
+var errBodyOverBudget = errors.New("the in-flight budget is spent")
+
 // maxPooledBuffer is the largest body buffer kept for reuse: the pool serves the common
 // batch sizes, a rare large body is left to the garbage collector instead of pinning its size.
 const maxPooledBuffer = 4 << 20
 
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-func getBodyBuffer(size int64) *bytes.Buffer {
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	// ReadFrom wants MinRead bytes free before it reads the end of the body.
-	buf.Grow(int(size) + bytes.MinRead)
-	return buf
+// readBody reads a body of at most limit bytes (declared bytes long when declared >= 0) into a
+// pooled buffer, which the caller gives back with putBodyBuffer. The reservation grows as the
+// bytes arrive, by half of what it holds and at least bodyChunk at a time, never past the
+// declared length (plus the byte that sees the end), and the buffer with it: a body read to its
+// end is held at its size, and one still arriving holds at most half again what has arrived, or
+// one chunk. When the budget cannot grow, it returns errBodyOverBudget.
+func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
+	p := bodyBuffers.Get().(*[]byte)
+	buf := (*p)[:0]
+	defer func() { *p = buf }()
+	ceiling := limit + 1 // MaxBytesReader fails on the byte past the limit
+	if declared >= 0 && declared < limit {
+		ceiling = declared + 1
+	}
+	var room int64 // bytes of the reservation not yet filled
+	for {
+		if room == 0 {
+			step := min(max(bodyChunk, int64(len(buf))/2), ceiling-int64(len(buf)))
+			if step <= 0 {
+				// A body longer than it declared: the server's reader fails on it, let it.
+				step = bodyChunk
+			}
+			if !res.grow(step) {
+				return p, errBodyOverBudget
+			}
+			room = step
+			if need := len(buf) + int(room); need > cap(buf) {
+				grown := make([]byte, len(buf), need)
+				copy(grown, buf)
+				buf = grown
+			}
+		}
+		n, err := body.Read(buf[len(buf) : len(buf)+int(room)])
+		buf = buf[:len(buf)+n]
+		room -= int64(n)
+		if errors.Is(err, io.EOF) {
+			return p, nil
+		}
+		if err != nil {
+			return p, err
+		}
+	}
 }
 
-func putBodyBuffer(buf *bytes.Buffer) {
-	if buf.Cap() <= maxPooledBuffer {
-		bodyBuffers.Put(buf)
+func putBodyBuffer(p *[]byte) {
+	if cap(*p) <= maxPooledBuffer {
+		*p = (*p)[:0]
+		bodyBuffers.Put(p)
 	}
 }
 
@@ -117,35 +190,44 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	if limit <= 0 {
 		limit = defaultMaxRequestBodySize
 	}
-	// The body is reserved against max_in_flight_bytes before a byte of it is read: its
-	// declared length, or the largest allowed body when it declares none (chunked, compressed).
-	reserve := limit
-	if req.ContentLength >= 0 && req.ContentLength < limit && req.Header.Get("Content-Encoding") == "" {
-		reserve = req.ContentLength
+	tooLarge := func() {
+		w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
+			fmt.Sprintf("body larger than max_request_body_size (%d bytes)", limit))
 	}
-	if !w.inFlight.acquire(reserve) {
-		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
-			fmt.Sprintf("%d body bytes are being processed already (max_in_flight_bytes %d), retry", w.inFlight.inUse(), w.inFlight.max))
+	// A body declared longer than the limit is refused unread (a compressed one is measured
+	// after decompression, as it is read).
+	declared := req.ContentLength
+	if req.Header.Get("Content-Encoding") != "" {
+		declared = -1
+	}
+	if declared > limit {
+		rw.Header().Set("Connection", "close")
+		tooLarge()
 		return
 	}
-	w.r.telemetry.K8sAuditInFlightBytes.Add(ctx, reserve)
-	defer func() {
-		w.inFlight.release(reserve)
-		w.r.telemetry.K8sAuditInFlightBytes.Add(ctx, -reserve)
-	}()
-
-	hint := int64(64 << 10)
-	if req.ContentLength > 0 && req.ContentLength <= limit {
-		hint = req.ContentLength
+	// What the request holds of max_in_flight_bytes: its body as it arrives, not its declared
+	// length (a sender that declares 20 MiB and sends a byte a second holds 64 KiB), then an
+	// estimate of its decoded events, until the handler returns.
+	res := &reservation{w: w, ctx: ctx}
+	defer res.release()
+	busy := func(what string) {
+		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
+			fmt.Sprintf("%s: %d bytes of bodies and decoded events are held already (max_in_flight_bytes %d), retry",
+				what, w.inFlight.inUse(), w.inFlight.max))
 	}
-	buf := getBodyBuffer(hint)
+
+	buf, err := readBody(http.MaxBytesReader(rw, req.Body, limit), declared, limit, res)
 	defer putBodyBuffer(buf)
-	_, err := buf.ReadFrom(http.MaxBytesReader(rw, req.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
-				fmt.Sprintf("body larger than max_request_body_size (%d bytes)", limit))
+			tooLarge()
+			return
+		}
+		if errors.Is(err, errBodyOverBudget) {
+			// Part of the body may be unread: the connection cannot carry another request.
+			rw.Header().Set("Connection", "close")
+			busy("no room for the body")
 			return
 		}
 		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
@@ -153,11 +235,36 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	}
 	// The events refer to the buffer's bytes until they are converted: it goes back to the
 	// pool only when this handler returns.
-	data := buf.Bytes()
+	data := *buf
+	maxEvents := w.r.cfg.MaxEventsPerRequest
+	if maxEvents <= 0 {
+		maxEvents = defaultMaxEventsPerRequest
+	}
+	var alone bool // the decoded events would pass the budget on their own
 	pooled := auditconv.GetEvents()
-	events, err := w.r.conv.DecodeBody(data, *pooled)
+	events, err := w.r.conv.DecodeBodyLimited(data, *pooled, auditconv.DecodeLimits{
+		MaxItems: maxEvents,
+		Charge: func(n int64) bool {
+			alone = res.alone(n)
+			return res.grow(n)
+		},
+	})
 	defer auditconv.PutEvents(pooled, events)
 	if err != nil {
+		if _, ok := errors.AsType[*auditconv.TooManyItemsError](err); ok {
+			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyEvents, "RequestEntityTooLarge",
+				fmt.Sprintf("the EventList has more than %d events (max_events_per_request): split the batch (--audit-webhook-batch-max-size)", maxEvents))
+			return
+		}
+		if errors.Is(err, auditconv.ErrOverBudget) {
+			if alone {
+				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
+					fmt.Sprintf("decoded, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.max))
+				return
+			}
+			busy("no room for the decoded events")
+			return
+		}
 		reason := reasonMalformedJSON
 		if auditconv.IsWrongKind(err) {
 			reason = reasonWrongKind

@@ -120,7 +120,7 @@ func AssertEqualK8sAuditFilteredEvents(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualK8sAuditInFlightBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_audit_in_flight_bytes",
-		Description: "Webhook body bytes being read, decoded and converted now (bounded by max_in_flight_bytes). [Alpha]",
+		Description: "Bytes webhook requests hold now: their bodies as they arrive, and an estimate of their decoded events (bounded by max_in_flight_bytes). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
