@@ -6,6 +6,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -57,7 +59,13 @@ func renderChart(t *testing.T, sets ...string) map[string]map[string]any {
 // renderChartWith is renderChart with values files (-f) before the --set flags.
 func renderChartWith(t *testing.T, valuesFiles []string, sets ...string) map[string]map[string]any {
 	t.Helper()
-	args := []string{"template", "kt", chartDir, "--namespace", "kubetrail"}
+	return renderChartAt(t, chartDir, valuesFiles, sets...)
+}
+
+// renderChartAt is renderChartWith for the chart in dir.
+func renderChartAt(t *testing.T, dir string, valuesFiles []string, sets ...string) map[string]map[string]any {
+	t.Helper()
+	args := []string{"template", "kt", dir, "--namespace", "kubetrail"}
 	for _, f := range valuesFiles {
 		args = append(args, "--values", f)
 	}
@@ -132,9 +140,13 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
+// controlPlaneCIDRs is the value a gateway rendering needs (gateway.networkPolicy is on and has no
+// default CIDR: the rendering fails without one).
+const controlPlaneCIDRs = "gateway.networkPolicy.controlPlaneCIDRs={10.0.0.0/24}"
+
 func TestChartLints(t *testing.T) {
 	for _, mode := range []string{"gateway", "daemonset", "managed"} {
-		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--set", "mode="+mode)
+		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--set", "mode="+mode, "--set", controlPlaneCIDRs)
 		if err != nil {
 			t.Errorf("helm lint --strict (mode %s): %v\n%s%s", mode, err, out, stderr)
 		}
@@ -159,10 +171,11 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		checkFn func(t *testing.T, objs map[string]map[string]any, cfg map[string]any)
 	}{
 		{
-			name: "gateway defaults: StatefulSet of 2, webhook Service, PDB, bundled Redis",
+			name: "gateway defaults: StatefulSet of 2, webhook Service, PDB, bundled Redis, certificates, NetworkPolicy",
 			want: []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "Service/kt-kubetrail-headless", "PodDisruptionBudget/kt-kubetrail",
-				"Deployment/kt-kubetrail-redis", "Service/kt-kubetrail-redis", "ClusterRole/kt-kubetrail", "ClusterRoleBinding/kt-kubetrail", "ServiceAccount/kt-kubetrail"},
-			absent: []string{"DaemonSet/kt-kubetrail", "Secret/kt-kubetrail-tls"},
+				"Deployment/kt-kubetrail-redis", "Service/kt-kubetrail-redis", "ClusterRole/kt-kubetrail", "ClusterRoleBinding/kt-kubetrail", "ServiceAccount/kt-kubetrail",
+				"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "Secret/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail"},
+			absent: []string{"DaemonSet/kt-kubetrail"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				sts := objs["StatefulSet/kt-kubetrail"]
 				if r := dig(sts, "spec", "replicas"); r != float64(2) {
@@ -177,8 +190,8 @@ func TestChartRendersValidConfigs(t *testing.T) {
 				if e := dig(cfg, "receivers", "k8s_audit", "endpoint"); e != "${env:POD_IP}:9880" {
 					t.Errorf("webhook endpoint %v", e)
 				}
-				if e := dig(objs["Service/kt-kubetrail"], "spec", "ports", 0, "nodePort"); e != float64(30988) {
-					t.Errorf("nodePort %v", e)
+				if ty, np := dig(objs["Service/kt-kubetrail"], "spec", "type"), dig(objs["Service/kt-kubetrail"], "spec", "ports", 0, "nodePort"); ty != "ClusterIP" || np != nil {
+					t.Errorf("webhook Service type %v, nodePort %v; want ClusterIP without a nodePort", ty, np)
 				}
 				c := dig(sts, "spec", "template", "spec", "containers", 0)
 				if img := dig(c, "image"); img != "otelcol-kubetrail:0.1.0" {
@@ -196,7 +209,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			name:   "daemonset: control-plane nodes tail the audit log, webhook off",
 			sets:   []string{"mode=daemonset", "daemonset.startAt=beginning"},
 			want:   []string{"DaemonSet/kt-kubetrail", "Deployment/kt-kubetrail-redis", "ClusterRole/kt-kubetrail"},
-			absent: []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "PodDisruptionBudget/kt-kubetrail"},
+			absent: []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "PodDisruptionBudget/kt-kubetrail", "Secret/kt-kubetrail-tls", "NetworkPolicy/kt-kubetrail"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				if e := dig(cfg, "receivers", "k8s_audit", "endpoint"); e != "" {
 					t.Errorf("webhook endpoint %v, want off", e)
@@ -222,19 +235,54 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			},
 		},
 		{
-			name: "gateway with webhook TLS, client CA and allowed names: chart-made Secret",
-			sets: []string{"gateway.tls.enabled=true", "gateway.tls.cert=CERT", "gateway.tls.key=KEY", "gateway.tls.clientCA=CA",
-				"gateway.tls.allowedClientNames={kube-apiserver-audit}"},
-			want: []string{"Secret/kt-kubetrail-tls"},
+			name:   "gateway with the webhook certificates from an existing Secret",
+			sets:   []string{"gateway.tls.existingSecret=mine", "gateway.tls.allowedClientNames={apiserver-a,apiserver-b}"},
+			absent: []string{"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "Certificate/kt-kubetrail-tls"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
-				if f := dig(cfg, "receivers", "k8s_audit", "tls", "client_ca_file"); f != "/etc/otelcol-kubetrail-tls/ca.crt" {
-					t.Errorf("client_ca_file %v", f)
+				requireWebhookTLS(t, cfg, []any{"apiserver-a", "apiserver-b"})
+				if v := tlsVolume(objs["StatefulSet/kt-kubetrail"]); dig(v, "secret", "secretName") != "mine" {
+					t.Errorf("tls volume %v, want the Secret mine", v)
 				}
-				if n := dig(cfg, "receivers", "k8s_audit", "allowed_client_names", 0); n != "kube-apiserver-audit" {
-					t.Errorf("allowed_client_names %v", n)
+			},
+		},
+		{
+			name: "gateway with cert-manager: a self-signed CA issuer, the webhook's and the apiserver's Certificates",
+			sets: []string{"gateway.tls.certManager.enabled=true", "gateway.tls.extraServerNames={kubetrail.example,10.96.0.99}"},
+			want: []string{"Issuer/kt-kubetrail-selfsigned", "Certificate/kt-kubetrail-ca", "Issuer/kt-kubetrail-ca",
+				"Certificate/kt-kubetrail-tls", "Certificate/kt-kubetrail-apiserver-client"},
+			absent: []string{"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig"},
+			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				requireWebhookTLS(t, cfg, []any{"kube-apiserver-audit"})
+				server, client := objs["Certificate/kt-kubetrail-tls"], objs["Certificate/kt-kubetrail-apiserver-client"]
+				if n := dig(server, "spec", "secretName"); n != "kt-kubetrail-tls" || dig(tlsVolume(objs["StatefulSet/kt-kubetrail"]), "secret", "secretName") != n {
+					t.Errorf("the webhook's Certificate writes %v, the pods mount %v", n, tlsVolume(objs["StatefulSet/kt-kubetrail"]))
 				}
-				if d := dig(objs["Secret/kt-kubetrail-tls"], "data", "ca.crt"); d != "Q0E=" {
-					t.Errorf("Secret ca.crt %v", d)
+				if d := dig(server, "spec", "dnsNames"); !slices.Contains(d.([]any), any("kt-kubetrail.kubetrail.svc")) || !slices.Contains(d.([]any), any("kubetrail.example")) {
+					t.Errorf("serving certificate dnsNames %v", d)
+				}
+				if ip := dig(server, "spec", "ipAddresses", 0); ip != "10.96.0.99" {
+					t.Errorf("serving certificate ipAddresses %v", dig(server, "spec", "ipAddresses"))
+				}
+				if cn := dig(client, "spec", "commonName"); cn != "kube-apiserver-audit" {
+					t.Errorf("the apiserver's certificate has CN %v, not the allowed name", cn)
+				}
+				for _, c := range []map[string]any{server, client} {
+					if i := dig(c, "spec", "issuerRef", "name"); i != "kt-kubetrail-ca" {
+						t.Errorf("%v issued by %v, want the CA issuer kt-kubetrail-ca (one CA for both)", dig(c, "metadata", "name"), i)
+					}
+				}
+			},
+		},
+		{
+			name:   "gateway in plain HTTP, only with insecurePlainHTTP: no TLS, no certificates",
+			sets:   []string{"gateway.tls.insecurePlainHTTP=true", "gateway.networkPolicy.enabled=false"},
+			absent: []string{"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "NetworkPolicy/kt-kubetrail"},
+			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				if tls := dig(cfg, "receivers", "k8s_audit", "tls"); tls != nil {
+					t.Errorf("tls %v with insecurePlainHTTP", tls)
+				}
+				if v := tlsVolume(objs["StatefulSet/kt-kubetrail"]); v != nil {
+					t.Errorf("tls volume %v with insecurePlainHTTP", v)
 				}
 			},
 		},
@@ -276,10 +324,16 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			},
 		},
 		{
-			name:   "one replica, memory ID map, no persistence",
-			sets:   []string{"gateway.replicas=1", "redis.bundled.enabled=false", "gateway.persistence.enabled=false", "goMemLimit=", "gateway.service.type=ClusterIP"},
-			absent: []string{"Deployment/kt-kubetrail-redis"},
+			name:   "one replica, memory ID map, no persistence, NodePort when asked",
+			sets:   []string{"gateway.replicas=1", "redis.bundled.enabled=false", "gateway.persistence.enabled=false", "goMemLimit=", "gateway.service.type=NodePort", "gateway.service.nodePort=30988"},
+			absent: []string{"Deployment/kt-kubetrail-redis", "Secret/kt-kubetrail-redis"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				if ty, np := dig(objs["Service/kt-kubetrail"], "spec", "type"), dig(objs["Service/kt-kubetrail"], "spec", "ports", 0, "nodePort"); ty != "NodePort" || np != float64(30988) {
+					t.Errorf("webhook Service type %v, nodePort %v; want the NodePort 30988 asked for", ty, np)
+				}
+				if p := dig(cfg, "processors", "k8s_object_link", "id_map"); p != nil {
+					t.Errorf("id_map %v without Redis", p)
+				}
 				if m := dig(cfg, "processors", "k8s_object_link", "id_map"); m != nil {
 					t.Errorf("id_map %v, want the memory default", m)
 				}
@@ -291,7 +345,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := renderChart(t, append([]string{"clusterName=chart-test"}, tc.sets...)...)
+			objs := renderChart(t, append([]string{"clusterName=chart-test", controlPlaneCIDRs}, tc.sets...)...)
 			for _, k := range tc.want {
 				if objs[k] == nil {
 					t.Errorf("%s not rendered (have %v)", k, keys(objs))
@@ -364,8 +418,12 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"misspelled key", []string{"clusterName=c", "gateway.replicsa=3"}, "additional properties 'replicsa' not allowed"},
 		{"unknown mode", []string{"clusterName=c", "mode=deployment"}, "mode"},
 		{"replicas without a shared ID map", []string{"clusterName=c", "redis.bundled.enabled=false"}, "gateway.replicas > 1 needs a shared ID map"},
-		{"TLS without a certificate", []string{"clusterName=c", "gateway.tls.enabled=true"}, "gateway.tls.enabled needs"},
-		{"allowed names without a client CA", []string{"clusterName=c", "gateway.tls.allowedClientNames={a}"}, "allowedClientNames needs gateway.tls.clientCA"},
+		{"no control-plane CIDRs for the NetworkPolicy", []string{"clusterName=c"}, "gateway.networkPolicy.controlPlaneCIDRs is required"},
+		{"a control-plane address that is no CIDR", []string{"clusterName=c", "gateway.networkPolicy.controlPlaneCIDRs={10.0.0.1}"}, "controlPlaneCIDRs/0"},
+		{"TLS switched off by the old key", []string{"clusterName=c", controlPlaneCIDRs, "gateway.tls.enabled=false"}, "additional properties 'enabled' not allowed"},
+		{"a client CA without allowed names", []string{"clusterName=c", controlPlaneCIDRs, "gateway.tls.allowedClientNames={}"}, "allowedClientNames"},
+		{"two sources of certificates", []string{"clusterName=c", controlPlaneCIDRs, "gateway.tls.existingSecret=s", "gateway.tls.certManager.enabled=true"}, "choose one source"},
+		{"TLS to the bundled Redis", []string{"clusterName=c", controlPlaneCIDRs, "redis.tls.enabled=true"}, "the bundled Redis has no TLS"},
 		{"Redis address without a port", []string{"clusterName=c", "redis.addresses={redis}"}, "redis/addresses/0"},
 		{"unreadable memory limit for GOMEMLIMIT auto", []string{"clusterName=c", "resources.limits.memory=1G"}, "goMemLimit auto"},
 		{"unknown key under managed", []string{"clusterName=c", "mode=managed", "managed.recievers.otlp.protocols.grpc.endpoint=x"}, "additional properties 'recievers' not allowed"},
@@ -377,7 +435,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"receiver config that is no map", []string{"clusterName=c", "mode=managed", "managed.receivers.otlp=x"}, "managed/receivers/otlp"},
 		{"Service port name a container cannot carry", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=otlp-grpc-receiver", "managed.service.ports[0].port=4317"}, "managed/service/ports/0/name"},
 		{"Service port taken by the metrics", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=prom", "managed.service.ports[0].port=8888"}, "managed.service.ports: prom/8888 is taken"},
-		{"webhook TLS in managed mode", []string{"clusterName=c", "mode=managed", "gateway.tls.enabled=true", "gateway.tls.existingSecret=s"}, "gateway.tls is the audit webhook's"},
+		{"webhook TLS in managed mode", []string{"clusterName=c", "mode=managed", "gateway.tls.existingSecret=s"}, "gateway.tls is the audit webhook's"},
 		{"managed replicas without a shared ID map", []string{"clusterName=c", "mode=managed", "redis.bundled.enabled=false"}, "gateway.replicas > 1 needs a shared ID map"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -424,7 +482,7 @@ func TestManifestsNameTheImage(t *testing.T) {
 		t.Errorf("Chart.yaml appVersion %q, the distribution is %q", chart.AppVersion, builder.Dist.Version)
 	}
 	for _, mode := range []string{"gateway", "daemonset", "managed"} {
-		objs := renderChart(t, "clusterName=c", "mode="+mode)
+		objs := renderChart(t, "clusterName=c", "mode="+mode, controlPlaneCIDRs)
 		for k, obj := range objs {
 			if img := dig(obj, "spec", "template", "spec", "containers", 0, "image"); strings.HasPrefix(k, "StatefulSet/") || strings.HasPrefix(k, "DaemonSet/") {
 				if img != want {
@@ -654,10 +712,11 @@ func namedPorts(t *testing.T, list any, key string) map[string]float64 {
 	return out
 }
 
-// renderNotes renders the chart's NOTES.txt with a values file. `helm template` leaves the notes
-// out and `helm install --dry-run` wants a reachable cluster, so a copy of the chart carries the
-// notes as a plain file and a template that renders it with tpl into a ConfigMap.
-func renderNotes(t *testing.T, valuesFile string) string {
+// renderNotes renders the chart's NOTES.txt with a values file ("": none) and --set flags.
+// `helm template` leaves the notes out and `helm install --dry-run` wants a reachable cluster, so
+// a copy of the chart carries the notes as a plain file and a template that renders it with tpl
+// into a ConfigMap.
+func renderNotes(t *testing.T, valuesFile string, sets ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "kubetrail")
 	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
@@ -670,8 +729,14 @@ func renderNotes(t *testing.T, valuesFile string) string {
 	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes.yaml"), []byte(tmpl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, err := helm(t, "template", "kt", dir, "--namespace", "kubetrail", "--set", "clusterName=chart-test",
-		"--values", valuesFile, "--show-only", "templates/zz-notes.yaml")
+	args := []string{"template", "kt", dir, "--namespace", "kubetrail", "--set", "clusterName=chart-test", "--show-only", "templates/zz-notes.yaml"}
+	if valuesFile != "" {
+		args = append(args, "--values", valuesFile)
+	}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, stderr, err := helm(t, args...)
 	if err != nil {
 		t.Fatalf("rendering the notes with %s: %v\n%s", valuesFile, err, stderr)
 	}
@@ -720,4 +785,349 @@ func TestChartPackageShipsTheValuesFiles(t *testing.T) {
 			t.Errorf("%s is not in the packaged chart (%v)", name, keys(packaged))
 		}
 	}
+}
+
+// requireWebhookTLS: the rendered k8s_audit receiver serves HTTPS with the mounted certificate and
+// requires a client certificate signed by the mounted CA with one of names.
+func requireWebhookTLS(t *testing.T, cfg map[string]any, names []any) {
+	t.Helper()
+	audit := dig(cfg, "receivers", "k8s_audit")
+	for key, want := range map[string]string{
+		"cert_file":      "/etc/otelcol-kubetrail-tls/tls.crt",
+		"key_file":       "/etc/otelcol-kubetrail-tls/tls.key",
+		"client_ca_file": "/etc/otelcol-kubetrail-tls/ca.crt",
+	} {
+		if got := dig(audit, "tls", key); got != want {
+			t.Errorf("k8s_audit tls.%s = %v, want %s", key, got, want)
+		}
+	}
+	if got := dig(audit, "allowed_client_names"); !reflect.DeepEqual(got, names) {
+		t.Errorf("k8s_audit allowed_client_names = %v, want %v", got, names)
+	}
+}
+
+// tlsVolume is the webhook certificate's volume of a workload (nil without one).
+func tlsVolume(workload map[string]any) any {
+	vols, _ := dig(workload, "spec", "template", "spec", "volumes").([]any)
+	for _, v := range vols {
+		if dig(v, "name") == "tls" {
+			return v
+		}
+	}
+	return nil
+}
+
+// secretData is a rendered Secret's data key, decoded.
+func secretData(t *testing.T, secret map[string]any, key string) []byte {
+	t.Helper()
+	enc, _ := dig(secret, "data", key).(string)
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("Secret %v has no %s (%v)", dig(secret, "metadata", "name"), key, err)
+	}
+	return b
+}
+
+// TestChartSecureByDefault: a gateway installed with the default values (and the required
+// control-plane CIDRs) authenticates the apiserver and nobody else can reach or write what it
+// trusts: HTTPS with a required client certificate whose name is checked, certificates and the
+// apiserver's kubeconfig generated by the chart and matching each other, a ClusterIP Service (no
+// NodePort), a NetworkPolicy admitting only the control plane to the webhook port, a Redis that
+// requires a generated password the collector is given.
+func TestChartSecureByDefault(t *testing.T) {
+	objs := renderChart(t, "clusterName=chart-test", controlPlaneCIDRs)
+	cfg, _ := collectorConfig(t, objs)
+	sts := objs["StatefulSet/kt-kubetrail"]
+	collector := dig(sts, "spec", "template", "spec", "containers", 0)
+
+	t.Run("webhook TLS with a client CA and allowed names", func(t *testing.T) {
+		requireWebhookTLS(t, cfg, []any{"kube-apiserver-audit"})
+		v := tlsVolume(sts)
+		if n := dig(v, "secret", "secretName"); n != "kt-kubetrail-tls" {
+			t.Fatalf("tls volume %v, want the Secret kt-kubetrail-tls", v)
+		}
+		var mounted []string
+		for _, item := range dig(v, "secret", "items").([]any) {
+			mounted = append(mounted, dig(item, "key").(string))
+		}
+		if slices.Sort(mounted); !reflect.DeepEqual(mounted, []string{"ca.crt", "tls.crt", "tls.key"}) {
+			t.Errorf("the pods mount %v of the TLS Secret, want ca.crt, tls.crt, tls.key (not the CA key)", mounted)
+		}
+		var mountPath any
+		for _, m := range dig(collector, "volumeMounts").([]any) {
+			if dig(m, "name") == "tls" {
+				mountPath = dig(m, "mountPath")
+			}
+		}
+		if mountPath != "/etc/otelcol-kubetrail-tls" {
+			t.Errorf("tls volume mounted at %v", mountPath)
+		}
+	})
+
+	t.Run("no NodePort", func(t *testing.T) {
+		for k, obj := range objs {
+			if !strings.HasPrefix(k, "Service/") {
+				continue
+			}
+			if ty := dig(obj, "spec", "type"); ty == "NodePort" || ty == "LoadBalancer" {
+				t.Errorf("%s is of type %v", k, ty)
+			}
+			for _, p := range dig(obj, "spec", "ports").([]any) {
+				if np := dig(p, "nodePort"); np != nil {
+					t.Errorf("%s has nodePort %v", k, np)
+				}
+			}
+		}
+		if ty := dig(objs["Service/kt-kubetrail"], "spec", "type"); ty != "ClusterIP" {
+			t.Errorf("webhook Service type %v, want ClusterIP", ty)
+		}
+	})
+
+	t.Run("NetworkPolicy: the webhook port from the control plane only", func(t *testing.T) {
+		np := objs["NetworkPolicy/kt-kubetrail"]
+		if np == nil {
+			t.Fatalf("no NetworkPolicy/kt-kubetrail among %v", keys(objs))
+		}
+		if got, want := dig(np, "spec", "podSelector", "matchLabels"), dig(sts, "spec", "selector", "matchLabels"); !reflect.DeepEqual(got, want) {
+			t.Errorf("policy selects %v, the collector pods are %v", got, want)
+		}
+		if got := dig(np, "spec", "policyTypes"); !reflect.DeepEqual(got, []any{"Ingress"}) {
+			t.Errorf("policyTypes %v", got)
+		}
+		from := map[any][]any{} // port -> peers
+		for _, rule := range dig(np, "spec", "ingress").([]any) {
+			ports, _ := dig(rule, "ports").([]any)
+			peers, _ := dig(rule, "from").([]any)
+			if len(ports) == 0 || len(peers) == 0 {
+				t.Errorf("an ingress rule open to every port or every peer: %v", rule)
+			}
+			for _, p := range ports {
+				from[dig(p, "port")] = append(from[dig(p, "port")], peers...)
+			}
+		}
+		if want := []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/24"}}}; !reflect.DeepEqual(from["audit"], want) {
+			t.Errorf("the webhook port admits %v, want only %v", from["audit"], want)
+		}
+		if want := []any{map[string]any{"namespaceSelector": map[string]any{}}}; !reflect.DeepEqual(from["metrics"], want) {
+			t.Errorf("the metrics port admits %v, want the cluster's pods", from["metrics"])
+		}
+		if len(from) != 2 {
+			t.Errorf("ports admitted: %v, want audit and metrics", from)
+		}
+		ports := namedPorts(t, dig(collector, "ports"), "containerPort")
+		if ports["audit"] != 9880 {
+			t.Errorf("the policy's port name audit is %v on the container", ports["audit"])
+		}
+	})
+
+	t.Run("bundled Redis with a generated password", func(t *testing.T) {
+		secret := objs["Secret/kt-kubetrail-redis"]
+		if pw := secretData(t, secret, "password"); len(pw) < 32 {
+			t.Errorf("generated Redis password of %d characters", len(pw))
+		}
+		ref := map[string]any{"secretKeyRef": map[string]any{"name": "kt-kubetrail-redis", "key": "password"}}
+		redis := dig(objs["Deployment/kt-kubetrail-redis"], "spec", "template", "spec", "containers", 0)
+		args, _ := dig(redis, "args").([]any)
+		if i := slices.Index(args, any("--requirepass")); i < 0 || i+1 >= len(args) || args[i+1] != "$(REDIS_PASSWORD)" {
+			t.Errorf("Redis args %v, want --requirepass $(REDIS_PASSWORD)", args)
+		}
+		for name, c := range map[string]any{"Redis": redis, "collector": collector} {
+			if got := envFrom(c, "REDIS_PASSWORD"); !reflect.DeepEqual(got, ref) {
+				t.Errorf("%s REDIS_PASSWORD from %v, want %v", name, got, ref)
+			}
+		}
+		if p := dig(cfg, "processors", "k8s_object_link", "id_map", "redis", "password"); p != "${env:REDIS_PASSWORD}" {
+			t.Errorf("id_map redis password %v", p)
+		}
+	})
+
+	t.Run("the apiserver's kubeconfig matches the generated certificates", func(t *testing.T) {
+		tlsSecret, kcSecret := objs["Secret/kt-kubetrail-tls"], objs["Secret/kt-kubetrail-apiserver-kubeconfig"]
+		caPEM := secretData(t, tlsSecret, "ca.crt")
+		kc := parseKubeconfig(t, secretData(t, kcSecret, "audit-webhook-kubeconfig.yaml"))
+		if kc.server != "https://kt-kubetrail.kubetrail.svc:9880/audit/chart-test" || kc.serverName != "kt-kubetrail.kubetrail.svc" {
+			t.Errorf("kubeconfig server %q, tls-server-name %q", kc.server, kc.serverName)
+		}
+		if !bytes.Equal(kc.caPEM, caPEM) {
+			t.Errorf("the kubeconfig's CA is not the ca.crt the webhook checks clients with")
+		}
+		if !bytes.Equal(kc.certPEM, secretData(t, kcSecret, "client.crt")) || !bytes.Equal(kc.keyPEM, secretData(t, kcSecret, "client.key")) {
+			t.Errorf("the kubeconfig's client certificate or key differs from client.crt/client.key, which an upgrade keeps")
+		}
+		verifyCertificates(t, caPEM, secretData(t, tlsSecret, "tls.crt"), secretData(t, tlsSecret, "tls.key"),
+			kc.certPEM, kc.keyPEM, "kt-kubetrail.kubetrail.svc", "kube-apiserver-audit")
+	})
+
+	t.Run("notes: where the kubeconfig is, no warning", func(t *testing.T) {
+		notes := renderNotes(t, "", controlPlaneCIDRs)
+		for _, want := range []string{
+			"kubectl -n kubetrail get secret kt-kubetrail-apiserver-kubeconfig",
+			`jsonpath='{.data.audit-webhook-kubeconfig\.yaml}'`,
+			"The audit webhook: https://kt-kubetrail.kubetrail.svc:9880/audit/chart-test",
+			"admits the webhook port only from 10.0.0.0/24",
+			"password from the Secret kt-kubetrail-redis",
+		} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("the notes do not say %q:\n%s", want, notes)
+			}
+		}
+		if strings.Contains(notes, "WARNING") {
+			t.Errorf("the default install's notes warn:\n%s", notes)
+		}
+	})
+}
+
+// envFrom is the valueFrom of a container's environment variable.
+func envFrom(container any, name string) any {
+	env, _ := dig(container, "env").([]any)
+	for _, e := range env {
+		if dig(e, "name") == name {
+			return dig(e, "valueFrom")
+		}
+	}
+	return nil
+}
+
+// TestChartPlainHTTPOnlyWhenAsked: plain HTTP takes gateway.tls.insecurePlainHTTP, and the notes
+// say loudly what it exposes; every other way to configure the gateway keeps TLS on.
+func TestChartPlainHTTPOnlyWhenAsked(t *testing.T) {
+	notes := renderNotes(t, "", "gateway.tls.insecurePlainHTTP=true", "gateway.networkPolicy.enabled=false",
+		"gateway.service.type=NodePort", "gateway.service.nodePort=30988")
+	for _, want := range []string{"WARNING: gateway.tls.insecurePlainHTTP=true", "PLAIN HTTP", "server: http://127.0.0.1:30988/audit/chart-test",
+		"WARNING: no NetworkPolicy"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("the plain-HTTP notes do not say %q:\n%s", want, notes)
+		}
+	}
+	for _, sets := range [][]string{
+		nil,
+		{"gateway.tls.existingSecret=s"},
+		{"gateway.tls.certManager.enabled=true"},
+		{"gateway.networkPolicy.enabled=false"},
+		{"gateway.service.type=NodePort"},
+		{"config.receivers.k8s_audit.endpoint=0.0.0.0:9880"},
+	} {
+		objs := renderChart(t, append([]string{"clusterName=c", controlPlaneCIDRs}, sets...)...)
+		cfg, _ := collectorConfig(t, objs)
+		if dig(cfg, "receivers", "k8s_audit", "tls", "client_ca_file") == nil || dig(cfg, "receivers", "k8s_audit", "allowed_client_names") == nil {
+			t.Errorf("%v: webhook without client certificates: %v", sets, dig(cfg, "receivers", "k8s_audit"))
+		}
+	}
+}
+
+// TestChartRedisTLS: TLS to an external Redis verifies the server with the given CA and name.
+func TestChartRedisTLS(t *testing.T) {
+	objs := renderChart(t, "clusterName=c", controlPlaneCIDRs, "redis.addresses={redis.example:6380}", "redis.passwordSecret.name=r",
+		"redis.passwordSecret.key=pw", "redis.tls.enabled=true", "redis.tls.caSecret.name=redis-ca", "redis.tls.caSecret.key=ca.pem",
+		"redis.tls.serverName=redis.example")
+	cfg, _ := collectorConfig(t, objs)
+	want := map[string]any{"insecure": false, "ca_file": "/etc/otelcol-kubetrail-redis-tls/ca.crt", "server_name_override": "redis.example"}
+	if got := dig(cfg, "processors", "k8s_object_link", "id_map", "redis", "tls"); !reflect.DeepEqual(got, want) {
+		t.Errorf("id_map redis tls %v, want %v", got, want)
+	}
+	spec := dig(objs["StatefulSet/kt-kubetrail"], "spec", "template", "spec")
+	var volume, mount any
+	for _, v := range dig(spec, "volumes").([]any) {
+		if dig(v, "name") == "redis-tls" {
+			volume = v
+		}
+	}
+	for _, m := range dig(spec, "containers", 0, "volumeMounts").([]any) {
+		if dig(m, "name") == "redis-tls" {
+			mount = dig(m, "mountPath")
+		}
+	}
+	if dig(volume, "secret", "secretName") != "redis-ca" || dig(volume, "secret", "items", 0, "key") != "ca.pem" ||
+		dig(volume, "secret", "items", 0, "path") != "ca.crt" || mount != "/etc/otelcol-kubetrail-redis-tls" {
+		t.Errorf("redis-tls volume %v mounted at %v", volume, mount)
+	}
+	if objs["Secret/kt-kubetrail-redis"] != nil || objs["Deployment/kt-kubetrail-redis"] != nil {
+		t.Errorf("bundled Redis rendered beside redis.addresses")
+	}
+}
+
+// renderUpgrade renders the chart as `helm upgrade` would with live objects in the cluster: a
+// copy of the chart whose one lookup (kubetrail.lookup) reads them, by "Kind/name", from files.
+func renderUpgrade(t *testing.T, live map[string]map[string]any, sets ...string) map[string]map[string]any {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "kubetrail")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	helpers := filepath.Join(dir, "templates", "_helpers.tpl")
+	raw, err := os.ReadFile(helpers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lookup = `{{- lookup "v1" .kind .root.Release.Namespace .name | default dict | toJson -}}`
+	if !bytes.Contains(raw, []byte(lookup)) {
+		t.Fatalf("kubetrail.lookup in _helpers.tpl is not %s", lookup)
+	}
+	raw = bytes.Replace(raw, []byte(lookup), []byte(`{{- .root.Files.Get (printf "lookup/%s-%s.json" .kind .name) | default "{}" -}}`), 1)
+	if err := os.WriteFile(helpers, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "lookup"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for k, obj := range live {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "lookup", strings.Replace(k, "/", "-", 1)+".json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return renderChartAt(t, dir, nil, sets...)
+}
+
+// TestChartCertificatesStableAcrossUpgrades: an upgrade keeps the generated CA, certificates,
+// kubeconfig and Redis password (lookup of the installed Secrets), so the kubeconfig copied to the
+// control-plane nodes stays valid; it writes the Service's ClusterIP into the kubeconfig once the
+// Service exists; a changed server name or client name is signed again by the same CA.
+func TestChartCertificatesStableAcrossUpgrades(t *testing.T) {
+	sets := []string{"clusterName=chart-test", controlPlaneCIDRs}
+	installed := renderChart(t, sets...)
+	live := map[string]map[string]any{}
+	for _, k := range []string{"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "Secret/kt-kubetrail-redis", "Service/kt-kubetrail"} {
+		live[k] = installed[k]
+	}
+	svc := map[string]any{}
+	for k, v := range live["Service/kt-kubetrail"] {
+		svc[k] = v
+	}
+	svc["spec"] = map[string]any{"type": "ClusterIP", "clusterIP": "10.96.0.50", "ports": dig(svc, "spec", "ports")}
+	live["Service/kt-kubetrail"] = svc
+
+	kubeconfigOf := func(objs map[string]map[string]any) kubeconfig {
+		return parseKubeconfig(t, secretData(t, objs["Secret/kt-kubetrail-apiserver-kubeconfig"], "audit-webhook-kubeconfig.yaml"))
+	}
+	first := kubeconfigOf(installed)
+	caPEM := secretData(t, installed["Secret/kt-kubetrail-tls"], "ca.crt")
+
+	upgraded := renderUpgrade(t, live, sets...)
+	for _, k := range []string{"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-redis"} {
+		if !reflect.DeepEqual(dig(upgraded[k], "data"), dig(installed[k], "data")) {
+			t.Errorf("%s changed on upgrade", k)
+		}
+	}
+	kc := kubeconfigOf(upgraded)
+	if kc.server != "https://10.96.0.50:9880/audit/chart-test" || kc.serverName != "kt-kubetrail.kubetrail.svc" {
+		t.Errorf("upgraded kubeconfig server %q, tls-server-name %q; want the ClusterIP, checked for the Service's name", kc.server, kc.serverName)
+	}
+	if !bytes.Equal(kc.caPEM, first.caPEM) || !bytes.Equal(kc.certPEM, first.certPEM) || !bytes.Equal(kc.keyPEM, first.keyPEM) {
+		t.Errorf("the upgrade changed the kubeconfig's CA or client certificate")
+	}
+
+	renamed := renderUpgrade(t, live, append(sets, "gateway.tls.extraServerNames={kubetrail.example}", "gateway.tls.allowedClientNames={apiserver-2}")...)
+	tlsSecret := renamed["Secret/kt-kubetrail-tls"]
+	if !bytes.Equal(secretData(t, tlsSecret, "ca.crt"), caPEM) {
+		t.Fatalf("a new name replaced the CA")
+	}
+	if bytes.Equal(secretData(t, tlsSecret, "tls.crt"), secretData(t, installed["Secret/kt-kubetrail-tls"], "tls.crt")) {
+		t.Errorf("the serving certificate was kept though its names changed")
+	}
+	kc = kubeconfigOf(renamed)
+	verifyCertificates(t, caPEM, secretData(t, tlsSecret, "tls.crt"), secretData(t, tlsSecret, "tls.key"), kc.certPEM, kc.keyPEM, "kubetrail.example", "apiserver-2")
 }

@@ -31,16 +31,16 @@ receivers:
     cluster: {{ .Values.clusterName | quote }}
     {{- if $gateway }}
     endpoint: ${env:POD_IP}:9880
-    {{- if .Values.gateway.tls.enabled }}
+    {{- if include "kubetrail.webhookCerts" . }}
+    # HTTPS only, and only a client certificate signed by ca.crt with one of these names (the
+    # apiserver's) may post; the certificate is re-read hourly, so a renewal needs no restart.
     tls:
       cert_file: /etc/otelcol-kubetrail-tls/tls.crt
       key_file: /etc/otelcol-kubetrail-tls/tls.key
-      {{- if .Values.gateway.tls.clientCA }}
       client_ca_file: /etc/otelcol-kubetrail-tls/ca.crt
-      {{- end }}
-    {{- with .Values.gateway.tls.allowedClientNames }}
-    allowed_client_names: {{ toJson . }}
-    {{- end }}
+      min_version: "1.2"
+      reload_interval: 1h
+    allowed_client_names: {{ toJson .Values.gateway.tls.allowedClientNames }}
     {{- end }}
     {{- else }}
     endpoint: ""
@@ -71,8 +71,20 @@ processors:
       redis:
         addresses: {{ toJson $redis }}
         key_prefix: {{ .Values.redis.keyPrefix | quote }}
-        {{- if .Values.redis.passwordSecret }}
+        {{- if include "kubetrail.redisPasswordSecret" . }}
         password: ${env:REDIS_PASSWORD}
+        {{- end }}
+        {{- with .Values.redis.tls }}
+        {{- if .enabled }}
+        tls:
+          insecure: false
+          {{- if .caSecret }}
+          ca_file: /etc/otelcol-kubetrail-redis-tls/ca.crt
+          {{- end }}
+          {{- with .serverName }}
+          server_name_override: {{ . | quote }}
+          {{- end }}
+        {{- end }}
         {{- end }}
     {{- end }}
     owner_lookup:

@@ -13,9 +13,10 @@
     - name: GOMEMLIMIT
       value: {{ . | quote }}
     {{- end }}
-    {{- with .Values.redis.passwordSecret }}
+    {{- with include "kubetrail.redisPasswordSecret" . }}
+    {{- $secret := . | fromJson }}
     - name: REDIS_PASSWORD
-      valueFrom: {secretKeyRef: {name: {{ .name }}, key: {{ .key }}}}
+      valueFrom: {secretKeyRef: {name: {{ $secret.name }}, key: {{ $secret.key }}}}
     {{- end }}
     {{- if $managed }}
     {{- with .Values.managed.env }}
@@ -44,8 +45,11 @@
   volumeMounts:
     - {name: config, mountPath: /etc/otelcol-kubetrail, readOnly: true}
     - {name: state, mountPath: /var/lib/otelcol-kubetrail}
-    {{- if and $gateway .Values.gateway.tls.enabled }}
+    {{- if include "kubetrail.webhookCerts" . }}
     - {name: tls, mountPath: /etc/otelcol-kubetrail-tls, readOnly: true}
+    {{- end }}
+    {{- if and .Values.redis.tls.enabled .Values.redis.tls.caSecret }}
+    - {name: redis-tls, mountPath: /etc/otelcol-kubetrail-redis-tls, readOnly: true}
     {{- end }}
     {{- if eq .Values.mode "daemonset" }}
     - {name: audit-log, mountPath: {{ dir .Values.daemonset.auditLogPath }}, readOnly: true}
@@ -78,5 +82,28 @@ priorityClassName: {{ . }}
 {{- with .Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of the Secrets the collector container mounts (both workloads). */}}
+{{- define "kubetrail.secretVolumes" -}}
+{{- if include "kubetrail.webhookCerts" . }}
+# Only the webhook's certificate, key and client CA: not the CA key the chart keeps beside them.
+- name: tls
+  secret:
+    secretName: {{ include "kubetrail.tlsSecretName" . }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+      - {key: ca.crt, path: ca.crt}
+{{- end }}
+{{- with .Values.redis.tls }}
+{{- if and .enabled .caSecret }}
+- name: redis-tls
+  secret:
+    secretName: {{ .caSecret.name }}
+    items:
+      - {key: {{ .caSecret.key }}, path: ca.crt}
+{{- end }}
 {{- end }}
 {{- end -}}
