@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -28,7 +31,9 @@ func TestChartAcceptedByTheAPIServer(t *testing.T) {
 		sets []string
 		kind string // the workload kind the mode renders
 	}{
-		{"gateway", []string{"mode=gateway", "gateway.tls.enabled=true", "gateway.tls.cert=cert", "gateway.tls.key=key"}, "statefulset"},
+		// The defaults: certificates and the apiserver's kubeconfig generated into Secrets, the
+		// NetworkPolicy (which needs the control plane's CIDRs), the Redis password Secret.
+		{"gateway", []string{"mode=gateway", "gateway.networkPolicy.controlPlaneCIDRs={172.16.0.0/12}"}, "statefulset"},
 		{"daemonset", []string{"mode=daemonset"}, "daemonset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,21 +85,28 @@ func stderrOf(err error) string {
 	return ""
 }
 
-// TestChartNotesPrintAWebhookKubeconfig: the notes of a gateway install are a kubeconfig the
-// apiserver can use as --audit-webhook-config-file, pointing at the webhook with the cluster in
-// the path. kubectl reads it, as the apiserver's client-go would.
+// TestChartNotesPrintAWebhookKubeconfig: a gateway install gives the apiserver a kubeconfig it
+// can use as --audit-webhook-config-file, pointing at the webhook with the cluster in the path:
+// with the chart's generated certificates (the default) it is in a Secret of the release, whose
+// certificate check names the Service (tls-server-name) and whose extraction the notes print;
+// otherwise the notes print it. kubectl reads it, as the apiserver's client-go would.
 func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
 	env := Testbed(t)
 	helm := helmBinary(t)
 	chart := filepath.Join(env.Root, "distribution", "helm", "kubetrail")
 	defer checkNoDryRunSpans(t, env, time.Now())
+	const cidrs = "gateway.networkPolicy.controlPlaneCIDRs={172.16.0.0/12}"
 	for _, tc := range []struct {
 		name       string
 		sets       []string
+		fromSecret bool // the kubeconfig is in the Secret notes-kubetrail-apiserver-kubeconfig
 		wantServer string
 	}{
-		{"NodePort, plain http", nil, "http://127.0.0.1:30988/audit/" + ClusterName},
-		{"ClusterIP with TLS", []string{"gateway.service.type=ClusterIP", "gateway.tls.enabled=true", "gateway.tls.existingSecret=s"},
+		{"defaults: generated certificates, ClusterIP", []string{cidrs}, true,
+			"https://notes-kubetrail.kubetrail.svc:9880/audit/" + ClusterName},
+		{"NodePort when asked, plain http", []string{"gateway.tls.insecurePlainHTTP=true", "gateway.service.type=NodePort",
+			"gateway.service.nodePort=30988", "gateway.networkPolicy.enabled=false"}, false, "http://127.0.0.1:30988/audit/" + ClusterName},
+		{"ClusterIP with an existing Secret", []string{cidrs, "gateway.tls.existingSecret=s"}, false,
 			"https://notes-kubetrail.kubetrail.svc:9880/audit/" + ClusterName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,21 +121,61 @@ func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm install --dry-run=client: %v\n%s", err, stderrOf(err))
 			}
-			_, notes, ok := strings.Cut(string(out), "NOTES:\n")
-			start := strings.Index(notes, "apiVersion: v1\nkind: Config")
-			end := strings.Index(notes, "current-context: default")
-			if !ok || start < 0 || end < start {
-				t.Fatalf("no kubeconfig in the install notes:\n%s", out)
+			manifest, notes, ok := strings.Cut(string(out), "NOTES:\n")
+			if !ok {
+				t.Fatalf("no notes in:\n%s", out)
+			}
+			var kubeconfig []byte
+			if tc.fromSecret {
+				kubeconfig = secretKey(t, manifest, "notes-kubetrail-apiserver-kubeconfig", "audit-webhook-kubeconfig.yaml")
+				Check(t, "the notes say how to copy the kubeconfig Secret",
+					strings.Contains(notes, "get secret notes-kubetrail-apiserver-kubeconfig"), "notes:\n%s", notes)
+			} else {
+				start := strings.Index(notes, "apiVersion: v1\nkind: Config")
+				end := strings.Index(notes, "current-context: default")
+				if start < 0 || end < start {
+					t.Fatalf("no kubeconfig in the install notes:\n%s", out)
+				}
+				kubeconfig = []byte(notes[start:end+len("current-context: default")] + "\n")
 			}
 			path := filepath.Join(t.TempDir(), "audit-webhook.yaml")
-			if err := os.WriteFile(path, []byte(notes[start:end+len("current-context: default")]+"\n"), 0o600); err != nil {
+			if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			server, err := env.RunKubectl("config", "view", "--kubeconfig", path, "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
-			Check(t, "kubectl reads the notes' kubeconfig ("+tc.name+")", err == nil && server == tc.wantServer,
-				"server %q (err %v), want %q\n%s", server, err, tc.wantServer, notes)
+			Check(t, "kubectl reads the kubeconfig ("+tc.name+")", err == nil && server == tc.wantServer,
+				"server %q (err %v), want %q\n%s", server, err, tc.wantServer, kubeconfig)
+			if strings.HasPrefix(tc.wantServer, "https:") {
+				name, err := env.RunKubectl("config", "view", "--kubeconfig", path, "--minify", "-o", "jsonpath={.clusters[0].cluster.tls-server-name}")
+				Check(t, "the kubeconfig checks the certificate for the Service's name ("+tc.name+")",
+					err == nil && name == "notes-kubetrail.kubetrail.svc", "tls-server-name %q (err %v)", name, err)
+			}
+			Check(t, "the notes warn about plain HTTP exactly when it is on ("+tc.name+")",
+				strings.Contains(notes, "WARNING: gateway.tls.insecurePlainHTTP=true") == strings.HasPrefix(tc.wantServer, "http:"), "notes:\n%s", notes)
 		})
 	}
+}
+
+// secretKey is a data key, decoded, of the Secret name among the manifests of a helm dry run.
+func secretKey(t *testing.T, manifests, name, key string) []byte {
+	t.Helper()
+	for _, doc := range strings.Split(manifests, "\n---\n") {
+		var obj struct {
+			Kind     string                `json:"kind"`
+			Metadata struct{ Name string } `json:"metadata"`
+			Data     map[string]string     `json:"data"`
+		}
+		if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != "Secret" || obj.Metadata.Name != name {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(obj.Data[key])
+		if err != nil || len(b) == 0 {
+			t.Fatalf("Secret %s key %s: %v", name, key, err)
+		}
+		return b
+	}
+	t.Fatalf("no Secret %s in the dry run's manifests:\n%s", name, manifests)
+	return nil
 }
 
 // helmBinary is the helm `make e2e` built (KUBETRAIL_HELM), or the cache's.
