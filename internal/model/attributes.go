@@ -76,6 +76,10 @@ const (
 	AttrEventRelatedName       = "k8s.event.related.name"
 	AttrEventRelatedNamespace  = "k8s.event.related.namespace"
 	AttrEventRelatedUID        = "k8s.event.related.uid"
+	AttrEventRelatedAPIVersion = "k8s.event.related.api_version"
+	// AttrEventSeriesOccurrences (int) is on series spans only: how many occurrences the span
+	// covers, the last being k8s.event.count.
+	AttrEventSeriesOccurrences = "k8s.event.series.occurrences"
 	AttrEventAggregated        = "k8s.event.aggregated" // true when the recorder combined similar Events; else absent
 )
 

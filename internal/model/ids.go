@@ -17,6 +17,8 @@ const (
 	domainObjectTrace = "kubetrail/object-trace/v1\x00"
 	domainAuditSpan   = "kubetrail/audit-span/v1\x00"
 	domainEventSpan   = "kubetrail/event-span/v1\x00"
+	// domainEventSeries is the span of a repeating Event's series (or one segment of it).
+	domainEventSeries = "kubetrail/event-series-span/v1\x00"
 )
 
 // ObjectSpanID is the span ID of the object span of key in the window starting at window.
@@ -50,6 +52,26 @@ func EventSpanID(eventUID, occurrence string) pcommon.SpanID {
 	b = append(b, eventUID...)
 	b = append(b, 0)
 	b = append(b, occurrence...)
+	return spanID(sha256.Sum256(b))
+}
+
+// EventSeriesSpanID is the span ID of the series span of a repeating Event: the span that covers
+// its occurrences first..last, from start to end, described by the Event's version
+// resourceVersion (docs/design.md, IDs). Every input that decides the span's content is hashed,
+// so two observers that derive the same ID have built the same span: replicas, relists and
+// restarts that saw the same versions agree, and an observer that saw different ones (a series
+// cut elsewhere, a version missed) gets a different ID, never the same ID with other content.
+func EventSeriesSpanID(eventUID, resourceVersion string, first, last int32, start, end time.Time) pcommon.SpanID {
+	var buf [192]byte
+	b := append(buf[:0], domainEventSeries...)
+	b = append(b, eventUID...)
+	b = append(b, 0)
+	b = append(b, resourceVersion...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(first))
+	b = binary.BigEndian.AppendUint32(b, uint32(last))
+	b = binary.BigEndian.AppendUint64(b, uint64(start.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(end.UnixNano()))
 	return spanID(sha256.Sum256(b))
 }
 

@@ -24,6 +24,9 @@ const (
 	// LinkTypeAPIServerRequest links an audit span and the apiserver's own request span of the
 	// same audit ID (the later one to the earlier one).
 	LinkTypeAPIServerRequest = "apiserver_request"
+	// LinkTypeRelated links an event span to the object span, in the span's window, of the
+	// Event's related object (the Node of a scheduling Event, the PVC of a mount failure).
+	LinkTypeRelated = "related"
 )
 
 // DefaultTraceContextAnnotation is the object annotation that carries a W3C traceparent, as the

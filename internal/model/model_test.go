@@ -62,7 +62,21 @@ func TestIDsAreDerivedAndDistinct(t *testing.T) {
 	if EventSpanID("u", "1") == EventSpanID("u", "2") || EventSpanID("u1", "") == EventSpanID("u", "1") {
 		t.Fatal("event span IDs must separate UID and occurrence")
 	}
-	for _, id := range []pcommon.SpanID{ObjectSpanID(k, w1), AuditSpanID(""), EventSpanID("", "")} {
+	series := EventSeriesSpanID("u", "10", 1, 37, w1, w2)
+	for _, other := range []pcommon.SpanID{
+		EventSeriesSpanID("u2", "10", 1, 37, w1, w2), EventSeriesSpanID("u", "11", 1, 37, w1, w2),
+		EventSeriesSpanID("u", "10", 2, 37, w1, w2), EventSeriesSpanID("u", "10", 1, 38, w1, w2),
+		EventSeriesSpanID("u", "10", 1, 37, w1.Add(1), w2), EventSeriesSpanID("u", "10", 1, 37, w1, w2.Add(1)),
+		EventSpanID("u", "37"),
+	} {
+		if other == series {
+			t.Fatal("series span IDs must depend on the UID, version, occurrence range and times, and differ from occurrence IDs")
+		}
+	}
+	if series != EventSeriesSpanID("u", "10", 1, 37, w1, w2) {
+		t.Fatal("the same series must give the same ID")
+	}
+	for _, id := range []pcommon.SpanID{ObjectSpanID(k, w1), AuditSpanID(""), EventSpanID("", ""), EventSeriesSpanID("", "", 0, 0, time.Time{}, time.Time{})} {
 		if id.IsEmpty() {
 			t.Fatal("derived span IDs must never be empty")
 		}
