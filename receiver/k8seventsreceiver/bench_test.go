@@ -50,8 +50,8 @@ func BenchmarkEventToSpan(b *testing.B) {
 		for j := 0; j < len(evs) && i < b.N; j, i = j+1, i+1 {
 			ev, _ := strip(evs[j])
 			item, _ := tr.observe(ev, false)
-			for _, occ := range item.spans {
-				conv.appendSpan(builder, item.ev, occ)
+			for _, s := range item.spans {
+				conv.appendSpan(builder, s)
 			}
 		}
 		spans += builder.SpanCount()
@@ -145,4 +145,55 @@ func heapAfter(build func() any) uint64 {
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(v)
 	return after.HeapAlloc - before.HeapAlloc
+}
+
+// BenchmarkPendingSeriesMemory reports the heap an open series costs while it waits for its
+// span: its latest stripped Event (a real recorded one, decoded afresh so that it owns its
+// strings, as the watch's decoded objects do), the pending entry and its place in the LRU
+// order, beyond the Event's tracker state. series_max_pending times this bounds the memory.
+func BenchmarkPendingSeriesMemory(b *testing.B) {
+	const n = 10_000
+	template := realEventJSON(b)
+	events := func(series bool) []*eventsv1.Event {
+		evs := make([]*eventsv1.Event, n)
+		for i := range evs {
+			ev := new(eventsv1.Event)
+			if err := json.Unmarshal(template, ev); err != nil {
+				b.Fatal(err)
+			}
+			ev.UID = types.UID(fmt.Sprintf("%08x-7f06-47c9-b26f-2a710af8cb81", i))
+			ev.Name = fmt.Sprintf("demo-65b6865b5c.%016x", i)
+			ev.ResourceVersion = strconv.Itoa(1000 + i)
+			if series {
+				ev.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: ev.EventTime}
+			}
+			s, _ := strip(ev)
+			raw, err := json.Marshal(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs[i] = new(eventsv1.Event)
+			if err := json.Unmarshal(raw, evs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return evs
+	}
+	tm := newTelemetry(b)
+	// Each measurement decodes its Events inside, so that it counts only what the tracker
+	// retains of them: the state of a single occurrence, the state and the Event of a series.
+	track := func(series bool) uint64 {
+		return heapAfter(func() any {
+			tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+			for _, ev := range events(series) {
+				tr.observe(ev, false)
+			}
+			return tr
+		})
+	}
+	for b.Loop() {
+		base, pending := track(false), track(true)
+		b.ReportMetric((float64(pending)-float64(base))/n, "pending-B/series")
+		b.ReportMetric(float64(pending)/n, "tracker-with-series-B/event")
+	}
 }

@@ -13,7 +13,10 @@ import (
 )
 
 // The checkpoint remembers, per Event, the last occurrence whose span the next consumer
-// accepted: UID, resourceVersion, occurrence count and occurrence time in nanoseconds. A 1-second
+// accepted: UID, resourceVersion, occurrence count and occurrence time in nanoseconds, and the
+// state of its series: the last occurrence a series span covers and the start of the open
+// segment, so that a restart resumes an open series with the span ID an uninterrupted
+// receiver derives. A 1-second
 // high-water mark (what Kelemetry keeps) cannot tell two occurrences in the same second apart,
 // and no single timestamp can say how many of a series' occurrences were already emitted.
 //
@@ -41,6 +44,20 @@ type checkpointEntry struct {
 	RV        string
 	Count     int32
 	Last      int64 // Unix nanoseconds
+	Done      int32 // the last occurrence a series span covers
+	SegStart  int64 // start of the open series segment, Unix nanoseconds; 0 when none
+}
+
+// supersedes reports whether e is an Event's later progress than old. An Event's count and the
+// occurrences its series spans cover only grow, so the later state is the greater pair; an
+// equal pair (a new resourceVersion without a new occurrence) is later by arrival. This keeps
+// the checkpoint right when a series closed by the sweeper and the Event's next version reach
+// the pipeline in the other order.
+func (e *checkpointEntry) supersedes(old *checkpointEntry) bool {
+	if e.Count != old.Count {
+		return e.Count > old.Count
+	}
+	return e.Done >= old.Done
 }
 
 type checkpointState struct {
@@ -95,7 +112,7 @@ func (c *checkpoint) load(ctx context.Context) (map[string]checkpointEntry, erro
 	entries := make(map[string]checkpointEntry)
 	for _, op := range ops { // oldest first, so a newer entry replaces an older one
 		if err := decodeBucket(op.Value, func(e checkpointEntry) {
-			if old, ok := entries[e.UID]; !ok || e.Count >= old.Count {
+			if old, ok := entries[e.UID]; !ok || e.supersedes(&old) {
 				entries[e.UID] = e
 			}
 		}); err != nil {
@@ -129,6 +146,9 @@ func (c *checkpoint) commit(ctx context.Context, entries []*checkpointEntry) err
 		c.state.Next++
 	}
 	for _, e := range entries {
+		if old, ok := c.open[e.UID]; ok && !e.supersedes(&old) {
+			continue
+		}
 		c.open[e.UID] = *e
 	}
 	c.dirty = true
@@ -176,8 +196,10 @@ func (c *checkpoint) flush(ctx context.Context) error {
 	return nil
 }
 
-// A bucket is text, one entry per line: uid, namespace, resourceVersion, count, time. None of
-// these can contain a tab or a newline.
+// A bucket is text, one entry per line: uid, namespace, resourceVersion, count, time, and the
+// series' covered occurrence and open segment start. None of these can contain a tab or a
+// newline. Entries of earlier versions have only the first five fields: their receiver emitted
+// a span per occurrence, so every occurrence up to count counts as covered.
 func encodeBucket(entries map[string]checkpointEntry) []byte {
 	var b bytes.Buffer
 	b.Grow(len(entries) * 96)
@@ -191,6 +213,10 @@ func encodeBucket(entries map[string]checkpointEntry) []byte {
 		b.WriteString(strconv.FormatInt(int64(e.Count), 10))
 		b.WriteByte('\t')
 		b.WriteString(strconv.FormatInt(e.Last, 10))
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(int64(e.Done), 10))
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(e.SegStart, 10))
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
@@ -202,8 +228,8 @@ func decodeBucket(data []byte, fn func(checkpointEntry)) error {
 			continue
 		}
 		f := strings.Split(line, "\t")
-		if len(f) != 5 {
-			return fmt.Errorf("entry %q has %d fields, want 5", line, len(f))
+		if len(f) != 5 && len(f) != 7 {
+			return fmt.Errorf("entry %q has %d fields, want 7 (or 5)", line, len(f))
 		}
 		count, err := strconv.ParseInt(f[3], 10, 32)
 		if err != nil {
@@ -213,7 +239,19 @@ func decodeBucket(data []byte, fn func(checkpointEntry)) error {
 		if err != nil {
 			return fmt.Errorf("entry %q: time: %w", line, err)
 		}
-		fn(checkpointEntry{UID: f[0], Namespace: f[1], RV: f[2], Count: int32(count), Last: last})
+		e := checkpointEntry{UID: f[0], Namespace: f[1], RV: f[2], Count: int32(count), Last: last, Done: int32(count)}
+		if len(f) == 7 {
+			done, err := strconv.ParseInt(f[5], 10, 32)
+			if err != nil {
+				return fmt.Errorf("entry %q: covered occurrence: %w", line, err)
+			}
+			segStart, err := strconv.ParseInt(f[6], 10, 64)
+			if err != nil {
+				return fmt.Errorf("entry %q: segment start: %w", line, err)
+			}
+			e.Done, e.SegStart = int32(done), segStart
+		}
+		fn(e)
 	}
 	return nil
 }

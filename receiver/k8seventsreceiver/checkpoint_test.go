@@ -38,6 +38,28 @@ func TestCheckpoint(t *testing.T) {
 		}
 	})
 
+	t.Run("series state round-trips, an earlier version's five fields load as all covered, and a later state is never replaced by an earlier one", func(t *testing.T) {
+		st := storagetest.NewMemClient()
+		c := newCheckpoint(st, time.Hour, clock)
+		open := checkpointEntry{UID: "a", Namespace: "default", RV: "12", Count: 3, Last: 7, Done: 0, SegStart: t0.UnixNano()}
+		closed := open
+		closed.Done, closed.SegStart = 3, 0
+		// The sweeper's entry (series closed) reaches the pipeline before the version's own.
+		must(t, c.commit(ctx, []*checkpointEntry{&closed}))
+		must(t, c.commit(ctx, []*checkpointEntry{&open}))
+		must(t, c.flush(ctx))
+		got, err := newCheckpoint(st, time.Hour, clock).load(ctx)
+		must(t, err)
+		if got["a"] != closed {
+			t.Errorf("a = %+v, want the closed series %+v", got["a"], closed)
+		}
+		var old checkpointEntry
+		must(t, decodeBucket([]byte("b\tdefault\t20\t4\t9\n"), func(e checkpointEntry) { old = e }))
+		if want := (checkpointEntry{UID: "b", Namespace: "default", RV: "20", Count: 4, Last: 9, Done: 4}); old != want {
+			t.Errorf("five-field entry = %+v, want %+v", old, want)
+		}
+	})
+
 	t.Run("a restarted receiver writes a new bucket instead of overwriting the last one", func(t *testing.T) {
 		st := storagetest.NewMemClient()
 		must(t, newCheckpoint(st, time.Hour, clock).commit(ctx, []*checkpointEntry{{UID: "a", RV: "1", Count: 1}}))

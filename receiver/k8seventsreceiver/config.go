@@ -48,6 +48,13 @@ type Config struct {
 	// restart is taken for a new one.
 	CheckpointTTL time.Duration `mapstructure:"checkpoint_ttl"`
 
+	// SeriesQuiet is how long a repeating Event's series must go without a new occurrence
+	// before its series span (first to last observation, with the count) is emitted.
+	SeriesQuiet time.Duration `mapstructure:"series_quiet"`
+	// SeriesMaxPending bounds the series waiting for their span; past it the least recently
+	// active one is emitted early.
+	SeriesMaxPending int `mapstructure:"series_max_pending"`
+
 	// StalledWatchTimeout restarts a list-watch that delivered nothing, not even a bookmark, for
 	// this long. The apiserver sends a bookmark about once a minute, so silence means a dead
 	// connection that TCP has not noticed. 0 disables the guard.
@@ -152,6 +159,12 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckpointTTL <= 0 {
 		errs = append(errs, fmt.Errorf("checkpoint_ttl %s must be positive", c.CheckpointTTL))
+	}
+	if c.SeriesQuiet <= 0 {
+		errs = append(errs, fmt.Errorf("series_quiet %s must be positive", c.SeriesQuiet))
+	}
+	if c.SeriesMaxPending < 1 {
+		errs = append(errs, fmt.Errorf("series_max_pending %d must be at least 1", c.SeriesMaxPending))
 	}
 	if c.StalledWatchTimeout < 0 {
 		errs = append(errs, fmt.Errorf("stalled_watch_timeout %s must not be negative (0 disables the guard)", c.StalledWatchTimeout))

@@ -44,6 +44,8 @@ func TestLoadConfig(t *testing.T) {
 				c.Storage = &storageID
 				c.MaxEventAge = 10 * time.Minute
 				c.CheckpointTTL = 2 * time.Hour
+				c.SeriesQuiet = 15 * time.Minute
+				c.SeriesMaxPending = 500
 				c.StalledWatchTimeout = 3 * time.Minute
 				c.Backoff = BackoffConfig{InitialInterval: 500 * time.Millisecond, MaxInterval: time.Minute}
 				le := defaultLeaderElectionConfig()
@@ -66,6 +68,8 @@ func TestLoadConfig(t *testing.T) {
 		{name: "a namespace must be a DNS label", id: component.NewIDWithName(metadata.Type, "bad_namespace"), wantErr: "namespaces[0]"},
 		{name: "a label selector must parse", id: component.NewIDWithName(metadata.Type, "bad_label_selector"), wantErr: "label_selector"},
 		{name: "max_event_age must not be negative", id: component.NewIDWithName(metadata.Type, "negative_max_event_age"), wantErr: "max_event_age"},
+		{name: "series_quiet must be positive", id: component.NewIDWithName(metadata.Type, "zero_series_quiet"), wantErr: "series_quiet"},
+		{name: "series_max_pending must be at least 1", id: component.NewIDWithName(metadata.Type, "zero_series_max_pending"), wantErr: "series_max_pending"},
 		{name: "the window must be positive", id: component.NewIDWithName(metadata.Type, "zero_window"), wantErr: "window"},
 		{name: "the backoff cap must not be below its start", id: component.NewIDWithName(metadata.Type, "bad_backoff"), wantErr: "backoff.max_interval"},
 		{name: "the lease must outlast the renew deadline", id: component.NewIDWithName(metadata.Type, "bad_leader_timing"), wantErr: "leader_election.lease_duration"},
@@ -113,7 +117,8 @@ func TestDefaultConfigDisablesLeaderElection(t *testing.T) {
 func equalConfig(a, b *Config) bool {
 	if a.APIConfig != b.APIConfig || a.Cluster != b.Cluster || a.LabelSelector != b.LabelSelector ||
 		a.FieldSelector != b.FieldSelector || a.MaxEventAge != b.MaxEventAge || a.CheckpointTTL != b.CheckpointTTL ||
-		a.StalledWatchTimeout != b.StalledWatchTimeout || a.Backoff != b.Backoff {
+		a.StalledWatchTimeout != b.StalledWatchTimeout || a.Backoff != b.Backoff ||
+		a.SeriesQuiet != b.SeriesQuiet || a.SeriesMaxPending != b.SeriesMaxPending {
 		return false
 	}
 	if len(a.Namespaces) != len(b.Namespaces) {

@@ -53,13 +53,6 @@ func hasRegarding(ev *eventsv1.Event) bool {
 	return r.Kind != "" && (r.UID != "" || r.Name != "")
 }
 
-// occurrenceSpan describes one span to emit: which occurrence of which Event.
-type occurrenceSpan struct {
-	count int32
-	id    string
-	at    time.Time
-}
-
 // converter turns stripped Events into spans.
 type converter struct {
 	cluster string
@@ -67,29 +60,35 @@ type converter struct {
 	window  time.Duration
 }
 
-// appendSpan writes the span of one occurrence of ev into b.
-func (c *converter) appendSpan(b *model.TracesBuilder, ev *eventsv1.Event, occ occurrenceSpan) {
+// appendSpan writes one span into b: an Event's first occurrence, or a series of its
+// occurrences (see spanSpec).
+func (c *converter) appendSpan(b *model.TracesBuilder, s spanSpec) {
+	ev := s.ev
 	obj := regardingObject(c.cluster, c.mapper, &ev.Regarding)
 	kind := obj.Kind
 	span := b.AppendSpan(c.cluster, kind)
 
-	window := model.WindowStart(occ.at, c.window)
+	// A series span sits in the window of its start, like every span.
+	window := model.WindowStart(s.start, c.window)
 	key := obj.Key()
 	span.SetTraceID(model.ObjectTraceID(key, window))
 	span.SetParentSpanID(model.ObjectSpanID(key, window))
-	span.SetSpanID(model.EventSpanID(string(ev.UID), occ.id))
+	if s.series() {
+		span.SetSpanID(model.EventSeriesSpanID(string(ev.UID), ev.ResourceVersion, s.first, s.count, s.start, s.end))
+	} else {
+		span.SetSpanID(model.EventSpanID(string(ev.UID), occurrenceID(s.count)))
+	}
 	span.SetName(ev.Reason)
 	span.SetKind(ptrace.SpanKindInternal)
-	ts := pcommon.NewTimestampFromTime(occ.at)
-	span.SetStartTimestamp(ts)
-	span.SetEndTimestamp(ts)
+	span.SetStartTimestamp(pcommon.NewTimestampFromTime(s.start))
+	span.SetEndTimestamp(pcommon.NewTimestampFromTime(s.end))
 	if ev.Type == corev1.EventTypeWarning {
 		span.Status().SetCode(ptrace.StatusCodeError)
 		span.Status().SetMessage(ev.Note)
 	}
 
 	attrs := span.Attributes()
-	attrs.EnsureCapacity(20)
+	attrs.EnsureCapacity(22)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeEvent)
 	obj.PutAttributes(attrs)
 	putStr(attrs, model.AttrEventReason, ev.Reason)
@@ -101,7 +100,10 @@ func (c *converter) appendSpan(b *model.TracesBuilder, ev *eventsv1.Event, occ o
 	if aggregated(ev) {
 		attrs.PutBool(model.AttrEventAggregated, true)
 	}
-	attrs.PutInt(model.AttrEventCount, int64(occ.count))
+	attrs.PutInt(model.AttrEventCount, int64(s.count))
+	if s.series() {
+		attrs.PutInt(model.AttrEventSeriesOccurrences, int64(s.count)-int64(s.first)+1)
+	}
 	putStr(attrs, model.AttrEventUID, string(ev.UID))
 	putStr(attrs, model.AttrEventName, ev.Name)
 	if r := ev.Related; r != nil {

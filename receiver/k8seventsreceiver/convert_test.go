@@ -13,7 +13,7 @@ import (
 )
 
 // convertOne strips ev (an events.k8s.io/v1 or a core/v1 Event) and converts it as the pipeline does.
-func convertOne(t *testing.T, ev any, occ occurrenceSpan) (ptrace.ResourceSpans, ptrace.Span) {
+func convertOne(t *testing.T, ev any, spec spanSpec) (ptrace.ResourceSpans, ptrace.Span) {
 	t.Helper()
 	conv := &converter{cluster: "prod", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
 	b := model.NewTracesBuilder("scope", "v")
@@ -21,17 +21,21 @@ func convertOne(t *testing.T, ev any, occ occurrenceSpan) (ptrace.ResourceSpans,
 	if !ok {
 		t.Fatalf("strip refused %T", ev)
 	}
-	conv.appendSpan(b, stripped, occ)
+	spec.ev = stripped
+	conv.appendSpan(b, spec)
 	rs := b.Traces().ResourceSpans().At(0)
 	return rs, rs.ScopeSpans().At(0).Spans().At(0)
 }
+
+// occurrence is the span of an Event's first occurrence at at.
+func occurrence(at time.Time) spanSpec { return spanSpec{count: 1, start: at, end: at} }
 
 func TestConvertEventSpan(t *testing.T) {
 	at := t0.Add(1500 * time.Microsecond)
 	ev := testEvent("e-1", "10", withWarning("FailedScheduling"), func(ev *eventsv1.Event) {
 		ev.Related = &corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "node-1"}
 	})
-	rs, span := convertOne(t, ev, occurrenceSpan{count: 3, id: "3", at: at})
+	rs, span := convertOne(t, ev, occurrence(at))
 
 	t.Run("the span is named after the reason and sits at the occurrence time", func(t *testing.T) {
 		if span.Name() != "FailedScheduling" || span.StartTimestamp() != span.EndTimestamp() || !span.StartTimestamp().AsTime().Equal(at) {
@@ -46,7 +50,7 @@ func TestConvertEventSpan(t *testing.T) {
 	t.Run("IDs derive from the regarding object, its window and the occurrence", func(t *testing.T) {
 		key := model.UIDKey("prod", "pod-uid-1")
 		w := model.WindowStart(at, model.DefaultWindow)
-		if span.TraceID() != model.ObjectTraceID(key, w) || span.ParentSpanID() != model.ObjectSpanID(key, w) || span.SpanID() != model.EventSpanID("e-1", "3") {
+		if span.TraceID() != model.ObjectTraceID(key, w) || span.ParentSpanID() != model.ObjectSpanID(key, w) || span.SpanID() != model.EventSpanID("e-1", "1") {
 			t.Fatal("trace, parent or span ID is not the derived one")
 		}
 	})
@@ -57,29 +61,29 @@ func TestConvertEventSpan(t *testing.T) {
 			t.Fatalf("resource %v", rs.Resource().Attributes().AsRaw())
 		}
 	})
+	want := map[string]any{
+		model.AttrSpanType:               model.SpanTypeEvent,
+		model.AttrObjectAPIGroup:         "",
+		model.AttrObjectAPIVersion:       "v1",
+		model.AttrObjectResource:         "pods",
+		model.AttrObjectKind:             "Pod",
+		model.AttrNamespaceName:          "default",
+		model.AttrObjectName:             "web-1",
+		model.AttrObjectUID:              "pod-uid-1",
+		model.AttrEventReason:            "FailedScheduling",
+		model.AttrEventAction:            "Binding",
+		model.AttrEventType:              "Warning",
+		model.AttrEventNote:              ev.Note,
+		model.AttrEventReportingCtrl:     "default-scheduler",
+		model.AttrEventReportingInstance: "default-scheduler-host",
+		model.AttrEventCount:             int64(1),
+		model.AttrEventUID:               "e-1",
+		model.AttrEventName:              "web-1.e-1",
+		model.AttrEventRelatedKind:       "Node",
+		model.AttrEventRelatedName:       "kwok-node-0",
+		model.AttrEventRelatedUID:        "node-1",
+	}
 	t.Run("every event attribute and the related object are set", func(t *testing.T) {
-		want := map[string]any{
-			model.AttrSpanType:               model.SpanTypeEvent,
-			model.AttrObjectAPIGroup:         "",
-			model.AttrObjectAPIVersion:       "v1",
-			model.AttrObjectResource:         "pods",
-			model.AttrObjectKind:             "Pod",
-			model.AttrNamespaceName:          "default",
-			model.AttrObjectName:             "web-1",
-			model.AttrObjectUID:              "pod-uid-1",
-			model.AttrEventReason:            "FailedScheduling",
-			model.AttrEventAction:            "Binding",
-			model.AttrEventType:              "Warning",
-			model.AttrEventNote:              ev.Note,
-			model.AttrEventReportingCtrl:     "default-scheduler",
-			model.AttrEventReportingInstance: "default-scheduler-host",
-			model.AttrEventCount:             int64(3),
-			model.AttrEventUID:               "e-1",
-			model.AttrEventName:              "web-1.e-1",
-			model.AttrEventRelatedKind:       "Node",
-			model.AttrEventRelatedName:       "kwok-node-0",
-			model.AttrEventRelatedUID:        "node-1",
-		}
 		got := span.Attributes().AsRaw()
 		for k, v := range want {
 			if got[k] != v {
@@ -88,6 +92,27 @@ func TestConvertEventSpan(t *testing.T) {
 		}
 		if len(got) != len(want) {
 			t.Errorf("%d attributes, want %d: %v", len(got), len(want), got)
+		}
+	})
+	t.Run("a series span runs from the first to the last observation and carries the count", func(t *testing.T) {
+		end := t0.Add(12 * time.Minute)
+		_, series := convertOne(t, ev, spanSpec{first: 1, count: 37, start: t0, end: end})
+		if series.Name() != "FailedScheduling" || !series.StartTimestamp().AsTime().Equal(t0) || !series.EndTimestamp().AsTime().Equal(end) {
+			t.Fatalf("series span %q [%v, %v], want FailedScheduling [%v, %v]", series.Name(), series.StartTimestamp().AsTime(), series.EndTimestamp().AsTime(), t0, end)
+		}
+		if series.SpanID() != model.EventSeriesSpanID("e-1", "10", 1, 37, t0, end) {
+			t.Fatal("the series span's ID is not the derived one")
+		}
+		got := series.Attributes().AsRaw()
+		if got[model.AttrEventCount] != int64(37) || got[model.AttrEventSeriesOccurrences] != int64(37) {
+			t.Fatalf("count %v, occurrences %v; want 37 and 37", got[model.AttrEventCount], got[model.AttrEventSeriesOccurrences])
+		}
+		if len(got) != len(want)+1 {
+			t.Errorf("%d attributes, want the occurrence span's and %s: %v", len(got), model.AttrEventSeriesOccurrences, got)
+		}
+		_, later := convertOne(t, ev, spanSpec{first: 38, count: 40, start: end.Add(time.Hour), end: end.Add(time.Hour + time.Minute)})
+		if n, _ := later.Attributes().Get(model.AttrEventSeriesOccurrences); n.Int() != 3 {
+			t.Errorf("a later segment 38..40 covers %d occurrences, want 3", n.Int())
 		}
 	})
 }
@@ -139,7 +164,7 @@ func TestReporterIsOneRuleForBothAPIGroups(t *testing.T) {
 			ev    any
 		}{{"events.k8s.io/v1", ev}, {"core/v1", asCore(ev)}} {
 			t.Run(in.group+"/"+tt.name, func(t *testing.T) {
-				_, span := convertOne(t, in.ev, occurrenceSpan{count: 1, id: "1", at: t0})
+				_, span := convertOne(t, in.ev, occurrence(t0))
 				attrs := span.Attributes().AsRaw()
 				for key, want := range map[string]string{model.AttrEventReportingCtrl: tt.wantCtrl, model.AttrEventReportingInstance: tt.wantInst} {
 					got, ok := attrs[key]
@@ -171,7 +196,7 @@ func TestAggregatedEventsSaySo(t *testing.T) {
 			ev    any
 		}{{"events.k8s.io/v1", ev}, {"core/v1", asCore(ev)}} {
 			t.Run(in.group+"/"+tt.name, func(t *testing.T) {
-				_, span := convertOne(t, in.ev, occurrenceSpan{count: 1, id: "1", at: t0})
+				_, span := convertOne(t, in.ev, occurrence(t0))
 				got, ok := span.Attributes().AsRaw()[model.AttrEventAggregated]
 				if ok != tt.want || ok && got != true {
 					t.Errorf("%s = %v (present %t), want present and true: %t", model.AttrEventAggregated, got, ok, tt.want)
@@ -185,14 +210,14 @@ func TestConvertClusterScopedAndUnknownKinds(t *testing.T) {
 	node := testEvent("n", "1", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "kwok-node-0", UID: "node-1", Namespace: "default"}
 	})
-	_, span := convertOne(t, node, occurrenceSpan{count: 1, id: "1", at: t0})
+	_, span := convertOne(t, node, occurrence(t0))
 	if _, ok := span.Attributes().Get(model.AttrNamespaceName); ok {
 		t.Error("a Node Event's span carries a namespace")
 	}
 	crd := testEvent("c", "2", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{APIVersion: "example.com/v1", Kind: "Widget", Namespace: "default", Name: "w", UID: "w-1"}
 	})
-	_, span = convertOne(t, crd, occurrenceSpan{count: 1, id: "1", at: t0})
+	_, span = convertOne(t, crd, occurrence(t0))
 	attrs := span.Attributes().AsRaw()
 	if _, ok := attrs[model.AttrObjectResource]; ok || attrs[model.AttrObjectKind] != "Widget" || attrs[model.AttrObjectAPIGroup] != "example.com" {
 		t.Errorf("an unknown kind must keep its kind and group and leave the resource out: %v", attrs)
@@ -206,7 +231,7 @@ func TestConvertNodeReferenceWithTheNameAsUID(t *testing.T) {
 	ev := testEvent("k", "1", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "kwok-node-0"}
 	})
-	_, span := convertOne(t, ev, occurrenceSpan{count: 1, id: "1", at: t0})
+	_, span := convertOne(t, ev, occurrence(t0))
 	attrs := span.Attributes().AsRaw()
 	if _, ok := attrs[model.AttrObjectUID]; ok {
 		t.Errorf("a UID equal to the name is not a UID: %v", attrs)

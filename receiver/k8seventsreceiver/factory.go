@@ -30,6 +30,8 @@ func createDefaultConfig() component.Config {
 		MaxEventAge:         5 * time.Minute,
 		Window:              model.DefaultWindow,
 		CheckpointTTL:       3 * time.Hour,
+		SeriesQuiet:         defaultSeriesQuiet,
+		SeriesMaxPending:    defaultSeriesMaxPending,
 		StalledWatchTimeout: 5 * time.Minute,
 		Backoff:             BackoffConfig{InitialInterval: time.Second, MaxInterval: 30 * time.Second},
 		LeaderElection:      configoptional.Default(defaultLeaderElectionConfig()),

@@ -3,6 +3,7 @@ package k8seventsreceiver
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -57,25 +58,31 @@ func readFixture(t *testing.T, scenario string) []watchLine {
 }
 
 // replay feeds watch events to a fresh tracker, as the reflector would, and converts what it
-// emits the way the pipeline does.
+// emits the way the pipeline does; at the end of the stream the series still open are closed,
+// as when they go quiet.
 func replay(t *testing.T, lines []watchLine) ptrace.Traces {
 	t.Helper()
 	tm := newTelemetry(t)
 	tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
 	conv := &converter{cluster: "testbed", mapper: model.BuiltinMapper(), window: model.DefaultWindow}
 	b := model.NewTracesBuilder(metadata.ScopeName, "test")
+	emit := func(item workItem) {
+		for _, s := range item.spans {
+			conv.appendSpan(b, s)
+		}
+	}
 	for _, l := range lines {
 		ev, _ := strip(&l.Object)
 		if l.Type == "DELETED" {
-			tr.forget(ev)
+			item, _ := tr.forget(ev)
+			emit(item)
 			continue
 		}
 		if item, ok := tr.observe(ev, false); ok {
-			for _, occ := range item.spans {
-				conv.appendSpan(b, item.ev, occ)
-			}
+			emit(item)
 		}
 	}
+	emit(tr.closeAll(seriesQuiet))
 	return b.Traces()
 }
 
@@ -148,18 +155,29 @@ func TestRecordedFixtures(t *testing.T) {
 	}
 }
 
-// assertOccurrences checks the spans against the fixture itself: one span per occurrence of
-// each Event, on its regarding object, with a distinct span ID.
+// assertOccurrences checks the spans against the fixture itself: each Event is one span for its
+// first occurrence and, when it recurred, one series span with its count, from its first to its
+// last observation, on its regarding object, all with distinct span IDs.
 func assertOccurrences(t *testing.T, lines []watchLine, td ptrace.Traces) {
 	t.Helper()
-	occurrences := map[string]int32{}
-	for _, l := range lines {
-		c := occurrenceCount(&l.Object)
-		occurrences[string(l.Object.UID)] = max(occurrences[string(l.Object.UID)], c)
+	type seen struct {
+		count       int32
+		first, last time.Time
 	}
-	var want int32
-	for _, c := range occurrences {
-		want += c
+	events := map[string]seen{}
+	for _, l := range lines {
+		ev, _ := strip(&l.Object)
+		c, at := occurrenceCount(ev), occurrenceTime(ev)
+		if old, ok := events[string(ev.UID)]; !ok || c > old.count {
+			events[string(ev.UID)] = seen{count: c, first: firstOccurrenceTime(ev, at), last: at}
+		}
+	}
+	want := 0
+	for _, e := range events {
+		want++
+		if e.count > 1 {
+			want++
+		}
 	}
 	ids := map[pcommon.SpanID]bool{}
 	eachSpan(td, func(res pcommon.Map, span ptrace.Span) {
@@ -178,9 +196,21 @@ func assertOccurrences(t *testing.T, lines []watchLine, td ptrace.Traces) {
 		if span.ParentSpanID() != model.ObjectSpanID(obj.Key(), window) || span.TraceID() != model.ObjectTraceID(obj.Key(), window) {
 			t.Errorf("span %s on %s is not parented to its object's span", span.Name(), obj.DisplayName())
 		}
+		uid, _ := span.Attributes().Get(model.AttrEventUID)
+		count, _ := span.Attributes().Get(model.AttrEventCount)
+		e := events[uid.Str()]
+		start, end := span.StartTimestamp().AsTime(), span.EndTimestamp().AsTime()
+		if n, series := span.Attributes().Get(model.AttrEventSeriesOccurrences); series {
+			if count.Int() != int64(e.count) || n.Int() != int64(e.count) || !start.Equal(e.first) || !end.Equal(e.last) {
+				t.Errorf("series span %s of %s: count %d, %d occurrences, [%v, %v]; want %d from %v to %v",
+					span.Name(), uid.Str(), count.Int(), n.Int(), start, end, e.count, e.first, e.last)
+			}
+		} else if count.Int() != 1 || !start.Equal(e.first) || !end.Equal(start) {
+			t.Errorf("occurrence span %s of %s: count %d at [%v, %v]; want the first occurrence at %v", span.Name(), uid.Str(), count.Int(), start, end, e.first)
+		}
 	})
-	if int32(len(ids)) != want {
-		t.Errorf("%d spans, want one per occurrence: %d", len(ids), want)
+	if len(ids) != want {
+		t.Errorf("%d spans, want one per Event and one per series: %d", len(ids), want)
 	}
 }
 
@@ -235,8 +265,8 @@ func TestDeploymentFixtureNarratesTheRollout(t *testing.T) {
 			}
 		}
 	}
-	// The deployment controller reported one ScalingReplicaSet twice (deprecated count 2): both
-	// occurrences are spans of their own.
+	// The deployment controller reported one ScalingReplicaSet twice (deprecated count 2): its
+	// first occurrence is a span, and the series of both is one more.
 	counts := map[string][]int64{}
 	spans, _ := spansOf(td, "ScalingReplicaSet")
 	for _, s := range spans {
@@ -246,12 +276,13 @@ func TestDeploymentFixtureNarratesTheRollout(t *testing.T) {
 	}
 	repeated := false
 	for _, cs := range counts {
-		if len(cs) == 2 {
+		slices.Sort(cs)
+		if slices.Equal(cs, []int64{1, 2}) {
 			repeated = true
 		}
 	}
 	if !repeated {
-		t.Errorf("no ScalingReplicaSet Event produced two occurrence spans: %v", counts)
+		t.Errorf("no ScalingReplicaSet Event produced its occurrence span and a series span of 2: %v", counts)
 	}
 	// Every ScalingReplicaSet names the deployment controller, also those client-go's aggregator
 	// combined, which carry it only as deprecatedSource.component; and those say they are combined.
@@ -289,12 +320,27 @@ func TestUnschedulableFixtureFailsThenSchedules(t *testing.T) {
 			want[string(l.Object.UID)] = max(want[string(l.Object.UID)], c)
 		}
 	}
-	var occurrences int32
+	// Each FailedScheduling Event is a span; the one the scheduler repeated (series.count 2)
+	// is also one series span covering both attempts.
+	var wantSpans, wantOccurrences int64
 	for _, c := range want {
-		occurrences += c
+		wantSpans++
+		wantOccurrences += int64(c)
+		if c > 1 {
+			wantSpans++
+		}
 	}
-	if int32(len(failed)) != occurrences {
-		t.Errorf("%d FailedScheduling spans, want one per occurrence: %d", len(failed), occurrences)
+	occurrences := int64(0)
+	for _, s := range failed {
+		if n, ok := s.Attributes().Get(model.AttrEventSeriesOccurrences); ok {
+			occurrences += n.Int() - 1 // the first is the occurrence span's
+		} else {
+			occurrences++
+		}
+	}
+	if int64(len(failed)) != wantSpans || len(want) < 2 || occurrences != wantOccurrences {
+		t.Errorf("%d FailedScheduling spans covering %d occurrences, want one per Event and one per series, %d, covering %d",
+			len(failed), occurrences, wantSpans, wantOccurrences)
 	}
 	for i, s := range failed {
 		if s.Status().Code() != ptrace.StatusCodeError || s.Status().Message() == "" {
@@ -311,8 +357,10 @@ func TestUnschedulableFixtureFailsThenSchedules(t *testing.T) {
 	if scheduled[0].TraceID() != failed[0].TraceID() {
 		t.Error("FailedScheduling and Scheduled of one Pod in one window are in different traces")
 	}
-	if !scheduled[0].StartTimestamp().AsTime().After(failed[len(failed)-1].StartTimestamp().AsTime()) {
-		t.Error("the Pod was scheduled before its last FailedScheduling")
+	for _, f := range failed {
+		if !scheduled[0].StartTimestamp().AsTime().After(f.EndTimestamp().AsTime()) {
+			t.Error("the Pod was scheduled before its last FailedScheduling")
+		}
 	}
 }
 
@@ -338,16 +386,21 @@ func TestRecreateFixtureKeepsIncarnationsApart(t *testing.T) {
 func TestJobFixtureCountsEveryRepeat(t *testing.T) {
 	td := replay(t, readFixture(t, "job"))
 	spans, objs := spansOf(td, "UnexpectedJob")
-	var counts []int64
+	var counts []string
 	for i, s := range spans {
 		if objs[i].Kind != "CronJob" || objs[i].Resource != "cronjobs" || objs[i].Group != "batch" {
 			t.Errorf("UnexpectedJob span on %+v, want the CronJob", objs[i])
 		}
 		c, _ := s.Attributes().Get(model.AttrEventCount)
-		counts = append(counts, c.Int())
+		d := fmt.Sprintf("#%d", c.Int())
+		if n, ok := s.Attributes().Get(model.AttrEventSeriesOccurrences); ok {
+			d += fmt.Sprintf(" ×%d over %s", n.Int(), s.EndTimestamp().AsTime().Sub(s.StartTimestamp().AsTime()))
+		}
+		counts = append(counts, d)
 	}
 	slices.Sort(counts)
-	if !slices.Equal(counts, []int64{1, 2, 3}) {
-		t.Fatalf("UnexpectedJob occurrences %v, want one span each for counts 1, 2 and 3", counts)
+	// core/v1 deprecated count 3, first at 10:49:46, last at 10:49:47 (1 s precision).
+	if !slices.Equal(counts, []string{"#1", "#3 ×3 over 1s"}) {
+		t.Fatalf("UnexpectedJob spans %v, want the first occurrence and one series span of 3 over 1s", counts)
 	}
 }

@@ -97,8 +97,8 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 	for {
 		b := model.NewTracesBuilder(metadata.ScopeName, p.version)
 		for _, item := range batch {
-			for _, occ := range item.spans {
-				p.conv.appendSpan(b, item.ev, occ)
+			for _, s := range item.spans {
+				p.conv.appendSpan(b, s)
 			}
 		}
 		n := b.SpanCount()
@@ -129,13 +129,33 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 		return true
 	}
 	entries := make([]*checkpointEntry, 0, len(batch))
-	for _, item := range batch {
-		if item.entry != nil {
-			entries = append(entries, item.entry)
+	for i := range batch {
+		for j := range batch[i].entries {
+			entries = append(entries, &batch[i].entries[j])
 		}
 	}
 	p.checkpointErr(p.ckpt.commit(opCtx, entries))
 	return true
+}
+
+// deliverFinal hands the series spans closed at shutdown to the next consumer, once: the
+// receiver is stopping, so a refusal is not retried but counted and logged.
+func (p *pipeline) deliverFinal(ctx context.Context, item workItem) {
+	if len(item.spans) == 0 {
+		return
+	}
+	b := model.NewTracesBuilder(metadata.ScopeName, p.version)
+	for _, s := range item.spans {
+		p.conv.appendSpan(b, s)
+	}
+	n := b.SpanCount()
+	obsCtx := p.obs.StartTracesOp(ctx)
+	err := p.next.ConsumeTraces(obsCtx, b.Traces())
+	p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
+	if err != nil {
+		p.tel.K8sEventSpansDropped.Add(ctx, int64(n), withReason(reasonShutdownRefused))
+		p.logger.Error("Next consumer refused the series spans closed at shutdown; dropping them", zap.Int("spans", n), zap.Error(err))
+	}
 }
 
 func (p *pipeline) flushCheckpoint(ctx context.Context) {

@@ -9,12 +9,13 @@ import (
 // recordedReasons are the values the receiver records, per attribute of metadata.yaml.
 var recordedReasons = map[string][]string{
 	"dropped_reason": {
-		reasonMissingRegarding, reasonMissingTime, reasonMissingUID, reasonTooOld, reasonCoalesced,
-		reasonConsumerPermanent,
+		reasonMissingRegarding, reasonMissingTime, reasonMissingUID, reasonTooOld,
+		reasonConsumerPermanent, reasonShutdownRefused,
 	},
 	"duplicate_reason": {duplicateSameResourceVersion, duplicateNoNewOccurrence, duplicateCheckpointed},
 	"error_reason":     {errorListWatch, errorForbidden, errorConsumer, errorCheckpointRead, errorCheckpointWrite},
 	"restart_reason":   {restartWatchClosed, restartStalled, restartError},
+	"series_reason":    {seriesQuiet, seriesWindow, seriesEvicted, seriesDeleted, seriesShutdown},
 }
 
 // TestReasonsMatchMetadata keeps the reason constants and metadata.yaml's enums (and so
@@ -28,5 +29,8 @@ func TestReasonsMatchMetadata(t *testing.T) {
 		enumtest.Call{Func: "String", Arg: 1, Key: "reasonKey"},
 		enumtest.Call{Func: "duplicate", Arg: 2},
 		enumtest.Call{Func: "drop", Arg: 1},
+		enumtest.Call{Func: "closeSeries", Arg: 2},
+		enumtest.Call{Func: "closeFront", Arg: 0},
+		enumtest.Call{Func: "closeAll", Arg: 0},
 	)
 }

@@ -38,6 +38,9 @@ type eventsReceiver struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	storage storage.Client
+	// tracker and pipeline of the current start: Shutdown closes the open series through them.
+	tracker  *tracker
+	pipeline *pipeline
 	// discovery maps the kinds of CRD objects; Shutdown waits for its refresh in flight.
 	discovery *k8sconfig.DiscoveryMapper
 }
@@ -103,6 +106,11 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 	r.discovery.Prefetch()
 	mapper := model.Chain(model.BuiltinMapper(), r.discovery)
 	tr := newTracker(r.set.Logger, r.tel, r.clock.Now, r.cfg.MaxEventAge, restored)
+	tr.window, tr.quiet, tr.maxPending = r.cfg.Window, r.cfg.SeriesQuiet, r.cfg.SeriesMaxPending
+	if r.cfg.SeriesQuiet > r.cfg.Window {
+		r.set.Logger.Warn("series_quiet exceeds window: a series span may reach k8s_object_link after its window's records expired (window + grace)",
+			zap.Duration("series_quiet", r.cfg.SeriesQuiet), zap.Duration("window", r.cfg.Window))
+	}
 	p := &pipeline{
 		logger:  r.set.Logger,
 		tel:     r.tel,
@@ -115,6 +123,7 @@ func (r *eventsReceiver) Start(ctx context.Context, host component.Host) error {
 		version: r.set.BuildInfo.Version,
 		queue:   make(chan workItem, queueItems),
 	}
+	r.tracker, r.pipeline = tr, p
 	runner := &watchRunner{logger: r.set.Logger, tel: r.tel, cfg: r.cfg, clock: r.clock, host: host, tracker: tr, pipeline: p}
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -147,13 +156,20 @@ func (r *eventsReceiver) storageClient(ctx context.Context, host component.Host)
 }
 
 // Shutdown stops the watches and the pipeline and waits for them. Spans still queued are not
-// emitted and not checkpointed, so the next start emits them.
+// emitted and not checkpointed, so the next start emits them. Open series are left to the
+// checkpoint with storage (the next start resumes them, and their spans get the IDs an
+// uninterrupted replica derives); without storage nothing would remember them, so their
+// spans are emitted now, once.
 func (r *eventsReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
 		r.cancel = nil
 	}
 	r.wg.Wait()
+	if r.tracker != nil && r.cfg.Storage == nil {
+		r.pipeline.deliverFinal(ctx, r.tracker.closeAll(seriesShutdown))
+	}
+	r.tracker, r.pipeline = nil, nil
 	if r.discovery != nil {
 		r.discovery.Close()
 		r.discovery = nil

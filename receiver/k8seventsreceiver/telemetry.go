@@ -16,12 +16,19 @@ const (
 	reasonMissingUID        = "missing_uid"
 	reasonTooOld            = "too_old"
 	reasonConsumerPermanent = "consumer_permanent"
-	reasonCoalesced         = "coalesced"
+	reasonShutdownRefused   = "shutdown_refused"
 
 	// otelcol_k8s_event_spans_duplicates_suppressed
 	duplicateSameResourceVersion = "same_resource_version"
 	duplicateNoNewOccurrence     = "no_new_occurrence"
 	duplicateCheckpointed        = "checkpointed"
+
+	// otelcol_k8s_event_spans_series_closed
+	seriesQuiet    = "quiet"
+	seriesWindow   = "window"
+	seriesEvicted  = "evicted"
+	seriesDeleted  = "deleted"
+	seriesShutdown = "shutdown"
 
 	// otelcol_k8s_event_spans_watch_restarts
 	restartWatchClosed = "watch_closed"

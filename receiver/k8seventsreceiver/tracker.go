@@ -1,6 +1,7 @@
 package k8seventsreceiver
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"time"
@@ -8,37 +9,78 @@ import (
 	"go.uber.org/zap"
 	eventsv1 "k8s.io/api/events/v1"
 
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
 )
 
-// maxSpansPerUpdate bounds the spans one Event version can produce. A crash-looping Pod's
-// BackOff Event can jump by thousands of occurrences across a long disconnection; all of them
-// would carry the same timestamp anyway, so past this many the older ones are counted and
-// dropped instead of flooding the trace.
-const maxSpansPerUpdate = 100
-
 // eventState is what the receiver remembers of one Event: enough to tell a new occurrence from
-// a replay, about 100 bytes instead of the full object.
+// a replay and to know which of its occurrences a span already covers, about 120 bytes instead
+// of the full object.
 type eventState struct {
 	namespace string
 	rv        string
-	count     int32
-	last      int64 // occurrence time, Unix nanoseconds
+	count     int32 // the highest occurrence seen
+	// done is the last occurrence a series span already covers (0: none). The occurrences
+	// done+1..count form the open segment, whose series span is still to come.
+	done     int32
+	last     int64 // time of occurrence count, Unix nanoseconds
+	segStart int64 // start of the open segment, Unix nanoseconds; 0 when none is open
 	// restored marks state read from the checkpoint and not yet seen again from the apiserver.
 	restored bool
 }
 
-// workItem is the outcome of one Event version, carried in arrival order to the pipeline:
-// the spans to emit (none for a replay or a drop) and the checkpoint entry to write once they
-// are accepted.
-type workItem struct {
-	ev    *eventsv1.Event
-	spans []occurrenceSpan
-	entry *checkpointEntry
+// open reports whether the Event has occurrences no span covers yet: a segment of a series,
+// whose start is known. Occurrence 1 alone is covered by its own span.
+func (st *eventState) open() bool { return st.count > st.done && st.count >= 2 && st.segStart != 0 }
+
+func (st *eventState) entry(uid string) checkpointEntry {
+	return checkpointEntry{UID: uid, Namespace: st.namespace, RV: st.rv, Count: st.count, Last: st.last, Done: st.done, SegStart: st.segStart}
 }
 
-// tracker decides which Event versions carry new occurrences. It is the receiver's only memory
-// of Events: the reflector hands it each version and keeps nothing itself.
+// pendingSeries is an open segment whose series span waits for the series to go quiet: the
+// Event version of its last occurrence (what the span will say) and when it arrived.
+type pendingSeries struct {
+	uid     string
+	ev      *eventsv1.Event
+	arrived time.Time
+}
+
+// spanSpec is one span to emit: an Event's first occurrence, or a series of its occurrences
+// (first..count) from start to end.
+type spanSpec struct {
+	ev    *eventsv1.Event
+	first int32 // the first occurrence a series span covers; 0 for the occurrence span
+	count int32 // the occurrence's number, or the last occurrence a series span covers
+	start time.Time
+	end   time.Time
+}
+
+func (s spanSpec) series() bool { return s.first > 0 }
+
+// workItem is the outcome of one Event version (or of a series closing), carried in arrival
+// order to the pipeline: the spans to emit (none for a replay or a drop) and the checkpoint
+// entries to write once they are accepted.
+type workItem struct {
+	spans   []spanSpec
+	entries []checkpointEntry
+}
+
+func (w *workItem) empty() bool { return len(w.spans) == 0 && len(w.entries) == 0 }
+
+// Defaults of the series settings (Config.SeriesQuiet, Config.SeriesMaxPending).
+const (
+	// defaultSeriesQuiet exceeds the 6 minutes after which client-go's events.k8s.io recorder
+	// sends a series' new count (tools/events refreshes and finishes series every 6 minutes),
+	// and the 5 minutes at which its core/v1 spam filter lets a repeating Event through once
+	// its burst is spent: a series alive at either pace is not cut for being quiet.
+	defaultSeriesQuiet = 10 * time.Minute
+	// defaultSeriesMaxPending bounds the open series held in memory: each holds its latest
+	// stripped Event, about 1 KiB (BenchmarkPendingSeriesMemory), so about 10 MiB.
+	defaultSeriesMaxPending = 10_000
+)
+
+// tracker decides which Event versions carry new occurrences and holds the open series. It is
+// the receiver's only memory of Events: the reflector hands it each version and keeps nothing.
 type tracker struct {
 	logger *zap.Logger
 	// debug spares the hot path the string building of per-Event debug logs when they are off.
@@ -48,10 +90,19 @@ type tracker struct {
 	// maxAge applies to Events first seen in an initial list when there was no checkpoint.
 	maxAge  time.Duration
 	dropOld bool
+	// Series: a segment ends when an occurrence falls in a later window than its start, or
+	// when no new occurrence arrived for quiet; at most maxPending segments wait.
+	window     time.Duration
+	quiet      time.Duration
+	maxPending int
 
 	mu         sync.Mutex
 	states     map[string]eventState
 	namespaces map[string]string // interned, so 100k Events in ten namespaces share ten strings
+	pending    map[string]*list.Element
+	order      *list.List // of *pendingSeries, least recently active first
+	// wake tells the sweeper that a series became pending while none was.
+	wake chan struct{}
 }
 
 func newTracker(logger *zap.Logger, tel *metadata.TelemetryBuilder, now func() time.Time, maxAge time.Duration, restored map[string]checkpointEntry) *tracker {
@@ -62,11 +113,17 @@ func newTracker(logger *zap.Logger, tel *metadata.TelemetryBuilder, now func() t
 		now:        now,
 		maxAge:     maxAge,
 		dropOld:    restored == nil && maxAge > 0,
+		window:     model.DefaultWindow,
+		quiet:      defaultSeriesQuiet,
+		maxPending: defaultSeriesMaxPending,
 		states:     make(map[string]eventState, len(restored)),
 		namespaces: make(map[string]string),
+		pending:    make(map[string]*list.Element),
+		order:      list.New(),
+		wake:       make(chan struct{}, 1),
 	}
 	for uid, e := range restored {
-		t.states[uid] = eventState{namespace: t.intern(e.Namespace), rv: e.RV, count: e.Count, last: e.Last, restored: true}
+		t.states[uid] = eventState{namespace: t.intern(e.Namespace), rv: e.RV, count: e.Count, last: e.Last, done: e.Done, segStart: e.SegStart, restored: true}
 	}
 	t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), int64(len(t.states)))
 	return t
@@ -102,89 +159,218 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	at := occurrenceTime(ev)
 	prev, known := t.states[uid]
 
-	if known {
-		if prev.rv == ev.ResourceVersion {
-			reason := duplicateSameResourceVersion
-			if prev.restored {
-				reason = duplicateCheckpointed
-				prev.restored = false
-				t.states[uid] = prev
-			}
-			t.duplicate(ev, prev, reason)
-			return workItem{}, false
+	var item workItem
+	if known && (prev.rv == ev.ResourceVersion || count <= prev.count) {
+		// The same version again (a relist, a replayed watch), or a newer one without a new
+		// occurrence (a relabel, or a version older than one already seen arriving late):
+		// remember the version, emit nothing.
+		reason := duplicateSameResourceVersion
+		if prev.rv != ev.ResourceVersion {
+			reason = duplicateNoNewOccurrence
 		}
-		if count <= prev.count {
-			// A newer version without a new occurrence (a relabel, or a version older than one
-			// already seen arriving late): remember the version, emit nothing.
-			prev.rv = ev.ResourceVersion
-			reason := duplicateNoNewOccurrence
-			if prev.restored {
-				reason = duplicateCheckpointed
-				prev.restored = false
+		prev.rv = ev.ResourceVersion
+		if prev.restored {
+			reason = duplicateCheckpointed
+			prev.restored = false
+			if count == prev.count && prev.open() {
+				// The checkpoint says a segment was open: the series span is still to come,
+				// and this is the version it describes.
+				t.hold(uid, ev, &item)
 			}
-			t.states[uid] = prev
-			t.duplicate(ev, prev, reason)
-			return workItem{}, false
 		}
-	} else {
+		t.states[uid] = prev
+		t.duplicate(ev, prev, reason)
+		return item, !item.empty()
+	}
+	if !known {
 		t.tel.K8sEventSpansTrackedEvents.Add(ctx, 1)
 	}
 
-	state := eventState{namespace: t.intern(ev.Namespace), rv: ev.ResourceVersion, count: count, last: at.UnixNano()}
-	if at.IsZero() {
-		state.last = 0
-	}
-	t.states[uid] = state
-	item := workItem{ev: ev, entry: &checkpointEntry{UID: uid, Namespace: state.namespace, RV: state.rv, Count: count, Last: state.last}}
-
-	// A known Event's new occurrences are those past the last one emitted. An Event seen for the
-	// first time with a count of N happened N times, maybe while the receiver was down: all N are
-	// spans, the first at the Event's first-occurrence time, the later ones at the last (the API
-	// keeps no other), each with the ID any replica derives for it.
+	st := eventState{namespace: t.intern(ev.Namespace), rv: ev.ResourceVersion, count: count, last: at.UnixNano()}
 	first := int32(1)
 	if known {
+		st.done, st.segStart = prev.done, prev.segStart
 		first = prev.count + 1
 	}
-	switch {
-	case !hasRegarding(ev):
-		t.drop(ev, reasonMissingRegarding, int64(count)-int64(first)+1)
-		return item, true
-	case at.IsZero():
-		t.drop(ev, reasonMissingTime, int64(count)-int64(first)+1)
+	if !hasRegarding(ev) || at.IsZero() {
+		reason := reasonMissingRegarding
+		if hasRegarding(ev) {
+			reason = reasonMissingTime
+			st.last = 0
+		}
+		t.drop(ev, reason, int64(count)-int64(first)+1)
+		t.discard(uid)
+		st.done, st.segStart = count, 0
+		t.states[uid] = st
+		item.entries = append(item.entries, st.entry(uid))
 		return item, true
 	}
-	// int64, so that a count of MaxInt32 cannot overflow the arithmetic or the loop.
-	n := int64(count) - int64(first) + 1
-	if n > maxSpansPerUpdate {
-		t.drop(ev, reasonCoalesced, n-maxSpansPerUpdate)
-		n = maxSpansPerUpdate
-	}
+
+	// The first occurrence is a span at once, at the Event's first-occurrence time, with the ID
+	// any replica derives for it, also when it is first seen with a count (it recurred while
+	// the receiver was down or before it started).
 	tooOld := !known && initial && t.dropOld
-	item.spans = make([]occurrenceSpan, 0, n)
 	var old int64
-	for c := int64(count) - n + 1; c <= int64(count); c++ {
-		occAt := at
-		if c == 1 {
-			occAt = firstOccurrenceTime(ev, at)
-		}
-		if tooOld && t.now().Sub(occAt) > t.maxAge {
+	if first == 1 {
+		firstAt := firstOccurrenceTime(ev, at)
+		if tooOld && t.now().Sub(firstAt) > t.maxAge {
 			old++
-			continue
+		} else {
+			item.spans = append(item.spans, spanSpec{ev: ev, count: 1, start: firstAt, end: firstAt})
 		}
-		item.spans = append(item.spans, occurrenceSpan{count: int32(c), id: occurrenceID(int32(c)), at: occAt})
+	}
+
+	// The later occurrences join the open segment of the series. A segment stays within the
+	// window of its start: an occurrence in a later window closes it (its span goes out now)
+	// and opens the next.
+	switch {
+	case !known:
+		st.segStart = firstOccurrenceTime(ev, at).UnixNano()
+	case prev.segStart == 0:
+		st.segStart = at.UnixNano()
+	case t.laterWindow(at, prev.segStart):
+		if spec, ok := t.closeSeries(uid, &prev, seriesWindow); ok {
+			item.spans = append(item.spans, spec)
+		}
+		st.done, st.segStart = prev.count, at.UnixNano()
+	}
+	if st.open() {
+		if tooOld && t.now().Sub(at) > t.maxAge {
+			// Even the series' last occurrence is older than max_event_age: history.
+			old += int64(count) - 1
+			st.done, st.segStart = count, 0
+		} else {
+			t.hold(uid, ev, &item)
+		}
 	}
 	if old > 0 {
 		t.drop(ev, reasonTooOld, old)
 	}
+	t.states[uid] = st
+	item.entries = append(item.entries, st.entry(uid))
 	if t.debug {
 		t.logger.Debug("Event occurrence", zap.String("event", ev.Namespace+"/"+ev.Name), zap.String("uid", uid),
-			zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)))
+			zap.String("reason", ev.Reason), zap.Int32("count", count), zap.Int("spans", len(item.spans)),
+			zap.Bool("series_pending", st.open()))
 	}
 	return item, true
 }
 
+// laterWindow reports whether at lies in a later window than the time segStart (Unix ns).
+func (t *tracker) laterWindow(at time.Time, segStart int64) bool {
+	return model.WindowStart(at, t.window).After(model.WindowStart(time.Unix(0, segStart), t.window))
+}
+
+// hold makes ev the version of uid's open segment, waiting for the series to go quiet. A new
+// segment beyond maxPending closes the least recently active one first, into item.
+func (t *tracker) hold(uid string, ev *eventsv1.Event, item *workItem) {
+	if el, ok := t.pending[uid]; ok {
+		p := el.Value.(*pendingSeries)
+		p.ev, p.arrived = ev, t.now()
+		t.order.MoveToBack(el)
+		return
+	}
+	for t.order.Len() >= max(t.maxPending, 1) {
+		t.closeFront(seriesEvicted, item)
+	}
+	t.pending[uid] = t.order.PushBack(&pendingSeries{uid: uid, ev: ev, arrived: t.now()})
+	t.tel.K8sEventSpansPendingSeries.Add(context.Background(), 1)
+	if t.order.Len() == 1 {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// closeFront closes the least recently active open segment into item.
+func (t *tracker) closeFront(reason string, item *workItem) {
+	p := t.order.Front().Value.(*pendingSeries)
+	st := t.states[p.uid]
+	if spec, ok := t.closeSeries(p.uid, &st, reason); ok {
+		item.spans = append(item.spans, spec)
+	}
+	t.states[p.uid] = st
+	item.entries = append(item.entries, st.entry(p.uid))
+}
+
+// closeSeries ends uid's open segment: it returns the segment's series span and marks its
+// occurrences covered in st. It reports false when no segment is pending.
+func (t *tracker) closeSeries(uid string, st *eventState, reason string) (spanSpec, bool) {
+	el, ok := t.pending[uid]
+	if !ok {
+		return spanSpec{}, false
+	}
+	p := el.Value.(*pendingSeries)
+	t.order.Remove(el)
+	delete(t.pending, uid)
+	t.tel.K8sEventSpansPendingSeries.Add(context.Background(), -1)
+	spec := spanSpec{ev: p.ev, first: st.done + 1, count: st.count, start: time.Unix(0, st.segStart).UTC(), end: time.Unix(0, st.last).UTC()}
+	if spec.end.Before(spec.start) {
+		spec.end = spec.start
+	}
+	st.done, st.segStart = st.count, 0
+	t.tel.K8sEventSpansSeriesClosed.Add(context.Background(), 1, withReason(reason))
+	if t.debug {
+		t.logger.Debug("Event series closed", zap.String("event", p.ev.Namespace+"/"+p.ev.Name), zap.String("uid", uid),
+			zap.Int32("first", spec.first), zap.Int32("last", spec.count), zap.String("reason", reason))
+	}
+	return spec, true
+}
+
+// discard forgets uid's open segment without a span.
+func (t *tracker) discard(uid string) {
+	if el, ok := t.pending[uid]; ok {
+		t.order.Remove(el)
+		delete(t.pending, uid)
+		t.tel.K8sEventSpansPendingSeries.Add(context.Background(), -1)
+	}
+}
+
+// nextDue is when the least recently active open segment goes quiet; false when none is open.
+func (t *tracker) nextDue() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if el := t.order.Front(); el != nil {
+		return el.Value.(*pendingSeries).arrived.Add(t.quiet), true
+	}
+	return time.Time{}, false
+}
+
+// due closes, up to limit, the open segments without a new occurrence for quiet.
+func (t *tracker) due(now time.Time, limit int) (workItem, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var item workItem
+	for el := t.order.Front(); el != nil && len(item.spans) < limit; el = t.order.Front() {
+		if now.Sub(el.Value.(*pendingSeries).arrived) < t.quiet {
+			break
+		}
+		t.closeFront(seriesQuiet, &item)
+	}
+	return item, !item.empty()
+}
+
+// closeAll closes every open segment, at shutdown.
+func (t *tracker) closeAll(reason string) workItem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var item workItem
+	for t.order.Len() > 0 {
+		t.closeFront(reason, &item)
+	}
+	return item
+}
+
+func (t *tracker) pendingLen() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.order.Len()
+}
+
 // replace applies a full list of the Events in scope ("" = all namespaces): each item is
-// observed, and Events in scope that the list no longer has were deleted meanwhile.
+// observed, and Events in scope that the list no longer has were deleted meanwhile; their open
+// series are closed.
 func (t *tracker) replace(scope string, evs []*eventsv1.Event, initial bool) []workItem {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -197,27 +383,43 @@ func (t *tracker) replace(scope string, evs []*eventsv1.Event, initial bool) []w
 		}
 	}
 	var gone int64
+	var deleted workItem
 	for uid, st := range t.states {
 		if scope != "" && st.namespace != scope {
 			continue
 		}
 		if _, ok := listed[uid]; !ok {
+			if spec, ok := t.closeSeries(uid, &st, seriesDeleted); ok {
+				deleted.spans = append(deleted.spans, spec)
+			}
 			delete(t.states, uid)
 			gone++
 		}
+	}
+	if !deleted.empty() {
+		items = append(items, deleted)
 	}
 	t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), -gone)
 	return items
 }
 
-// forget drops a deleted Event's state. Its checkpoint entry expires with checkpoint_ttl.
-func (t *tracker) forget(ev *eventsv1.Event) {
+// forget drops a deleted Event's state, closing its open series. Its checkpoint entry expires
+// with checkpoint_ttl.
+func (t *tracker) forget(ev *eventsv1.Event) (workItem, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.states[string(ev.UID)]; ok {
-		delete(t.states, string(ev.UID))
-		t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), -1)
+	uid := string(ev.UID)
+	st, ok := t.states[uid]
+	if !ok {
+		return workItem{}, false
 	}
+	var item workItem
+	if spec, ok := t.closeSeries(uid, &st, seriesDeleted); ok {
+		item.spans = append(item.spans, spec)
+	}
+	delete(t.states, uid)
+	t.tel.K8sEventSpansTrackedEvents.Add(context.Background(), -1)
+	return item, !item.empty()
 }
 
 func (t *tracker) len() int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -126,7 +127,9 @@ func (s *scopeStore) observe(obj any) error {
 func (s *scopeStore) Delete(obj any) error {
 	s.progress.Add(1)
 	if ev, ok := strip(obj); ok {
-		s.tracker.forget(ev)
+		if item, ok := s.tracker.forget(ev); ok {
+			return s.pipeline.enqueue(s.ctx, item)
+		}
 	}
 	return nil
 }
@@ -177,8 +180,12 @@ type watchRunner struct {
 	degraded atomic.Bool
 }
 
-// run picks the Events API and list-watches every configured namespace until ctx ends.
+// run picks the Events API and list-watches every configured namespace until ctx ends, and
+// emits the series spans of series that went quiet meanwhile.
 func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
+	var sweeper sync.WaitGroup
+	defer sweeper.Wait()
+	sweeper.Go(func() { w.sweepSeries(ctx) })
 	var src apiSource
 	retries := w.cfg.Backoff.exponential()
 	for {
@@ -261,6 +268,48 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 		case <-w.clock.After(retries.Step()):
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// sweepSeries closes the series that went quiet, when the earliest of them is due. It waits
+// on a timer only while a series is open, so that an idle receiver holds no timer.
+func (w *watchRunner) sweepSeries(ctx context.Context) {
+	for {
+		var due <-chan time.Time
+		var timer clock.Timer
+		if at, ok := w.tracker.nextDue(); ok {
+			if wait := at.Sub(w.clock.Now()); wait > 0 {
+				timer = w.clock.NewTimer(wait)
+				due = timer.C()
+			} else {
+				now := make(chan time.Time, 1)
+				now <- at
+				due = now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case <-w.tracker.wake:
+			// A series opened while none was: its due time is the earliest.
+			if timer != nil {
+				timer.Stop()
+			}
+			continue
+		case <-due:
+		}
+		for {
+			item, ok := w.tracker.due(w.clock.Now(), maxBatchItems)
+			if !ok {
+				break
+			}
+			if w.pipeline.enqueue(ctx, item) != nil {
+				return
+			}
 		}
 	}
 }

@@ -30,6 +30,8 @@ type TelemetryBuilder struct {
 	K8sEventSpansDuplicatesSuppressed metric.Int64Counter
 	K8sEventSpansErrors               metric.Int64Counter
 	K8sEventSpansEventsReceived       metric.Int64Counter
+	K8sEventSpansPendingSeries        metric.Int64UpDownCounter
+	K8sEventSpansSeriesClosed         metric.Int64Counter
 	K8sEventSpansTrackedEvents        metric.Int64UpDownCounter
 	K8sEventSpansWatchRestarts        metric.Int64Counter
 }
@@ -85,6 +87,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_event_spans_events_received",
 		metric.WithDescription("Event objects delivered by the list-watch (list items, adds and updates). [Alpha]"),
 		metric.WithUnit("{events}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sEventSpansPendingSeries, err = builder.meter.Int64UpDownCounter(
+		"otelcol_k8s_event_spans_pending_series",
+		metric.WithDescription("Open series whose span waits for the series to go quiet, held in memory (at most series_max_pending). [Alpha]"),
+		metric.WithUnit("{series}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sEventSpansSeriesClosed, err = builder.meter.Int64Counter(
+		"otelcol_k8s_event_spans_series_closed",
+		metric.WithDescription("Series spans built (one per closed series segment), by what closed the segment. [Alpha]"),
+		metric.WithUnit("{series}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sEventSpansTrackedEvents, err = builder.meter.Int64UpDownCounter(

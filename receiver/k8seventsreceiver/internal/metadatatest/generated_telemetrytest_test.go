@@ -23,6 +23,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sEventSpansDuplicatesSuppressed.Add(context.Background(), 1)
 	tb.K8sEventSpansErrors.Add(context.Background(), 1)
 	tb.K8sEventSpansEventsReceived.Add(context.Background(), 1)
+	tb.K8sEventSpansPendingSeries.Add(context.Background(), 1)
+	tb.K8sEventSpansSeriesClosed.Add(context.Background(), 1)
 	tb.K8sEventSpansTrackedEvents.Add(context.Background(), 1)
 	tb.K8sEventSpansWatchRestarts.Add(context.Background(), 1)
 	AssertEqualK8sEventSpansDropped(t, testTel,
@@ -35,6 +37,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sEventSpansEventsReceived(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sEventSpansPendingSeries(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sEventSpansSeriesClosed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sEventSpansTrackedEvents(t, testTel,
