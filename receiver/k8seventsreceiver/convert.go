@@ -107,10 +107,23 @@ func (c *converter) appendSpan(b *model.TracesBuilder, s spanSpec) {
 	putStr(attrs, model.AttrEventUID, string(ev.UID))
 	putStr(attrs, model.AttrEventName, ev.Name)
 	if r := ev.Related; r != nil {
+		rel := regardingObject(c.cluster, c.mapper, r)
 		putStr(attrs, model.AttrEventRelatedKind, r.Kind)
 		putStr(attrs, model.AttrEventRelatedName, r.Name)
 		putStr(attrs, model.AttrEventRelatedNamespace, r.Namespace)
 		putStr(attrs, model.AttrEventRelatedUID, string(r.UID))
+		putStr(attrs, model.AttrEventRelatedAPIVersion, rel.APIVersion())
+		if r.Kind != "" && (rel.UID != "" || rel.Name != "") {
+			// The related object's span in this span's window, derived as the processor
+			// derives it (docs/design.md, Links): its UID key when the reference has a UID,
+			// else its name key. The trace ID is the related object's own per-object trace,
+			// the only one a receiver can know; resolve the link by its span ID.
+			relKey := rel.Key()
+			l := span.Links().AppendEmpty()
+			l.SetTraceID(model.ObjectTraceID(relKey, window))
+			l.SetSpanID(model.ObjectSpanID(relKey, window))
+			l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeRelated)
+		}
 	}
 }
 

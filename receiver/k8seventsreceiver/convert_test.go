@@ -82,6 +82,7 @@ func TestConvertEventSpan(t *testing.T) {
 		model.AttrEventRelatedKind:       "Node",
 		model.AttrEventRelatedName:       "kwok-node-0",
 		model.AttrEventRelatedUID:        "node-1",
+		model.AttrEventRelatedAPIVersion: "v1", // the reference has none: the known kind's
 	}
 	t.Run("every event attribute and the related object are set", func(t *testing.T) {
 		got := span.Attributes().AsRaw()
@@ -94,6 +95,19 @@ func TestConvertEventSpan(t *testing.T) {
 			t.Errorf("%d attributes, want %d: %v", len(got), len(want), got)
 		}
 	})
+	t.Run("the related object is a link to its object span in the span's window", func(t *testing.T) {
+		key := model.UIDKey("prod", "node-1")
+		w := model.WindowStart(at, model.DefaultWindow)
+		if span.Links().Len() != 1 {
+			t.Fatalf("%d links, want 1", span.Links().Len())
+		}
+		l := span.Links().At(0)
+		typ, _ := l.Attributes().Get(model.AttrLinkType)
+		if l.SpanID() != model.ObjectSpanID(key, w) || l.TraceID() != model.ObjectTraceID(key, w) || typ.Str() != model.LinkTypeRelated {
+			t.Fatalf("link to %s/%s type %q, want the Node's object span, type %s", l.TraceID(), l.SpanID(), typ.Str(), model.LinkTypeRelated)
+		}
+	})
+
 	t.Run("a series span runs from the first to the last observation and carries the count", func(t *testing.T) {
 		end := t0.Add(12 * time.Minute)
 		_, series := convertOne(t, ev, spanSpec{first: 1, count: 37, start: t0, end: end})
@@ -115,6 +129,27 @@ func TestConvertEventSpan(t *testing.T) {
 			t.Errorf("a later segment 38..40 covers %d occurrences, want 3", n.Int())
 		}
 	})
+}
+
+func TestConvertRelatedObjectByNameKey(t *testing.T) {
+	// A kubelet-style reference: UID = name, no apiVersion. The link goes to the Node's name
+	// key, like the regarding object in TestConvertNodeReferenceWithTheNameAsUID.
+	ev := testEvent("r", "1", func(ev *eventsv1.Event) {
+		ev.Related = &corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "kwok-node-0"}
+	})
+	_, span := convertOne(t, ev, occurrence(t0))
+	key := model.Object{Cluster: "prod", Resource: "nodes", Kind: "Node", Name: "kwok-node-0"}.Key()
+	w := model.WindowStart(t0, model.DefaultWindow)
+	if span.Links().Len() != 1 || span.Links().At(0).SpanID() != model.ObjectSpanID(key, w) {
+		t.Fatal("a related reference without a real UID must link to the object's name key")
+	}
+	// Without a related object, or with one that names nothing, there is no link.
+	for _, rel := range []*corev1.ObjectReference{nil, {Kind: "Node"}} {
+		ev := testEvent("r", "1", func(ev *eventsv1.Event) { ev.Related = rel })
+		if _, span := convertOne(t, ev, occurrence(t0)); span.Links().Len() != 0 {
+			t.Errorf("related %+v gave %d links", rel, span.Links().Len())
+		}
+	}
 }
 
 // asCore is ev as a core/v1 recorder writes it and the core/v1 watch delivers it.

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -201,6 +202,33 @@ func TestASeriesSpanHasOneIDAcrossReplicasAndRestarts(t *testing.T) {
 		second.stop()
 		if n := len(eventSpans(first.sink)) + len(eventSpans(second.sink)); n != 2 {
 			t.Fatalf("%d spans over both runs, want the first occurrence's and the series'", n)
+		}
+	})
+}
+
+// An Event's related object (here the Node of a scheduling failure) is a span link to that
+// object's span in the span's window, typed related, and its apiVersion is an attribute.
+func TestTheRelatedObjectIsALink(t *testing.T) {
+	ev := testEvent("a", "10", withWarning("FailedScheduling"), func(ev *eventsv1.Event) {
+		ev.Related = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "kwok-node-0", UID: "node-uid-1"}
+	})
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, newFakeClient(true, ev), sink, nil, nil)
+	waitFor(t, "the span", func() bool { return sink.SpanCount() == 1 })
+	h.stop()
+	w := model.WindowStart(t0, model.DefaultWindow)
+	node := model.UIDKey("test", "node-uid-1")
+	eachSpan(sink.AllTraces()[0], func(_ pcommon.Map, s ptrace.Span) {
+		if v, _ := s.Attributes().Get("k8s.event.related.api_version"); v.Str() != "v1" {
+			t.Errorf("k8s.event.related.api_version = %q, want v1", v.Str())
+		}
+		if s.Links().Len() != 1 {
+			t.Fatalf("%d links, want one to the related Node", s.Links().Len())
+		}
+		l := s.Links().At(0)
+		typ, _ := l.Attributes().Get(model.AttrLinkType)
+		if typ.Str() != "related" || l.SpanID() != model.ObjectSpanID(node, w) || l.TraceID() != model.ObjectTraceID(node, w) {
+			t.Fatalf("link %s/%s type %q, want the Node's object span in the window, type related", l.TraceID(), l.SpanID(), typ.Str())
 		}
 	})
 }
