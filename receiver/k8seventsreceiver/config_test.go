@@ -44,7 +44,7 @@ func TestLoadConfig(t *testing.T) {
 				c.Storage = &storageID
 				c.MaxEventAge = 10 * time.Minute
 				c.CheckpointTTL = 2 * time.Hour
-				c.SeriesQuiet = 15 * time.Minute
+				c.SeriesQuiet = 20 * time.Minute
 				c.SeriesMaxPending = 500
 				c.StalledWatchTimeout = 3 * time.Minute
 				c.Backoff = BackoffConfig{InitialInterval: 500 * time.Millisecond, MaxInterval: time.Minute}

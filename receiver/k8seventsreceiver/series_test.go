@@ -28,7 +28,7 @@ const (
 	seriesObservations = 37
 	seriesEvery        = 20 * time.Second // 36 intervals: 12 minutes
 	// quietDefault is series_quiet's default.
-	quietDefault = 10 * time.Minute
+	quietDefault = 15 * time.Minute
 )
 
 var eventsGVR = schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}

@@ -69,11 +69,14 @@ func (w *workItem) empty() bool { return len(w.spans) == 0 && len(w.entries) == 
 
 // Defaults of the series settings (Config.SeriesQuiet, Config.SeriesMaxPending).
 const (
-	// defaultSeriesQuiet exceeds the 6 minutes after which client-go's events.k8s.io recorder
-	// sends a series' new count (tools/events refreshes and finishes series every 6 minutes),
-	// and the 5 minutes at which its core/v1 spam filter lets a repeating Event through once
-	// its burst is spent: a series alive at either pace is not cut for being quiet.
-	defaultSeriesQuiet = 10 * time.Minute
+	// defaultSeriesQuiet is three times the 5 minutes at which client-go's core/v1 recorder
+	// (tools/record, the kubelet's and most controllers') lets a repeating Event through once
+	// its spam burst of 25 is spent, so a live core/v1 series is not cut for being quiet. Its
+	// events.k8s.io recorder (tools/events, the scheduler's) sends count 2 at once, then the
+	// count only every 30 minutes while the series lives and 6 to 12 minutes after it ended:
+	// 15 minutes still catches that final count for a series that ended within 3 minutes of
+	// its second occurrence (9 at best); a longer one is two adjacent spans (nextSegmentStart).
+	defaultSeriesQuiet = 15 * time.Minute
 	// defaultSeriesMaxPending bounds the open series held in memory: each holds its latest
 	// stripped Event, about 1 KiB (BenchmarkPendingSeriesMemory), so about 10 MiB.
 	defaultSeriesMaxPending = 10_000
@@ -227,12 +230,12 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 	case !known:
 		st.segStart = firstOccurrenceTime(ev, at).UnixNano()
 	case prev.segStart == 0:
-		st.segStart = at.UnixNano()
+		st.segStart = t.nextSegmentStart(&prev, count, at)
 	case t.laterWindow(at, prev.segStart):
 		if spec, ok := t.closeSeries(uid, &prev, seriesWindow); ok {
 			item.spans = append(item.spans, spec)
 		}
-		st.done, st.segStart = prev.count, at.UnixNano()
+		st.done, st.segStart = prev.count, t.nextSegmentStart(&prev, count, at)
 	}
 	if st.open() {
 		if tooOld && t.now().Sub(at) > t.maxAge {
@@ -254,6 +257,18 @@ func (t *tracker) observeLocked(ev *eventsv1.Event, initial bool) (workItem, boo
 			zap.Bool("series_pending", st.open()))
 	}
 	return item, true
+}
+
+// nextSegmentStart is where a segment opened by a version with count, at at, starts, after
+// prev's occurrences are covered. A version with one new occurrence brings its time. A version
+// with several does not: the events.k8s.io recorder batches a live series' repeats for 30
+// minutes, and this receiver may have missed versions. Those occurrences happened after prev's
+// last, so the segment starts there, but not before at's window: a span stays in its window.
+func (t *tracker) nextSegmentStart(prev *eventState, count int32, at time.Time) int64 {
+	if count == prev.count+1 || prev.last == 0 {
+		return at.UnixNano()
+	}
+	return min(max(prev.last, model.WindowStart(at, t.window).UnixNano()), at.UnixNano())
 }
 
 // laterWindow reports whether at lies in a later window than the time segStart (Unix ns).

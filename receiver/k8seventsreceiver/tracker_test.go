@@ -382,6 +382,62 @@ func TestTrackerBoundsPendingSeries(t *testing.T) {
 	}
 }
 
+// Where a segment after the first starts: at its first occurrence when a version brings one
+// new occurrence; after the previous segment's last observation when a version brings several
+// (the events.k8s.io recorder's batched count, versions missed), but never before the window.
+func TestTrackerSegmentStarts(t *testing.T) {
+	tm := newTelemetry(t)
+	tr := newTracker(tm.set.Logger, tm.tb, time.Now, 0, nil)
+	at := func(d time.Duration) time.Time { return t0.Add(d) } // t0 is 10:00:00.123
+	start := func(ev *eventsv1.Event, closeFirst bool) time.Time {
+		t.Helper()
+		item, _ := tr.observe(ev, false)
+		if closeFirst {
+			if len(item.spans) != 1 {
+				t.Fatalf("the occurrence in a later window closed %d spans, want 1", len(item.spans))
+			}
+		}
+		spans := tr.closeAll(seriesQuiet).spans
+		if len(spans) != 1 {
+			t.Fatalf("%d open segments, want 1", len(spans))
+		}
+		return spans[0].start
+	}
+	windowStart := time.Date(2026, 11, 21, 10, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		steps []*eventsv1.Event
+		last  *eventsv1.Event
+		cut   bool
+		want  time.Time
+	}{
+		{"one new occurrence in a later window starts there", []*eventsv1.Event{testEvent("a", "1"), testEvent("a", "2", withSeries(2, at(20*time.Minute)))},
+			testEvent("a", "3", withSeries(3, at(35*time.Minute))), true, at(35 * time.Minute)},
+		{"several in a later window start at its beginning", []*eventsv1.Event{testEvent("b", "1"), testEvent("b", "2", withSeries(2, at(20*time.Minute)))},
+			testEvent("b", "3", withSeries(9, at(40*time.Minute))), true, windowStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ev := range tc.steps {
+				tr.observe(ev, false)
+			}
+			if got := start(tc.last, tc.cut); !got.Equal(tc.want) {
+				t.Fatalf("segment starts at %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("after a quiet close, several start after the previous segment's end, one at its time", func(t *testing.T) {
+		tr.observe(testEvent("c", "1"), false)
+		tr.observe(testEvent("c", "2", withSeries(2, at(time.Minute))), false)
+		tr.closeAll(seriesQuiet)
+		if got := start(testEvent("c", "3", withSeries(5, at(20*time.Minute))), false); !got.Equal(at(time.Minute)) {
+			t.Fatalf("batched segment starts at %v, want the previous one's end %v", got, at(time.Minute))
+		}
+		if got := start(testEvent("c", "4", withSeries(6, at(25*time.Minute))), false); !got.Equal(at(25 * time.Minute)) {
+			t.Fatalf("single-occurrence segment starts at %v, want %v", got, at(25*time.Minute))
+		}
+	})
+}
+
 // The sweeper's view: a series goes out once it has had no new occurrence for series_quiet,
 // measured on the receiver's clock from the last new occurrence it saw.
 func TestTrackerQuietSeriesAreDue(t *testing.T) {
