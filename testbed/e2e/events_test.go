@@ -165,7 +165,10 @@ func TestUnschedulableEventSpans(t *testing.T) {
 	run := env.Run(t, "unschedulable")
 	events := ofCluster(env.Spans(t, run), ClusterName).OfType(model.SpanTypeEvent).ForObject("Pod", "default", "pending")
 	failed := events.Named("FailedScheduling")
-	Check(t, "FailedScheduling occurrences are separate spans", len(failed) >= 2 && len(failed.DuplicateIDs()) == 0,
+	// Each FailedScheduling Event is a span at its first occurrence; the scheduler's retry makes
+	// the Event a series, whose one series span follows once the series has been quiet for
+	// series_quiet (15 minutes by default, beyond this test).
+	Check(t, "each FailedScheduling Event is a span at its first occurrence", len(failed) >= 1 && len(failed.DuplicateIDs()) == 0,
 		"FailedScheduling spans: %d, counts %v", len(failed), failed.Values(model.AttrEventCount))
 	var notError []string
 	for _, s := range failed {
