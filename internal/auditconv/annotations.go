@@ -48,13 +48,19 @@ const (
 //     value is {"configuration","webhook","mutated"});
 //   - the patches those webhooks applied (patch.webhook.admission.k8s.io/round_<r>_index_<i>,
 //     {"configuration","webhook","patch","patchType"}, logged at Request level and above): the
-//     webhooks, in call order, and their JSON patches, redacted like a patch body when the
-//     resource is (redact), all of them together within the body bound (maxBodyBytes);
-//   - validating admission policy failures, as the apiserver wrote them (JSON);
-//   - Pod Security (enforce-policy, audit-violations, exempt), under k8s.audit.pod_security.*;
+//     webhooks, in call order, and their JSON patches, redacted like a patch request's body
+//     (redactor.patchText: every value of a redacted resource's, env values and annotations
+//     the rules name in any other's), all of them together within the body bound (maxBodyBytes);
+//   - validating admission policy failures, as the apiserver wrote them (JSON), scrubbed of the
+//     values redaction masks in the bodies (a policy's message may quote one);
+//   - Pod Security (enforce-policy, audit-violations scrubbed likewise, exempt), under
+//     k8s.audit.pod_security.*;
 //   - the latency breakdown of slow requests (apiserver.latency.k8s.io/<stage>, Go durations) as
 //     numbers of seconds under k8s.audit.latency.<stage>, so that a backend can aggregate them.
-func putAnnotations(attrs pcommon.Map, anns []annotation, redact bool) {
+//
+// red and whole redact the webhooks' patches (whole: the resource's values are all redacted);
+// scrub is Converter.scrub.
+func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole bool, scrub func(string) string) {
 	var calls, patches []webhookCall
 	for _, a := range anns {
 		switch {
@@ -63,7 +69,7 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, redact bool) {
 		case a.Key == annAuthzReason:
 			putNonEmpty(attrs, attrAuthzReason, clipAnnotation(a.Value))
 		case a.Key == annPolicyFailure:
-			putNonEmpty(attrs, attrAdmissionPolicyFails, clipAnnotation(a.Value))
+			putNonEmpty(attrs, attrAdmissionPolicyFails, clipAnnotation(scrub(a.Value)))
 		case strings.HasPrefix(a.Key, annMutationPrefix):
 			var m struct {
 				Webhook string `json:"webhook"`
@@ -83,10 +89,14 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, redact bool) {
 				continue
 			}
 			round, index := callOrder(a.Key[len(annPatchPrefix):])
-			patches = append(patches, webhookCall{round: round, index: index, webhook: p.Webhook, patch: webhookPatch(p.Patch, redact)})
+			patches = append(patches, webhookCall{round: round, index: index, webhook: p.Webhook, patch: webhookPatch(p.Patch, red, whole)})
 		case strings.HasPrefix(a.Key, annPodSecurityPrefix):
 			if name := attrName(a.Key[len(annPodSecurityPrefix):]); name != "" {
-				putNonEmpty(attrs, attrPodSecurityPrefix+name, clipAnnotation(a.Value))
+				v := a.Value
+				if name == "audit_violations" {
+					v = scrub(v)
+				}
+				putNonEmpty(attrs, attrPodSecurityPrefix+name, clipAnnotation(v))
 			}
 		case strings.HasPrefix(a.Key, annLatencyPrefix):
 			name := attrName(a.Key[len(annLatencyPrefix):])
@@ -124,17 +134,14 @@ type webhookCall struct {
 	patch        string // the patch as exported (webhookPatch), for a patch annotation
 }
 
-// webhookPatch is the text a webhook's patch is exported as: compact JSON, or for a redacted
-// resource what redactPatch leaves of it (a JSON patch, the only type the apiserver applies,
-// loses every value). No patch gives "".
-func webhookPatch(raw json.RawMessage, redact bool) string {
+// webhookPatch is the text a webhook's patch is exported as: compact JSON, with what the
+// redaction rules name masked (for a redacted resource, every value: a JSON patch, the only
+// type the apiserver applies, loses them all). No patch gives "".
+func webhookPatch(raw json.RawMessage, red *redactor, whole bool) string {
 	if len(raw) == 0 {
 		return ""
 	}
-	if redact {
-		return redactPatch(raw)
-	}
-	return validText(compactJSON(raw))
+	return validText(red.patchText(raw, whole, maskConstant))
 }
 
 // putPatches sets the webhooks that patched the object and their patches, as two parallel

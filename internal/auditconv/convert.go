@@ -85,8 +85,10 @@ type Converter struct {
 	exclude      grSet
 	excludeUA    []string
 	redact       grSet
+	// red masks what redact_env_names and redact_annotations name in every body, and tags
+	// redacted values for the cache.
+	red          *redactor
 	cache        *objectCache // nil when diffs are off
-	tags         tagger
 	scopeName    string
 	scopeVersion string
 	tel          Telemetry
@@ -107,7 +109,7 @@ func New(o Options) *Converter {
 		exclude:         newGRSet(o.Settings.ExcludeResources),
 		excludeUA:       o.Settings.ExcludeUserAgents,
 		redact:          newGRSet(o.Settings.RedactResources),
-		tags:            newTagger(),
+		red:             newRedactor(o.Settings),
 		traceAnnotation: o.Settings.TraceContextAnnotation,
 		scopeName:       o.ScopeName,
 		scopeVersion:    o.ScopeVersion,
@@ -275,6 +277,10 @@ type eventSpan struct {
 	code   int  // the response's HTTP status, 0 when the event has none
 	failed bool // an error status, or the apiserver panicked
 	redact bool // the resource's values are redacted (redact_resources, credentials)
+	// secrets are the values redaction masks in the event's bodies, for scrub; found on the
+	// first message that needs them (secretsFound).
+	secrets      []string
+	secretsFound bool
 
 	// The bodies that describe the object, parsed on first use; one without raw bytes is
 	// absent (see resp, req and scale).
@@ -339,17 +345,13 @@ func (c *Converter) begin(e *eventSpan, cluster string, ev *Event) {
 // only when one is diffed, cached or shown (lazyBody); the identity comes from a scan.
 func (c *Converter) readBodies(e *eventSpan) {
 	ev, ref := e.ev, e.ref
-	var masks *tagger // redaction of parsed bodies, for redacted resources only
-	if e.redact {
-		masks = &c.tags
-	}
 	if hasBody(ev.ResponseObject) {
 		described := false
-		if m, ok := c.responseMeta(e, masks); ok {
+		if m, ok := c.responseMeta(e); ok {
 			switch {
 			case c.describes(ref, m):
 				if e.respBody.raw == nil {
-					e.respBody = lazyBody{raw: ev.ResponseObject, masks: masks}
+					e.respBody = lazyBody{raw: ev.ResponseObject, red: c.red, whole: e.redact}
 				}
 				e.respMeta, described = m, true
 			case ref.Subresource == "scale" && m.Kind == "Scale" && (ref.Name == "" || m.Name == ref.Name):
@@ -374,7 +376,7 @@ func (c *Converter) readBodies(e *eventSpan) {
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
 		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && c.describes(ref, m) {
-			e.reqBody = lazyBody{raw: ev.RequestObject, masks: masks}
+			e.reqBody = lazyBody{raw: ev.RequestObject, red: c.red, whole: e.redact}
 			m.ResourceVersion = ""
 			fillObject(&e.obj, m)
 			e.reqMeta = m
@@ -397,23 +399,27 @@ func (c *Converter) readBodies(e *eventSpan) {
 // responseMeta reads the identity of the response body. With the diff cache on, a response
 // of the object or its status subresource is indexed anyway when it describes the object
 // (diffed, cached or shown), so it is indexed here and read from the index, left in
-// e.respBody; other responses (a Scale, a Binding, a Status) are only scanned.
-func (c *Converter) responseMeta(e *eventSpan, masks *tagger) (objectMeta, bool) {
+// e.respBody; other responses (a Scale, a Binding, a Status) are only scanned. The identity is
+// read before redaction (lazyBody.check), which may replace the index with a redacted one.
+func (c *Converter) responseMeta(e *eventSpan) (objectMeta, bool) {
 	raw := e.ev.ResponseObject
 	pre, indexed := e.ev.takeResponseIndex()
-	if c.cache == nil || masks != nil || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
+	if c.cache == nil || e.redact || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
 		putNodes(pre.nodes)
 		return scanMeta(raw, c.traceAnnotation)
 	}
-	e.respBody = lazyBody{raw: raw}
+	e.respBody = lazyBody{raw: raw, red: c.red}
 	if indexed {
 		e.respBody.f, e.respBody.state = pre, 1 // indexed while the batch was decoded
+	} else {
+		e.respBody.indexRaw()
 	}
-	f := e.respBody.flat()
-	if f == nil {
+	if e.respBody.state < 0 {
 		return objectMeta{}, false
 	}
-	return f.meta(c.traceAnnotation), true
+	m := e.respBody.f.meta(c.traceAnnotation)
+	e.respBody.check()
+	return m, true
 }
 
 // completeIdentity fills in what neither objectRef nor a body said: whether the object is a
@@ -505,7 +511,7 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username)
 	}
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
-	putAnnotations(attrs, ev.Annotations, e.redact)
+	putAnnotations(attrs, ev.Annotations, c.red, e.redact, func(s string) string { return c.scrub(e, s) })
 	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
 	if e.traceContext != "" {
 		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)
@@ -534,10 +540,10 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 func (c *Converter) putBodyParts(e *eventSpan) {
 	ev, span, ts := e.ev, e.span, e.endTS
 	if e.failed {
-		setError(span, ev, e.code, ts)
+		setError(span, ev, e.code, ts, func(s string) string { return c.scrub(e, s) })
 	}
 	if ev.Verb == "patch" && hasBody(ev.RequestObject) {
-		putPatch(span, ev.RequestObject, e.redact, ts)
+		putPatch(span, c.red.patchText(ev.RequestObject, e.redact, maskConstant), ts)
 	}
 
 	var cached string
@@ -549,24 +555,28 @@ func (c *Converter) putBodyParts(e *eventSpan) {
 		switch resp, req := e.resp(), e.req(); {
 		case resp != nil:
 			if f := resp.flat(); f != nil {
-				putSnapshot(span, encodeFlat(f), e.redact, ts)
+				putSnapshot(span, encodeFlat(f), ts)
 			}
 		case req != nil && ev.Verb == "create":
 			if f := req.flat(); f != nil {
-				putSnapshot(span, encodeFlat(f), e.redact, ts)
+				putSnapshot(span, encodeFlat(f), ts)
 			}
 		case cached != "" && ev.Verb == "delete":
-			putSnapshot(span, cached, e.redact, ts)
+			putSnapshot(span, cached, ts)
 		}
 	}
 }
 
 // lazyBody is an audited body that is indexed (flat) or parsed into a tree on first use,
-// managedFields left out and redacted values tagged (masks, for redacted resources): most
-// bodies are only scanned (scanMeta), never indexed, and few are ever parsed into trees.
+// managedFields left out and redacted values tagged (red): most bodies are only scanned
+// (scanMeta), never indexed, and few are ever parsed into trees. A body with nothing to redact
+// is indexed in place; one with something (a redacted resource's, always; another when
+// redactor.needs finds an env value or an annotation to mask) is indexed from its tagged tree.
 type lazyBody struct {
 	raw    []byte
-	masks  *tagger
+	red    *redactor // nil: the body is never redacted (a Scale)
+	whole  bool      // a redacted resource's body (redact_resources, a TokenReview)
+	masked bool      // f indexes the encoding of the tagged tree, bytes of its own
 	t      tree
 	parsed bool
 	f      flatBody
@@ -587,8 +597,8 @@ func (b *lazyBody) tree() tree {
 	if !b.parsed {
 		b.parsed = true
 		if t, ok := parseBody(b.raw); ok {
-			if b.masks != nil {
-				redactTree(t, b.masks.mask)
+			if b.red != nil {
+				b.red.redactTree(t, b.whole, b.red.tags.mask)
 			}
 			b.t = t
 		}
@@ -600,18 +610,8 @@ func (b *lazyBody) tree() tree {
 // indexed from its tagged tree, encoded: redaction works on trees, and such bodies are few.
 func (b *lazyBody) flat() *flatBody {
 	if b.state == 0 {
-		b.state = -1
-		src := b.raw
-		if b.masks != nil {
-			t := b.tree()
-			if t == nil {
-				return nil
-			}
-			src = []byte(marshalJSON(t))
-		}
-		if f, ok := flatten(src, getNodes()); ok {
-			b.f, b.state = f, 1
-		}
+		b.indexRaw()
+		b.check()
 	}
 	if b.state < 0 {
 		return nil
@@ -619,11 +619,43 @@ func (b *lazyBody) flat() *flatBody {
 	return &b.f
 }
 
+// indexRaw indexes the body in place, or a redacted resource's from its tagged tree.
+func (b *lazyBody) indexRaw() {
+	b.state = -1
+	if b.red != nil && b.whole {
+		b.indexMasked()
+		return
+	}
+	if f, ok := flatten(b.raw, getNodes()); ok {
+		b.f, b.state = f, 1
+	}
+}
+
+// check replaces a body indexed in place by its tagged tree's index when it holds a value the
+// redaction rules mask.
+func (b *lazyBody) check() {
+	if b.state == 1 && b.red != nil && !b.masked && b.red.needs(&b.f) {
+		b.release()
+		b.indexMasked()
+	}
+}
+
+func (b *lazyBody) indexMasked() {
+	b.state, b.masked = -1, true
+	t := b.tree()
+	if t == nil {
+		return
+	}
+	if f, ok := flatten([]byte(marshalJSON(t)), getNodes()); ok {
+		b.f, b.state = f, 1
+	}
+}
+
 // kept is the indexed body as the object cache keeps it: memory of its own (reuse's, when it
 // fits: see compactInto), without managedFields, redacted values tagged; and its index for
 // those bytes, in a node slice of its own.
 func (b *lazyBody) kept(reuse []byte) ([]byte, []fnode) {
-	if b.masks != nil {
+	if b.masked {
 		// Encoded from the tagged tree for this body alone: the index is the bytes' own.
 		return b.f.d, b.f.keptNodes(getNodes())
 	}
@@ -695,7 +727,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 			if e.lastSkipped {
 				span.Attributes().PutStr(attrDiffSkipped, diffSkippedBaseNotSeen)
 			} else if e.lastDiff != nil {
-				putDiff(span, *e.lastDiff, s.redact, s.endTS)
+				putDiff(span, *e.lastDiff, s.endTS)
 			}
 		}
 		return ""
@@ -751,9 +783,22 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	c.cache.setBody(e, kept, nodes)
 	e.rv = newRV
 	if d != nil && isChange {
-		putDiff(span, *d, s.redact, s.endTS)
+		putDiff(span, *d, s.endTS)
 	}
 	return ""
+}
+
+// scrub removes from a message (an error's, a policy's) every value redaction masks in the
+// event's bodies: a validation error or a webhook's denial may quote the value it refused.
+func (c *Converter) scrub(e *eventSpan, s string) string {
+	if s == "" {
+		return s
+	}
+	if !e.secretsFound {
+		e.secretsFound = true
+		e.secrets = c.red.credentials(e.ev, e.redact)
+	}
+	return scrub(s, e.secrets)
 }
 
 // linkConflict links a write refused with 409 Conflict for a stale resourceVersion to the

@@ -3,6 +3,7 @@ package auditconv
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -31,6 +32,13 @@ type Settings struct {
 	// RedactResources are resources whose data and stringData values, and whose
 	// last-applied-configuration annotation, are never exported.
 	RedactResources []GroupResource `mapstructure:"redact_resources"`
+	// RedactEnvNames is a regular expression of environment variable names: the literal value
+	// of every env entry whose name it matches (in a Pod, a pod template, any env list) is
+	// never exported. Empty: env values are exported as written; ".*": no literal env value is.
+	RedactEnvNames string `mapstructure:"redact_env_names"`
+	// RedactAnnotations are regular expressions of annotation keys: the value of an object
+	// annotation whose key one of them matches is never exported.
+	RedactAnnotations []string `mapstructure:"redact_annotations"`
 
 	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
 	// write's audit span to the trace that asked for it.
@@ -48,6 +56,17 @@ const (
 	// a component within the memory of a small collector however large the objects: 1,200
 	// ConfigMaps near etcd's 1.5 MiB limit took the count-bounded cache alone to 3.26 GB.
 	defaultDiffCacheMaxBytes = 64 << 20
+
+	// DefaultRedactEnvNames matches the names credentials are given (DB_PASSWORD, API_TOKEN,
+	// AWS_SECRET_ACCESS_KEY, TLS_PRIVATE_KEY, BASIC_AUTH, CLIENT_CERT, ...) anywhere in the name,
+	// whatever the case. It also matches some harmless names (SSL_CERT_DIR, AUTHOR): a value
+	// masked by mistake costs a reader one value, a credential exported costs the credential.
+	DefaultRedactEnvNames = `(?i)(pass|secret|token|key|credential|auth|cert|private)`
+	// DefaultRedactAnnotation matches annotation keys whose name (the part after the prefix's
+	// slash) holds one of the same words: example.com/api-token, checksum/secret,
+	// vault.hashicorp.com/agent-inject-secret-db; not cert-manager.io/issuer, whose prefix only
+	// holds one.
+	DefaultRedactAnnotation = `(?i)(pass|secret|token|key|credential|auth|cert|private)[^/]*$`
 )
 
 // DefaultSettings are the defaults of the conversion keys.
@@ -63,6 +82,8 @@ func DefaultSettings() Settings {
 		DiffCacheSize:          defaultDiffCacheSize,
 		DiffCacheMaxBytes:      defaultDiffCacheMaxBytes,
 		RedactResources:        []GroupResource{{Group: "", Resource: "secrets"}},
+		RedactEnvNames:         DefaultRedactEnvNames,
+		RedactAnnotations:      []string{DefaultRedactAnnotation},
 		Window:                 model.DefaultWindow,
 		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
 	}
@@ -79,6 +100,16 @@ func (s *Settings) Validate() error {
 	for i, gr := range s.RedactResources {
 		if err := gr.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("redact_resources[%d]: %w", i, err))
+		}
+	}
+	if _, err := regexp.Compile(s.RedactEnvNames); err != nil {
+		errs = append(errs, fmt.Errorf("redact_env_names: %w", err))
+	}
+	for i, p := range s.RedactAnnotations {
+		if p == "" {
+			errs = append(errs, fmt.Errorf("redact_annotations[%d]: an empty pattern would match every annotation (write \".\" if that is meant)", i))
+		} else if _, err := regexp.Compile(p); err != nil {
+			errs = append(errs, fmt.Errorf("redact_annotations[%d]: %w", i, err))
 		}
 	}
 	for i, ua := range s.ExcludeUserAgents {

@@ -82,14 +82,16 @@ func statusText(ev *Event, code int) string {
 	return "Error"
 }
 
-func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp) {
-	reason := validText(statusText(ev, code))
+// setError sets the span's error status and event. Messages and causes go through scrub: a
+// validation error or an admission webhook's denial may quote a value that redaction masks.
+func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp, scrub func(string) string) {
+	reason := scrub(validText(statusText(ev, code)))
 	msg := reason
 	var st status
 	if ev.ResponseStatus != nil {
 		st = *ev.ResponseStatus
 	}
-	st.Message = validText(st.Message)
+	st.Message = scrub(validText(st.Message))
 	if st.Message != "" {
 		msg = reason + ": " + st.Message
 	}
@@ -115,18 +117,13 @@ func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp) {
 			if c.Type != "" {
 				s += " (" + c.Type + ")"
 			}
-			causes.AppendEmpty().SetStr(validText(s))
+			causes.AppendEmpty().SetStr(scrub(validText(s)))
 		}
 	}
 }
 
-func putPatch(span ptrace.Span, raw []byte, redact bool, ts pcommon.Timestamp) {
-	var text string
-	if redact {
-		text = redactPatch(raw)
-	} else {
-		text = compactJSON(raw)
-	}
+// putPatch adds a patch request's body, as redactor.patchText exports it.
+func putPatch(span ptrace.Span, text string, ts pcommon.Timestamp) {
 	e := span.Events().AppendEmpty()
 	e.SetName(eventAuditPatch)
 	e.SetTimestamp(ts)
@@ -137,10 +134,8 @@ func putPatch(span ptrace.Span, raw []byte, redact bool, ts pcommon.Timestamp) {
 	}
 }
 
-func putSnapshot(span ptrace.Span, body string, redact bool, ts pcommon.Timestamp) {
-	if redact {
-		body = untag(body)
-	}
+func putSnapshot(span ptrace.Span, body string, ts pcommon.Timestamp) {
+	body = untag(body)
 	e := span.Events().AppendEmpty()
 	e.SetName(model.EventObjectSnapshot)
 	e.SetTimestamp(ts)
@@ -155,11 +150,11 @@ func putSnapshot(span ptrace.Span, body string, redact bool, ts pcommon.Timestam
 // texts, "" where a side is absent) plus the count, and the resourceVersion it is relative to
 // when the request did not name it. Parallel arrays keep one attribute per role instead of one
 // per path, so backends index three keys however many paths change.
-func putDiff(span ptrace.Span, d diffResult, redact bool, ts pcommon.Timestamp) {
+func putDiff(span ptrace.Span, d diffResult, ts pcommon.Timestamp) {
 	if d.Total == 0 {
 		return
 	}
-	changes, pathsCut := d.exported(redact)
+	changes, pathsCut := d.exported(true) // any body may hold tagged values
 	e := span.Events().AppendEmpty()
 	e.SetName(model.EventObjectDiff)
 	e.SetTimestamp(ts)
