@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 )
 
 func TestConfigFromTestdata(t *testing.T) {
@@ -25,7 +26,8 @@ func TestConfigFromTestdata(t *testing.T) {
 		wantErr string
 	}{
 		{id: component.NewID(metadata.Type), check: func(t *testing.T, c *Config) {
-			if c.Cluster != "prod-eu" || c.Format != formatAuto || c.DedupWindow != defaultDedupWindow || c.Conversion.DiffCacheSize == 0 {
+			if c.Cluster != "prod-eu" || c.Format != formatAuto || c.DedupWindow != defaultDedupWindow || c.Conversion.DiffCacheSize == 0 ||
+				c.Conversion.RedactEnvNames != auditconv.DefaultRedactEnvNames || len(c.Conversion.RedactAnnotations) != 1 {
 				t.Fatalf("defaults not kept: %+v", c)
 			}
 		}},
@@ -39,6 +41,18 @@ func TestConfigFromTestdata(t *testing.T) {
 				t.Fatalf("gke: %+v", c)
 			}
 		}},
+		{id: component.NewIDWithName(metadata.Type, "redaction"), check: func(t *testing.T, c *Config) {
+			if c.Conversion.RedactEnvNames != ".*" || len(c.Conversion.RedactAnnotations) != 2 || len(c.Conversion.RedactResources) != 2 {
+				t.Fatalf("redaction: %+v", c.Conversion)
+			}
+		}},
+		{id: component.NewIDWithName(metadata.Type, "no_env_redaction"), check: func(t *testing.T, c *Config) {
+			if c.Conversion.RedactEnvNames != "" || len(c.Conversion.RedactAnnotations) != 0 {
+				t.Fatalf("an empty pattern and list must replace the defaults: %+v", c.Conversion)
+			}
+		}},
+		{id: component.NewIDWithName(metadata.Type, "bad_env_pattern"), wantErr: "redact_env_names: error parsing regexp"},
+		{id: component.NewIDWithName(metadata.Type, "bad_annotation_pattern"), wantErr: "redact_annotations[1]: error parsing regexp"},
 		{id: component.NewIDWithName(metadata.Type, "bad_cluster"), wantErr: "cluster:"},
 		{id: component.NewIDWithName(metadata.Type, "no_cluster"), wantErr: "cluster: required"},
 		{id: component.NewIDWithName(metadata.Type, "bad_format"), wantErr: "format:"},

@@ -35,6 +35,10 @@ func TestLoadConfig(t *testing.T) {
 			if len(cfg.Conversion.RedactResources) != 1 || cfg.Conversion.RedactResources[0].Resource != "secrets" {
 				t.Errorf("redact_resources = %v", cfg.Conversion.RedactResources)
 			}
+			if cfg.Conversion.RedactEnvNames != `(?i)(pass|secret|token|key|credential|auth|cert|private)` ||
+				len(cfg.Conversion.RedactAnnotations) != 1 || cfg.Conversion.RedactAnnotations[0] != `(?i)(pass|secret|token|key|credential|auth|cert|private)[^/]*$` {
+				t.Errorf("redact_env_names = %q, redact_annotations = %q", cfg.Conversion.RedactEnvNames, cfg.Conversion.RedactAnnotations)
+			}
 			if cfg.Conversion.DiffCacheSize != 100_000 || cfg.Conversion.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.Conversion.IncludeReadVerbs ||
 				cfg.Conversion.TraceContextAnnotation != "trace.kubernetes.io/context" {
 				t.Errorf("defaults = %+v", cfg)
@@ -53,7 +57,8 @@ func TestLoadConfig(t *testing.T) {
 			if len(cfg.Conversion.ExcludeResources) != 2 || cfg.Conversion.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
 				t.Errorf("exclude_resources = %v", cfg.Conversion.ExcludeResources)
 			}
-			if len(cfg.Conversion.ExcludeUserAgents) != 1 || cfg.Conversion.DiffCacheSize != 5000 || len(cfg.Conversion.RedactResources) != 2 || cfg.Conversion.TraceContextAnnotation != "example.com/traceparent" {
+			if len(cfg.Conversion.ExcludeUserAgents) != 1 || cfg.Conversion.DiffCacheSize != 5000 || len(cfg.Conversion.RedactResources) != 2 || cfg.Conversion.TraceContextAnnotation != "example.com/traceparent" ||
+				cfg.Conversion.RedactEnvNames != ".*" || len(cfg.Conversion.RedactAnnotations) != 1 || cfg.Conversion.RedactAnnotations[0] != `^vault\.hashicorp\.com/` {
 				t.Errorf("user agents/cache/redact = %+v", cfg)
 			}
 		}},
@@ -84,6 +89,8 @@ func TestLoadConfig(t *testing.T) {
 		{name: "storage without files is refused", id: component.MustNewIDWithName("k8s_audit", "storage_without_files"), wantErr: "storage:"},
 		{name: "an apiVersion where a group belongs is refused", id: component.MustNewIDWithName("k8s_audit", "bad_exclude"), wantErr: "exclude_resources[0]: group:"},
 		{name: "a redaction entry without resource is refused", id: component.MustNewIDWithName("k8s_audit", "empty_redact"), wantErr: "redact_resources[0]: resource:"},
+		{name: "a redact_env_names that is not a regexp is refused", id: component.MustNewIDWithName("k8s_audit", "bad_redact_env_names"), wantErr: "redact_env_names: error parsing regexp"},
+		{name: "an empty redact_annotations pattern is refused", id: component.MustNewIDWithName("k8s_audit", "bad_redact_annotations"), wantErr: "redact_annotations[1]: an empty pattern"},
 		{name: "a negative cache size is refused", id: component.MustNewIDWithName("k8s_audit", "negative_cache"), wantErr: "diff_cache_size:"},
 		{name: "start_at accepts only end and beginning", id: component.MustNewIDWithName("k8s_audit", "bad_start_at"), wantErr: "start_at:"},
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
