@@ -8,12 +8,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/kubetrail/kubetrail/internal/model"
-	"github.com/kubetrail/kubetrail/internal/tracetree"
 	"github.com/kubetrail/kubetrail/testbed/envelope"
 )
 
@@ -78,36 +75,5 @@ func TestAuditLogsThroughTheConnector(t *testing.T) {
 	post(bodies[0]) // redelivered: no second span
 	post([]byte("not an audit event"))
 
-	want := expectedAuditIDs(t, bodies)
-	var forest *tracetree.Forest
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		forest = readForest(t, out)
-		if forest != nil && countType(forest, model.SpanTypeAudit) >= len(want) {
-			time.Sleep(1500 * time.Millisecond) // stragglers: spans held for owner_wait
-			forest = readForest(t, out)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exported audit spans: %d, want %d", countType(forest, model.SpanTypeAudit), len(want))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if forest.Duplicates != 0 {
-		t.Errorf("%d spans were exported twice", forest.Duplicates)
-	}
-	got := map[string]int{}
-	for _, n := range forest.Find(tracetree.ByAttr(model.AttrSpanType, model.SpanTypeAudit)) {
-		got[n.Attr(model.AttrAuditID)]++
-		if n.Parent == nil || n.Parent.Attr(model.AttrSpanType) != model.SpanTypeObject {
-			t.Errorf("audit span %q is not under an object span", n.Span.Name())
-		}
-	}
-	for id := range want {
-		if got[id] != 1 {
-			t.Errorf("audited write %s: %d spans, want exactly one", id, got[id])
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("%d audit spans for %d audited writes", len(got), len(want))
-	}
+	checkOneSpanPerWrite(t, out, expectedAuditIDs(t, bodies), "disttest")
 }

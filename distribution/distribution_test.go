@@ -314,6 +314,48 @@ type auditEvent struct {
 	} `json:"objectRef"`
 }
 
+// checkOneSpanPerWrite waits up to a minute for the file exporter's output out to hold an audit
+// span of every audit ID in want, then checks that each is there exactly once, under an object
+// span, in cluster; it returns the exported forest.
+func checkOneSpanPerWrite(t *testing.T, out string, want map[string]bool, cluster string) *tracetree.Forest {
+	t.Helper()
+	var forest *tracetree.Forest
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		forest = readForest(t, out)
+		if forest != nil && countType(forest, model.SpanTypeAudit) >= len(want) {
+			time.Sleep(1500 * time.Millisecond) // stragglers: spans held for owner_wait
+			forest = readForest(t, out)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exported audit spans: %d, want %d", countType(forest, model.SpanTypeAudit), len(want))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if forest.Duplicates != 0 {
+		t.Errorf("%d spans were exported twice", forest.Duplicates)
+	}
+	got := map[string]int{}
+	for _, n := range forest.Find(tracetree.ByAttr(model.AttrSpanType, model.SpanTypeAudit)) {
+		got[n.Attr(model.AttrAuditID)]++
+		if n.Parent == nil || n.Parent.Attr(model.AttrSpanType) != model.SpanTypeObject {
+			t.Errorf("audit span %q is not under an object span", n.Span.Name())
+		}
+		if v, _ := n.Resource.Attributes().Get(model.AttrClusterName); v.Str() != cluster {
+			t.Errorf("cluster = %q, want %q", v.Str(), cluster)
+		}
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("audit event %s exported %d times, want once", id, got[id])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("exported %d distinct audit events, want %d", len(got), len(want))
+	}
+	return forest
+}
+
 // expectedAuditIDs are the events the default k8s_audit config turns into spans: completed
 // writes, leases and Events excluded (docs/design.md, Spans; the receiver's documented defaults).
 func expectedAuditIDs(t *testing.T, bodies [][]byte) map[string]bool {
@@ -394,42 +436,7 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 		t.Fatalf("a truncated body answered %d, want 400", code)
 	}
 
-	want := expectedAuditIDs(t, bodies)
-	var forest *tracetree.Forest
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		forest = readForest(t, out)
-		if forest != nil && countType(forest, model.SpanTypeAudit) >= len(want) {
-			time.Sleep(1500 * time.Millisecond) // stragglers: spans held for owner_wait
-			forest = readForest(t, out)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exported audit spans: %d, want %d", countType(forest, model.SpanTypeAudit), len(want))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-
-	if forest.Duplicates != 0 {
-		t.Errorf("%d spans were exported twice", forest.Duplicates)
-	}
-	got := map[string]int{}
-	for _, n := range forest.Find(tracetree.ByAttr(model.AttrSpanType, model.SpanTypeAudit)) {
-		got[n.Attr(model.AttrAuditID)]++
-		if n.Parent == nil || n.Parent.Attr(model.AttrSpanType) != model.SpanTypeObject {
-			t.Errorf("audit span %q is not under an object span", n.Span.Name())
-		}
-		if v, _ := n.Resource.Attributes().Get(model.AttrClusterName); v.Str() != "disttest" {
-			t.Errorf("cluster = %q, want the one named by the webhook path", v.Str())
-		}
-	}
-	for id := range want {
-		if got[id] != 1 {
-			t.Errorf("audit event %s exported %d times, want once", id, got[id])
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("exported %d distinct audit events, want %d", len(got), len(want))
-	}
+	forest := checkOneSpanPerWrite(t, out, expectedAuditIDs(t, bodies), "disttest")
 
 	deployments := forest.Find(tracetree.ByName("Deployment default/demo"))
 	if len(deployments) != 1 || deployments[0].Parent != nil {

@@ -166,14 +166,7 @@ func TestGKEEntriesGiveTheWebhookSpans(t *testing.T) {
 			if err := c.ConsumeLogs(context.Background(), logsOf(bodies...)); err != nil {
 				t.Fatal(err)
 			}
-			want, err := golden.ReadTraces(auditconvtest.GoldenPath(scenario))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantByID := map[pcommon.SpanID]ptrace.Span{}
-			for _, s := range auditconvtest.AllSpans(want) {
-				wantByID[s.SpanID()] = s
-			}
+			wantByID := goldenByID(t, scenario)
 			got := spansOf(sink)
 			if len(got) != len(wantByID) {
 				t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))
@@ -197,6 +190,20 @@ func TestGKEEntriesGiveTheWebhookSpans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goldenByID is the webhook's spans of a scenario (its golden file), by span ID.
+func goldenByID(t *testing.T, scenario string) map[pcommon.SpanID]ptrace.Span {
+	t.Helper()
+	want, err := golden.ReadTraces(auditconvtest.GoldenPath(scenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[pcommon.SpanID]ptrace.Span{}
+	for _, s := range auditconvtest.AllSpans(want) {
+		byID[s.SpanID()] = s
+	}
+	return byID
 }
 
 func diffPaths(s ptrace.Span) []string {
@@ -276,14 +283,7 @@ func TestShuffledCaptureWithDuplicates(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want, err := golden.ReadTraces(auditconvtest.GoldenPath(scenario))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantByID := map[pcommon.SpanID]ptrace.Span{}
-			for _, s := range auditconvtest.AllSpans(want) {
-				wantByID[s.SpanID()] = s
-			}
+			wantByID := goldenByID(t, scenario)
 			got := spansOf(sink)
 			if len(got) != len(wantByID) {
 				t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))

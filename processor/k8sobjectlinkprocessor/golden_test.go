@@ -35,6 +35,16 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 		t.Fatalf("no webhook captures for %s: %v", scenario, err)
 	}
 	slices.Sort(posts)
+	p, sink := startFixtureProcessor(t, scenario)
+	audittest.PostCapture(t, posts, 0, p)
+	return stopFixtureProcessor(t, p, sink)
+}
+
+// startFixtureProcessor starts a processor of the default configuration whose clock stands
+// still at the recording's start: no owner wait expires on its own, so the held spans leave at
+// Shutdown, deterministically.
+func startFixtureProcessor(t *testing.T, scenario string) (*objectLinkProcessor, *consumertest.TracesSink) {
+	t.Helper()
 	var meta struct {
 		Start time.Time `json:"start"`
 	}
@@ -42,10 +52,7 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 	if err != nil || json.Unmarshal(raw, &meta) != nil {
 		t.Fatalf("scenario.json of %s: %v", scenario, err)
 	}
-
 	sink := new(consumertest.TracesSink)
-	// The clock stands still at the recording's start: no owner wait expires on its own, so the
-	// held spans leave at Shutdown, deterministically.
 	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), createDefaultConfig(), sink, newFakeClock(meta.Start))
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +60,12 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
+	return p, sink
+}
 
-	audittest.PostCapture(t, posts, 0, p)
+// stopFixtureProcessor shuts p down, releasing what it held, and returns all it passed on.
+func stopFixtureProcessor(t *testing.T, p *objectLinkProcessor, sink *consumertest.TracesSink) ptrace.Traces {
+	t.Helper()
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,17 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/connector/connectortest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 	"github.com/kubetrail/kubetrail/testbed/envelope"
 )
 
@@ -50,21 +46,7 @@ func replayShuffled(t *testing.T, scenario string) ptrace.Traces {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var meta struct {
-		Start time.Time `json:"start"`
-	}
-	raw, err := os.ReadFile(filepath.Join(fixturesDir, scenario, "scenario.json"))
-	if err != nil || json.Unmarshal(raw, &meta) != nil {
-		t.Fatalf("scenario.json of %s: %v", scenario, err)
-	}
-	sink := new(consumertest.TracesSink)
-	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), createDefaultConfig(), sink, newFakeClock(meta.Start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	p, sink := startFixtureProcessor(t, scenario)
 	cf := k8sauditconnector.NewFactory()
 	ccfg := cf.CreateDefaultConfig()
 	if err := confmap.NewFromStringMap(map[string]any{"cluster": "testbed"}).Unmarshal(ccfg); err != nil {
@@ -84,14 +66,7 @@ func replayShuffled(t *testing.T, scenario string) ptrace.Traces {
 			t.Fatal(err)
 		}
 	}
-	if err := p.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	all := ptrace.NewTraces()
-	for _, td := range sink.AllTraces() {
-		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
-	}
-	return all
+	return stopFixtureProcessor(t, p, sink)
 }
 
 type placement struct {

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
-
-	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // TestAuditLogThroughTheConnector ships the apiserver's audit log, line by line as a log
@@ -104,41 +102,5 @@ func TestAuditLogThroughTheConnector(t *testing.T) {
 		ship(batch)
 	}
 
-	var got map[string][]string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got = auditSpanIDsIn(t, out)
-		missing := 0
-		for id := range logged {
-			if len(got[id]) == 0 {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	if !c.Running() {
-		t.Fatalf("the connector's collector exited:\n%s", c.LogTail(20))
-	}
-	webhook := env.SpansIn(t, Window{Start: start.Add(-time.Second), End: end.Add(2 * time.Second)}).OfType(model.SpanTypeAudit)
-	viaWebhook := map[string]string{}
-	for _, s := range webhook {
-		viaWebhook[s.Attr(model.AttrAuditID)] = s.SpanID
-	}
-	var missing, doubled, differ []string
-	for id, what := range logged {
-		switch ids := got[id]; {
-		case len(ids) == 0:
-			missing = append(missing, what)
-		case len(ids) > 1:
-			doubled = append(doubled, what)
-		case viaWebhook[id] != "" && viaWebhook[id] != ids[0]:
-			differ = append(differ, what)
-		}
-	}
-	Check(t, "connector: every logged write is a span", len(missing) == 0, "%d of %d missing, e.g. %v", len(missing), len(logged), missing[:min(5, len(missing))])
-	Check(t, "connector: no write twice", len(doubled) == 0, "%d doubled, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
-	Check(t, "connector and webhook give the same span IDs", len(differ) == 0, "%d differ, e.g. %v", len(differ), differ[:min(5, len(differ))])
+	checkSpansOfEveryLoggedWrite(t, env, "connector", out, logged, start, end, c)
 }
