@@ -74,7 +74,7 @@ func (s *countingSink) missing(want map[pcommon.SpanID]string) (spans, parents i
 }
 
 // outageConfig is the in-cluster config of the Kubernetes manifests, reshaped to run on loopback
-// without a cluster: the audit webhook alone (no Events list-watch), the in-memory ID map (no
+// without a cluster: the audit webhook alone, over plain HTTP (no Events list-watch), the in-memory ID map (no
 // Redis, no owner lookups), state in dir, the exporter pointed at sink. The exporter keeps the
 // shipped shape — its queue, storage, batching, overflow and retry settings — with smaller sizes,
 // so that a few recorded captures fill its queue, and shorter retry intervals.
@@ -107,7 +107,12 @@ func outageConfig(t *testing.T, dir string, auditPort, healthPort, sinkPort int)
 	}
 	receivers := section(cfg, "receivers")
 	delete(receivers, "k8s_event_spans")
-	section(receivers, "k8s_audit")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", auditPort)
+	audit := section(receivers, "k8s_audit")
+	audit["endpoint"] = fmt.Sprintf("127.0.0.1:%d", auditPort)
+	// Plain HTTP on loopback: this test is about the queue; tls_test.go proves the manifest's
+	// authentication (TLS, client CA, allowed_client_names) through the same binary.
+	delete(audit, "tls")
+	delete(audit, "allowed_client_names")
 	link := section(cfg, "processors", "k8s_object_link")
 	delete(link, "id_map")
 	delete(link, "owner_lookup")
