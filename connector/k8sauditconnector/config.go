@@ -38,8 +38,8 @@ type Config struct {
 	DedupMaxBytes int64 `mapstructure:"dedup_max_bytes"`
 
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
-	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources,
-	// trace_context_annotation, window), shared with the k8s_audit receiver.
+	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
+	// redact_annotations, trace_context_annotation, window), shared with the k8s_audit receiver.
 	Conversion auditconv.Settings `mapstructure:",squash"`
 
 	// prevent unkeyed literal initialization

@@ -48,8 +48,8 @@ type Config struct {
 	StartAt string `mapstructure:"start_at"`
 
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
-	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources,
-	// trace_context_annotation, window), shared with the k8s_audit connector.
+	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
+	// redact_annotations, trace_context_annotation, window), shared with the k8s_audit connector.
 	Conversion auditconv.Settings `mapstructure:",squash"`
 
 	// prevent unkeyed literal initialization
