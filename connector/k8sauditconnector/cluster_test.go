@@ -3,6 +3,7 @@ package k8sauditconnector
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/confmap"
@@ -102,5 +103,22 @@ func TestUnreadableRecordsAreCountedAlone(t *testing.T) {
 		if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reason); n != want {
 			t.Errorf("dropped %s = %d, want %d", reason, n, want)
 		}
+	}
+}
+
+// A record of more events than maxEventsPerRecord is refused at the event past the bound, as a
+// malformed record, and costs no gigabyte; the batch goes on.
+func TestARecordOfTooManyEventsIsRefused(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	huge := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Repeat("{},", 1_000_000) + `{}]}`
+	if err := c.ConsumeLogs(context.Background(), logsOf(str([]byte(huge)), str([]byte(auditconvtest.EventList("ok"))))); err != nil {
+		t.Fatal(err)
+	}
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans, want the good record's one", sink.SpanCount())
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reasonMalformedRecord); n != 1 {
+		t.Fatalf("malformed_record drops = %d, want 1", n)
 	}
 }

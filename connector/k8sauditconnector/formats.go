@@ -39,6 +39,12 @@ type decoded struct {
 	cluster string
 }
 
+// maxEventsPerRecord bounds the events of one log record (an EventList, an Event Hub message's
+// records), as the receiver's max_events_per_request bounds a webhook body: a record of a million
+// `{}` items is refused at the item past the bound, not decoded into a gigabyte of events.
+// 25 times the apiserver's default batch (--audit-webhook-batch-max-size 400).
+const maxEventsPerRecord = 10_000
+
 // reader turns log records into audit events with the connector's converter.
 type reader struct {
 	conv   *auditconv.Converter
@@ -55,7 +61,7 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 	}
 	switch r.format {
 	case formatNative:
-		evs, err := r.conv.DecodeBody(data, nil)
+		evs, err := r.decode(data)
 		if err != nil {
 			if auditconv.IsWrongKind(err) {
 				return decoded{}, fmt.Errorf("%w: %v", errUnknownFormat, err)
@@ -66,7 +72,7 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 	case formatAuto:
 		// The apiserver's own JSON is what most pipelines carry: try it first, with the fast
 		// scanner, and read the envelope only when the document is of another kind.
-		if evs, err := r.conv.DecodeBody(data, nil); err == nil {
+		if evs, err := r.decode(data); err == nil {
 			return decoded{events: evs, format: formatNative}, nil
 		}
 	}
@@ -88,6 +94,11 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 	default:
 		return decoded{}, errUnknownFormat
 	}
+}
+
+// decode decodes a native Event or EventList of at most maxEventsPerRecord events.
+func (r *reader) decode(data []byte) ([]auditconv.Event, error) {
+	return r.conv.DecodeBodyLimited(data, nil, auditconv.DecodeLimits{MaxItems: maxEventsPerRecord})
 }
 
 // detect names the envelope of a JSON object that is not a native audit event, or "".
@@ -133,6 +144,9 @@ func (r *reader) readAKS(doc map[string]json.RawMessage) (out []auditconv.Event,
 		if err := json.Unmarshal(raw, &records); err != nil {
 			return nil, "", fmt.Errorf("aks: records is not an array: %w", err)
 		}
+		if len(records) > maxEventsPerRecord {
+			return nil, "", fmt.Errorf("aks: %d records in one message, more than %d", len(records), maxEventsPerRecord)
+		}
 	} else {
 		whole, err := json.Marshal(doc)
 		if err != nil {
@@ -158,7 +172,7 @@ func (r *reader) readAKS(doc map[string]json.RawMessage) (out []auditconv.Event,
 		if log == "" {
 			return nil, "", fmt.Errorf("aks: record %d has no properties.log", i)
 		}
-		evs, err := r.conv.DecodeBody([]byte(log), nil)
+		evs, err := r.decode([]byte(log))
 		if err != nil {
 			return nil, "", fmt.Errorf("aks: record %d: properties.log: %w", i, err)
 		}

@@ -120,7 +120,7 @@ func (r *reader) readGKE(doc map[string]json.RawMessage, lr plog.LogRecord) ([]a
 	if err != nil {
 		return nil, "", err
 	}
-	evs, err := r.conv.DecodeBody(data, nil)
+	evs, err := r.decode(data)
 	return evs, entry.Resource.Labels["cluster_name"], err
 }
 
