@@ -72,8 +72,12 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 	case formatAuto:
 		// The apiserver's own JSON is what most pipelines carry: try it first, with the fast
 		// scanner, and read the envelope only when the document is of another kind.
-		if evs, err := r.decode(data); err == nil {
+		evs, err := r.decode(data)
+		if err == nil {
 			return decoded{events: evs, format: formatNative}, nil
+		}
+		if _, tooMany := errors.AsType[*auditconv.TooManyItemsError](err); tooMany {
+			return decoded{}, err // a native EventList, too long
 		}
 	}
 	var doc map[string]json.RawMessage
