@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,10 +22,22 @@ import (
 // Cluster is the cluster name the golden files were recorded under.
 const Cluster = "testbed"
 
-// root is the repository's root directory, found from this file's place in it.
+// root is the repository's root directory: the nearest directory above the test's working
+// directory (its package's) that holds go.mod. A test binary built with -trimpath (as make
+// builds everything) knows its source files only by import path, so runtime.Caller cannot say.
 func root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic("no go.mod above " + dir)
+		}
+	}
 }
 
 // FixturesDir is testbed/fixtures: one directory per recorded scenario.
