@@ -2,6 +2,7 @@ package k8sauditreceiver
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 )
@@ -31,6 +32,15 @@ func (w *webhook) requireClientName(allowed []string, next http.Handler) http.Ha
 				return
 			}
 		}
+		// Read the body first (within max_request_body_size): answered while it is still being
+		// sent, and closed with more of it unread than net/http discards, the connection is
+		// reset under the client's write and the 403 never reaches it. The client is one the CA
+		// signed, so reading its batch costs no more than serving it would.
+		limit := w.maxBody
+		if limit <= 0 {
+			limit = defaultMaxRequestBodySize
+		}
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(rw, req.Body, limit))
 		w.reject(req.Context(), rw, http.StatusForbidden, reasonClientNotAllowed, "Forbidden",
 			fmt.Sprintf("client certificate CN=%q DNS=%q is not in allowed_client_names", leaf.Subject.CommonName, leaf.DNSNames))
 	})

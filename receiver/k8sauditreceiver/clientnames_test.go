@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -102,6 +103,7 @@ func TestWebhookClientNames(t *testing.T) {
 	_, _, bySAN := pki.issue(t, "by-san", "someone", []string{"audit.kube-system.svc"}, nil, x509.ExtKeyUsageClientAuth)
 	_, _, other := pki.issue(t, "other", "kubelet", []string{"node-1"}, nil, x509.ExtKeyUsageClientAuth)
 
+	var postBody func(t *testing.T, env *webhookEnv, cert *tls.Certificate, body string) (int, error)
 	start := func(t *testing.T, allowed []string) *webhookEnv {
 		return startWebhook(t, func(cfg *Config) {
 			cfg.ServerConfig.TLS = configoptional.Some(configtls.ServerConfig{
@@ -113,13 +115,17 @@ func TestWebhookClientNames(t *testing.T) {
 	}
 	post := func(t *testing.T, env *webhookEnv, cert *tls.Certificate) (int, error) {
 		t.Helper()
+		return postBody(t, env, cert, eventList("a1"))
+	}
+	postBody = func(t *testing.T, env *webhookEnv, cert *tls.Certificate, body string) (int, error) {
+		t.Helper()
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, MinVersion: tls.VersionTLS12}}
 		if cert != nil {
 			tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
 		}
 		defer tr.CloseIdleConnections()
 		url := strings.Replace(env.url, "http://", "https://", 1) + "/audit"
-		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post(url, "application/json", strings.NewReader(eventList("a1")))
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post(url, "application/json", strings.NewReader(body))
 		if err != nil {
 			return 0, err
 		}
@@ -154,6 +160,18 @@ func TestWebhookClientNames(t *testing.T) {
 		}
 		if got := env.next.ids(); len(got) != 2 {
 			t.Fatalf("spans from %v, want two (the refused POST must not reach the pipeline)", got)
+		}
+	})
+	t.Run("a refused client that sends a large batch reads the 403, not a reset", func(t *testing.T) {
+		env := start(t, []string{"kube-apiserver-audit"})
+		ids := make([]string, 4000) // about 2 MB: well past what net/http discards unread
+		for i := range ids {
+			ids[i] = fmt.Sprintf("big-%d", i)
+		}
+		for range 5 {
+			if code, err := postBody(t, env, &other, eventList(ids...)); err != nil || code != http.StatusForbidden {
+				t.Fatalf("other name, large body: code = %d, err = %v, want 403", code, err)
+			}
 		}
 	})
 }
