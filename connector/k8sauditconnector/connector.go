@@ -68,6 +68,7 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 			CacheObjects:        tb.K8sAuditDiffCacheObjects,
 			CacheBytes:          tb.K8sAuditDiffCacheBytes,
 			CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
+			DiffsSkipped:        tb.K8sAuditDiffsSkipped,
 			ReceiveLag:          tb.K8sAuditReceiveLag,
 		},
 		formats: map[string]metric.MeasurementOption{},

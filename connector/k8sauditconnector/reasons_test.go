@@ -18,9 +18,10 @@ var recordedReasons = map[string][]string{
 		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord,
 		reasonNoCluster, auditconv.ReasonConsumerPermanent,
 	},
-	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
-	"format":          {formatNative, formatAKS, formatGKE},
-	"input":           {inputConnector},
+	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},
+	"eviction_reason":     {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
+	"format":              {formatNative, formatAKS, formatGKE},
+	"input":               {inputConnector},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
 		model.TraceparentZeroID, model.TraceparentTrailing,

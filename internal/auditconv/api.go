@@ -37,6 +37,9 @@ type Telemetry struct {
 	CacheObjects        metric.Int64UpDownCounter
 	CacheBytes          metric.Int64UpDownCounter
 	CacheEvictions      metric.Int64Counter
+	// DiffsSkipped counts writes left without a diff because their base was not the cached
+	// body (base_not_seen) or they arrived after a newer write (out_of_order).
+	DiffsSkipped metric.Int64Counter
 	// ReceiveLag is the time from an event's stageTimestamp to its arrival, in seconds.
 	ReceiveLag metric.Float64Histogram
 }
@@ -77,6 +80,9 @@ const (
 	ReasonInvalidEvent      = reasonInvalidEvent
 	ReasonInvalidTimestamp  = reasonInvalidTimestamp
 	ReasonConsumerPermanent = "consumer_permanent"
+	// otelcol_k8s_audit_diffs_skipped
+	ReasonDiffBaseNotSeen = diffSkippedBaseNotSeen
+	ReasonDiffOutOfOrder  = diffSkippedOutOfOrder
 	// otelcol_k8s_audit_diff_cache_evictions
 	ReasonEvictedCount    = reasonEvictedCount
 	ReasonEvictedBytes    = reasonEvictedBytes
@@ -135,7 +141,13 @@ func (s *Stats) Record(ctx context.Context, t Telemetry) {
 	for reason, n := range s.badContexts {
 		AddWithReason(ctx, t.TraceContextInvalid, n, reason)
 	}
+	for reason, n := range s.skippedDiffs {
+		AddWithReason(ctx, t.DiffsSkipped, n, reason)
+	}
 }
+
+// SkippedDiffs is how many writes of the batch were left without a diff for reason.
+func (s *Stats) SkippedDiffs(reason string) int { return s.skippedDiffs[reason] }
 
 // Dropped is how many events the batch lost for reason.
 func (s *Stats) Dropped(reason string) int { return s.dropped[reason] }

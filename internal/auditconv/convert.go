@@ -133,6 +133,15 @@ type Stats struct {
 	dropped  map[string]int
 	// badContexts counts malformed trace-context annotations, by model.Traceparent* reason.
 	badContexts map[string]int
+	// skippedDiffs counts writes left without a diff, by diffSkipped* reason.
+	skippedDiffs map[string]int
+}
+
+func (s *Stats) skippedDiff(reason string) {
+	if s.skippedDiffs == nil {
+		s.skippedDiffs = map[string]int{}
+	}
+	s.skippedDiffs[reason]++
 }
 
 func (s *Stats) badContext(reason string) {
@@ -257,6 +266,7 @@ func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Eve
 		return
 	}
 	var e eventSpan // on the stack, bodies included: no allocation per event
+	e.st = st
 	c.begin(&e, cluster, ev)
 	c.readBodies(&e)
 	c.completeIdentity(&e)
@@ -271,6 +281,7 @@ func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Eve
 // eventSpan is one kept event on its way to a span: the object it concerns, the bodies that
 // describe that object and the span being built. convertEvent's steps fill it in order.
 type eventSpan struct {
+	st     *Stats // the batch's counts
 	ev     *Event
 	ref    *objectReference
 	obj    model.Object
@@ -735,11 +746,13 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		// Arrived out of order: never move the cache backwards.
 		if isChange {
 			span.Attributes().PutStr(attrDiffSkipped, diffSkippedOutOfOrder)
+			s.st.skippedDiff(diffSkippedOutOfOrder)
 		}
 		return ""
 	case isChange && s.baseRV != "" && s.baseRV != e.rv:
 		baseSeen = false
 		span.Attributes().PutStr(attrDiffSkipped, diffSkippedBaseNotSeen)
+		s.st.skippedDiff(diffSkippedBaseNotSeen)
 	}
 
 	var body *flatBody

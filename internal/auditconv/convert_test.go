@@ -378,14 +378,22 @@ func TestDiffs(t *testing.T) {
 		_, _ = convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))
 		// u2 (11 -> 12, replicas 3 -> 5) arrives before u1 (10 -> 11, 2 -> 3): diffed against
 		// the cached body at 10 it would claim 2 -> 5, u1's change blamed on u2's writer.
-		s := onlySpan(t, must(convertOne(t, c, event("u2", "update", "alice", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))))))
+		td, st := convertOne(t, c, event("u2", "update", "alice", deployRef("11"), 200, withResponse(deployment("12", 5, "a"))))
+		if n := st.SkippedDiffs(diffSkippedBaseNotSeen); n != 1 {
+			t.Fatalf("skipped diffs counted %d, want one base_not_seen", n)
+		}
+		s := onlySpan(t, td)
 		if e, ok := spanEvent(s, model.EventObjectDiff); ok {
 			t.Fatalf("an update based on an unseen version got a diff: %v", e.Attributes().AsRaw())
 		}
 		if got := attrStr(s.Attributes(), attrDiffSkipped); got != diffSkippedBaseNotSeen {
 			t.Fatalf("%s = %s, want %s", attrDiffSkipped, got, diffSkippedBaseNotSeen)
 		}
-		s = onlySpan(t, must(convertOne(t, c, event("u1", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))))
+		td, st = convertOne(t, c, event("u1", "update", "alice", deployRef("10"), 200, withResponse(deployment("11", 3, "a"))))
+		if n := st.SkippedDiffs(diffSkippedOutOfOrder); n != 1 {
+			t.Fatalf("skipped diffs counted %d, want one out_of_order", n)
+		}
+		s = onlySpan(t, td)
 		if _, ok := spanEvent(s, model.EventObjectDiff); ok {
 			t.Fatal("a stale update must not be diffed against a newer body")
 		}

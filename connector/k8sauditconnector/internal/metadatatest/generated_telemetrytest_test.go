@@ -23,6 +23,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditDiffCacheBytes.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheObjects.Add(context.Background(), 1)
+	tb.K8sAuditDiffsSkipped.Add(context.Background(), 1)
 	tb.K8sAuditDroppedEvents.Add(context.Background(), 1)
 	tb.K8sAuditDuplicateEvents.Add(context.Background(), 1)
 	tb.K8sAuditFilteredEvents.Add(context.Background(), 1)
@@ -39,6 +40,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDiffCacheObjects(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditDiffsSkipped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDroppedEvents(t, testTel,
