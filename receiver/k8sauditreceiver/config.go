@@ -123,6 +123,10 @@ func (cfg *Config) Validate() error {
 	if cfg.StartAt != startAtEnd && cfg.StartAt != startAtBeginning {
 		errs = append(errs, fmt.Errorf("start_at: must be %q or %q, got %q", startAtEnd, startAtBeginning, cfg.StartAt))
 	}
+	if sc := cfg.ServerConfig; webhook && sc.WriteTimeout > 0 && sc.ReadTimeout > 0 && sc.WriteTimeout <= sc.ReadTimeout {
+		errs = append(errs, fmt.Errorf("write_timeout: %s must be longer than read_timeout (%s): the write deadline runs from the request's headers, so the 400 answering a body cut at read_timeout, and any answer after a body that takes longer than write_timeout, would never reach the client (0 turns write_timeout off)",
+			sc.WriteTimeout, sc.ReadTimeout))
+	}
 	if cfg.MaxEventsPerRequest < 1 {
 		errs = append(errs, fmt.Errorf("max_events_per_request: must be positive, got %d", cfg.MaxEventsPerRequest))
 	}

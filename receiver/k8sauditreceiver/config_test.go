@@ -97,6 +97,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
 		{name: "a trace-context annotation that is not an annotation key is refused", id: component.MustNewIDWithName("k8s_audit", "bad_trace_context_annotation"), wantErr: "trace_context_annotation:"},
 		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window must be at least 1s"},
+		{name: "a write_timeout not past read_timeout (confighttp's 30 s beside the 1 min) is refused", id: component.MustNewIDWithName("k8s_audit", "write_timeout_not_past_read_timeout"), wantErr: "write_timeout: 30s must be longer than read_timeout (1m0s)"},
 		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},
 	}
 	for _, tt := range tests {
@@ -171,7 +172,7 @@ func TestUnknownKeysAreRefusedByName(t *testing.T) {
 			"exclude_user_agents": []any{"x/"}, "diff_cache_size": 1, "redact_resources": []any{}, "window": "30m",
 			"trace_context_annotation": "a/b", "max_events_per_request": 400, "max_in_flight_bytes": 1 << 30,
 			"max_request_body_size": 1024, "include_metadata": true, "compression_algorithms": []any{"gzip"},
-			"read_header_timeout": "1s", "write_timeout": "1s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
+			"read_header_timeout": "1s", "write_timeout": "2s", "read_timeout": "1s", "keepalive": map[string]any{"idle_timeout": "1s"},
 			"response_headers": map[string]any{"X-A": "b"}, "cors": map[string]any{"allowed_origins": []any{"https://a"}},
 			"tls": map[string]any{"cert_file": "/c", "key_file": "/k", "client_ca_file": "/ca"},
 		})

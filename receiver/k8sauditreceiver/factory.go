@@ -42,6 +42,12 @@ const (
 	// floor of 350 KB/s, far below any link between an apiserver and a collector).
 	defaultReadHeaderTimeout = 10 * time.Second
 	defaultReadTimeout       = time.Minute
+	// defaultWriteTimeout bounds a request from its headers to the end of its answer. Go's
+	// server sets the write deadline when the headers are read, so an answer written after it
+	// is lost: with confighttp's 30 s, a body cut at the 1-minute read_timeout got no 400, only
+	// its connection closed. Twice read_timeout leaves the pipeline a minute after a body that
+	// arrives at the last moment (the apiserver gives up after 30 s itself).
+	defaultWriteTimeout = 2 * defaultReadTimeout
 	// Longer than the idle timeout of the apiserver's HTTP client (90 s, Go's default that
 	// client-go keeps), so the client always closes an idle connection first and never posts a
 	// batch on a connection the server is closing at that instant: Go's transport does not retry
@@ -62,6 +68,7 @@ func createDefaultConfig() component.Config {
 	server.NetAddr.Endpoint = defaultEndpoint
 	server.ReadHeaderTimeout = defaultReadHeaderTimeout
 	server.ReadTimeout = defaultReadTimeout
+	server.WriteTimeout = defaultWriteTimeout
 	if ka := server.Keepalive.Get(); ka != nil {
 		ka.IdleTimeout = defaultIdleTimeout
 	} else {

@@ -46,6 +46,12 @@ func TestDefaultConfigBoundsEveryRead(t *testing.T) {
 	if sc.ReadTimeout != time.Minute {
 		t.Errorf("read_timeout = %s, want 1m: without it a slow body holds a connection forever", sc.ReadTimeout)
 	}
+	if sc.WriteTimeout != 2*time.Minute {
+		t.Errorf("write_timeout = %s, want 2m: past read_timeout, or the 400 of a body cut there is never written", sc.WriteTimeout)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the defaults do not validate: %v", err)
+	}
 	if got := idleTimeoutOf(cfg); got != 2*time.Minute {
 		t.Errorf("idle timeout = %s, want 2m (longer than the apiserver client's 90s)", got)
 	}
@@ -126,6 +132,44 @@ func TestASlowBodyIsCutAtTheReadTimeout(t *testing.T) {
 	}
 	if n := env.next.spans(); n != 0 {
 		t.Fatalf("%d spans from a body that never arrived", n)
+	}
+}
+
+// TestASlowBodyGetsItsDocumented400: a body still arriving at read_timeout is answered 400
+// (reading the body: … i/o timeout) before the connection is closed: the write deadline, set
+// with the request's headers, is past the read deadline, as validation requires. With
+// confighttp's write_timeout (30 s) under the 1-minute read_timeout the client got no answer.
+// Both defaults are scaled down alike, from a minute to a second and a half.
+func TestASlowBodyGetsItsDocumented400(t *testing.T) {
+	const readTimeout = 1500 * time.Millisecond
+	defaults := createDefaultConfig().(*Config).ServerConfig
+	scale := float64(readTimeout) / float64(defaults.ReadTimeout)
+	env := startWebhook(t, func(cfg *Config) {
+		cfg.ServerConfig.ReadTimeout = readTimeout
+		cfg.ServerConfig.WriteTimeout = time.Duration(float64(defaults.WriteTimeout) * scale)
+	})
+	conn := dialAndSend(t, env.url, 32<<10, `{"kind":"EventList",`)
+	go func() {
+		for range 2 * readTimeout / (100 * time.Millisecond) {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	if err := conn.SetReadDeadline(time.Now().Add(guard)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the connection ended: %v", err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "i/o timeout") || !strings.Contains(string(msg), `"kind":"Status"`) {
+		t.Fatalf("status %d (%s), want 400 with a Status naming the timeout", resp.StatusCode, msg)
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonReadError); n != 1 {
+		t.Fatalf("rejected read_error = %d, want 1", n)
 	}
 }
 
