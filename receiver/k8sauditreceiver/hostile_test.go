@@ -1,6 +1,8 @@
 package k8sauditreceiver
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
@@ -218,4 +220,83 @@ func TestADecodedBodyLargerThanTheBudgetIsA413(t *testing.T) {
 		t.Fatalf("rejected too_large = %d, want 1", n)
 	}
 	awaitGauge(t, env, 0)
+}
+
+// gzipBomb is a gzip body that inflates to the start of an EventList and then to spaces: one
+// gzip member of 64 MiB of spaces (64 KB) repeated, each member a 1000th of what it inflates
+// to, members times.
+func gzipBomb(t testing.TB, members int) []byte {
+	t.Helper()
+	var head, member bytes.Buffer
+	for i, out := range []*bytes.Buffer{&head, &member} {
+		zw, err := gzip.NewWriterLevel(out, gzip.BestCompression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			_, _ = io.WriteString(zw, `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`)
+		} else {
+			spaces := bytes.Repeat([]byte(" "), 1<<20)
+			for range 64 {
+				_, _ = zw.Write(spaces)
+			}
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return append(head.Bytes(), bytes.Repeat(member.Bytes(), members)...)
+}
+
+// TestConcurrentGzipBombsEachGetTheir413: 60 clients post at once a gzip body that inflates
+// past max_request_body_size. Each is answered 413, none sees its connection reset: the
+// decompressed body stops at the bound with compressed bytes still unsent or unread, and a
+// connection closed so is reset under the client's write, its 413 lost.
+func TestConcurrentGzipBombsEachGetTheir413(t *testing.T) {
+	_, url, tel := startReceiver(t, &switchConsumer{}, nil)
+	bomb := gzipBomb(t, 64)
+	t.Logf("the bomb is %d KB, inflating to 4 GiB", len(bomb)>>10)
+	const clients = 60
+	type result struct {
+		code int
+		err  error
+	}
+	results := make(chan result, clients)
+	start := make(chan struct{})
+	for range clients {
+		go func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, url+"/audit", bytes.NewReader(bomb))
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Encoding", "gzip")
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: 3 * guard}).Do(req)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			results <- result{code: resp.StatusCode}
+		}()
+	}
+	close(start)
+	var failed []string
+	for range clients {
+		r := <-results
+		if r.err != nil || r.code != http.StatusRequestEntityTooLarge {
+			failed = append(failed, fmt.Sprintf("%d %v", r.code, r.err))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d clients did not get 413: %v", len(failed), clients, failed)
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_rejected_requests", reasonTooLarge); n != clients {
+		t.Fatalf("rejected too_large = %d, want %d", n, clients)
+	}
 }

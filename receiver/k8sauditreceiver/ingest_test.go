@@ -68,7 +68,7 @@ func (g *gateConsumer) ConsumeTraces(ctx context.Context, td ptrace.Traces) erro
 }
 
 // TestInFlightBytesAreBounded: concurrent large bodies are read and decoded only up to
-// max_in_flight_bytes; the others are answered 429 with Retry-After at once, without being read.
+// max_in_flight_bytes; the others are answered 429 with Retry-After, their bodies dropped as read.
 func TestInFlightBytesAreBounded(t *testing.T) {
 	ids := make([]string, 60)
 	for i := range ids {

@@ -185,6 +185,7 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("creating the webhook server: %w", err)
 	}
 	w.maxBody = sc.MaxRequestBodySize
+	srv.Handler = readsCompressedBodiesWhole(srv.Handler, sc.MaxRequestBodySize)
 	r.server = srv
 	r.inflight = inflight
 	r.addr = ln.Addr()

@@ -217,17 +217,24 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 				what, w.inFlight.inUse(), w.inFlight.max))
 	}
 
-	buf, err := readBody(http.MaxBytesReader(rw, req.Body, limit), declared, limit, res)
+	body := http.MaxBytesReader(rw, req.Body, limit)
+	buf, err := readBody(body, declared, limit, res)
 	defer putBodyBuffer(buf)
+	if errors.Is(err, errBodyOverBudget) {
+		// The rest of the body is read and dropped (no memory held, max_request_body_size
+		// bytes at most, within read_timeout), so that the answer says what the body is: over
+		// the limit, a 413 the sender must not retry (a gzip bomb under a flood of them), else
+		// a 429. Answered mid-body, the connection would be closed with bytes unread and reset
+		// under the client's write, the answer lost.
+		_, err = io.Copy(io.Discard, body)
+		if err == nil {
+			busy("no room for the body")
+			return
+		}
+	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			tooLarge()
-			return
-		}
-		if errors.Is(err, errBodyOverBudget) {
-			// Part of the body may be unread: the connection cannot carry another request.
-			rw.Header().Set("Connection", "close")
-			busy("no room for the body")
 			return
 		}
 		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
@@ -320,3 +327,40 @@ func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 		w.reject(req.Context(), rw, code, reason, "", msg)
 	})
 }
+
+// readsCompressedBodiesWhole wraps the whole server handler, outside confighttp's
+// decompression, so that a compressed body is read to its end (at most limit bytes, as sent)
+// before the answer goes out. The decompressed body stops at max_request_body_size, and
+// confighttp closes the compressed one there: a gzip bomb answered 413 with most of its
+// compressed bytes unread had its connection closed under the client's write and reset, the 413
+// lost. Its bytes are read and dropped, no more than the sender may send anyway; a compressed
+// body longer than limit as sent is still cut there.
+func readsCompressedBodiesWhole(next http.Handler, limit int64) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Content-Encoding") == "" || req.Body == nil || req.Body == http.NoBody {
+			next.ServeHTTP(rw, req)
+			return
+		}
+		raw := &keptOpen{r: req.Body}
+		req.Body = raw
+		next.ServeHTTP(rw, req)
+		if rest := limit + 1 - raw.n; rest > 0 {
+			_, _ = io.Copy(io.Discard, io.LimitReader(raw.r, rest))
+		}
+		_ = raw.r.Close()
+	})
+}
+
+// keptOpen is a request body whose Close waits for readsCompressedBodiesWhole.
+type keptOpen struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (k *keptOpen) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	k.n += int64(n)
+	return n, err
+}
+
+func (*keptOpen) Close() error { return nil }
