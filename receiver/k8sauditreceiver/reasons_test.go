@@ -24,8 +24,9 @@ var recordedReasons = map[string][]string{
 		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonMalformedLine, reasonLineTooLong,
 		auditconv.ReasonConsumerPermanent,
 	},
-	"input":           {inputNameWebhook, inputNameFile},
-	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
+	"input":               {inputNameWebhook, inputNameFile},
+	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},
+	"eviction_reason":     {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
 		model.TraceparentZeroID, model.TraceparentTrailing,

@@ -75,6 +75,7 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 		CacheObjects:        tb.K8sAuditDiffCacheObjects,
 		CacheBytes:          tb.K8sAuditDiffCacheBytes,
 		CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
+		DiffsSkipped:        tb.K8sAuditDiffsSkipped,
 		ReceiveLag:          tb.K8sAuditReceiveLag,
 	}
 	r.conv = auditconv.New(auditconv.Options{

@@ -29,6 +29,7 @@ type TelemetryBuilder struct {
 	K8sAuditDiffCacheBytes      metric.Int64UpDownCounter
 	K8sAuditDiffCacheEvictions  metric.Int64Counter
 	K8sAuditDiffCacheObjects    metric.Int64UpDownCounter
+	K8sAuditDiffsSkipped        metric.Int64Counter
 	K8sAuditDroppedEvents       metric.Int64Counter
 	K8sAuditFileLines           metric.Int64Counter
 	K8sAuditFilteredEvents      metric.Int64Counter
@@ -83,6 +84,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_audit_diff_cache_objects",
 		metric.WithDescription("Object bodies held in the last-body cache for field diffs. [Alpha]"),
 		metric.WithUnit("{objects}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditDiffsSkipped, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_diffs_skipped",
+		metric.WithDescription("Writes left without a diff so that no change is blamed on the wrong writer, by reason: base_not_seen, out_of_order (the span says so in k8s.object.diff.skipped). [Alpha]"),
+		metric.WithUnit("{writes}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditDroppedEvents, err = builder.meter.Int64Counter(

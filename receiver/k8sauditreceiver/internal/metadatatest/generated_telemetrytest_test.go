@@ -22,6 +22,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditDiffCacheBytes.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheObjects.Add(context.Background(), 1)
+	tb.K8sAuditDiffsSkipped.Add(context.Background(), 1)
 	tb.K8sAuditDroppedEvents.Add(context.Background(), 1)
 	tb.K8sAuditFileLines.Add(context.Background(), 1)
 	tb.K8sAuditFilteredEvents.Add(context.Background(), 1)
@@ -36,6 +37,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDiffCacheObjects(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditDiffsSkipped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDroppedEvents(t, testTel,
