@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,13 +117,14 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	}
 	baseline := procKiB(t, pid, "VmRSS")
 
-	concurrently := func(n int, body []byte, gz bool, want int) {
+	// concurrently posts body n times at once; each answer must be one of want.
+	concurrently := func(n int, body []byte, gz bool, want ...int) {
 		t.Helper()
 		var wg sync.WaitGroup
 		errs := make(chan string, n)
 		for range n {
 			wg.Go(func() {
-				if code, err := post(body, gz); err != nil || code != want {
+				if code, err := post(body, gz); err != nil || !slices.Contains(want, code) {
 					errs <- fmt.Sprintf("%d %v", code, err)
 				}
 			})
@@ -134,7 +136,7 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 			failed = append(failed, e)
 		}
 		if len(failed) > 0 {
-			t.Errorf("%d of %d clients did not get %d: %v", len(failed), n, want, failed)
+			t.Errorf("%d of %d clients did not get %v: %v", len(failed), n, want, failed)
 		}
 	}
 
@@ -142,7 +144,8 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	phase := func(what string) { t.Logf("after %s: peak RSS %d MiB", what, procKiB(t, pid, "VmHWM")>>20) }
 	concurrently(1, million, false, http.StatusRequestEntityTooLarge)
 	phase("one million-item body")
-	concurrently(4, million, false, http.StatusRequestEntityTooLarge)
+	// Four at once: each is 413, or 429 when the others' decoded events hold the budget.
+	concurrently(4, million, false, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests)
 	phase("four at once")
 	concurrently(60, hostileGzip(t), true, http.StatusRequestEntityTooLarge)
 	phase("60 gzip bombs")
