@@ -104,13 +104,29 @@ const maxPooledBuffer = 4 << 20
 
 var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// readBody reads a body of at most limit bytes (declared bytes long when declared >= 0) into a
+// chunkPool holds the fixed-size chunks bodies are read into as they arrive. A body that fails
+// (over max_request_body_size, over the budget, a broken connection) leaves nothing behind but
+// its chunks, which the next body reuses: a flood of gzip bombs, each read up to the limit
+// and refused, allocated 1.4 GB in bodies grown by copying before this.
+var chunkPool = sync.Pool{New: func() any { c := make([]byte, bodyChunk); return &c }}
+
+// readBody reads a body of at most limit bytes into a pooled buffer, which the caller gives back
+// with putBodyBuffer: straight into the buffer when the body declared a length below the limit
+// (the apiserver's batches: no copy; see readDeclared), else into chunks (readChunked).
+func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
+	if declared >= 0 && declared < limit {
+		return readDeclared(body, declared, limit, res)
+	}
+	return readChunked(body, res)
+}
+
+// readDeclared reads a body that declared its length (declared bytes, less than limit) into a
 // pooled buffer, which the caller gives back with putBodyBuffer. The reservation grows as the
 // bytes arrive, by half of what it holds and at least bodyChunk at a time, never past the
 // declared length (plus the byte that sees the end), and the buffer with it: a body read to its
 // end is held at its size, and one still arriving holds at most half again what has arrived, or
 // one chunk. When the budget cannot grow, it returns errBodyOverBudget.
-func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
+func readDeclared(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
 	p := bodyBuffers.Get().(*[]byte)
 	buf := (*p)[:0]
 	defer func() { *p = buf }()
@@ -146,6 +162,47 @@ func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte,
 			return p, err
 		}
 	}
+}
+
+// readChunked reads a body of unknown length (compressed, or sent in chunks; the reader bounds
+// it) into a pooled buffer. The body arrives into chunks of bodyChunk bytes, the reservation
+// growing by one chunk at a time, and is copied into the buffer, whole, once it has ended; the
+// chunks go back to their pool. A body refused on the way (past max_request_body_size, past the
+// budget) leaves no outgrown buffers behind, only chunks the next body reuses. When the budget
+// cannot grow, it returns errBodyOverBudget.
+func readChunked(body io.Reader, res *reservation) (*[]byte, error) {
+	p := bodyBuffers.Get().(*[]byte)
+	var chunks []*[]byte
+	defer func() {
+		for _, c := range chunks {
+			chunkPool.Put(c)
+		}
+	}()
+	total := 0
+	for {
+		if !res.grow(bodyChunk) {
+			return p, errBodyOverBudget
+		}
+		c := chunkPool.Get().(*[]byte)
+		chunks = append(chunks, c)
+		n, err := io.ReadFull(body, *c)
+		total += n
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break // the body ended within this chunk
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	buf := (*p)[:0]
+	if total > cap(buf) {
+		buf = make([]byte, 0, total)
+	}
+	for _, c := range chunks {
+		buf = append(buf, (*c)[:min(len(*c), total-len(buf))]...)
+	}
+	*p = buf
+	return p, nil
 }
 
 func putBodyBuffer(p *[]byte) {
