@@ -179,3 +179,56 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 		t.Errorf("peak RSS %d MiB passes baseline %d MiB + 2 x max_in_flight_bytes + %d MiB", peak>>20, baseline>>20, slack>>20)
 	}
 }
+
+// TestASlowBodyIsAnswered400ByTheBinary: a body that arrives slower than read_timeout is cut
+// there and answered 400 with a Status naming the timeout, not a closed connection: the
+// shipped config with read_timeout 2s (write_timeout 4s, past it, as the receiver requires).
+func TestASlowBodyIsAnswered400ByTheBinary(t *testing.T) {
+	requireBinary(t)
+	raw, err := os.ReadFile(filepath.Join(root, "distribution", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clusterLine = "    cluster: ${env:KUBETRAIL_CLUSTER:-local}\n"
+	if !strings.Contains(string(raw), clusterLine) {
+		t.Fatalf("distribution/config.yaml has no %q line to add the timeouts after", clusterLine)
+	}
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	body := strings.Replace(string(raw), clusterLine, clusterLine+"    read_timeout: 2s\n    write_timeout: 4s\n", 1)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auditPort, healthPort := freePort(t), freePort(t)
+	startCollectorFile(t, config, healthPort,
+		fmt.Sprintf("KUBETRAIL_AUDIT_ENDPOINT=127.0.0.1:%d", auditPort),
+		fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
+		fmt.Sprintf("KUBETRAIL_METRICS_PORT=%d", freePort(t)),
+		"KUBETRAIL_CLUSTER=disttest", "KUBETRAIL_OUT="+filepath.Join(t.TempDir(), "traces.jsonl"))
+
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", auditPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /audit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 32768\r\n\r\n{\"kind\":\"EventList\",")
+	go func() {
+		for range 40 { // a space every 100 ms: 4 s, past the read timeout
+			time.Sleep(100 * time.Millisecond)
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	if err := conn.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the connection ended: %v", err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "i/o timeout") {
+		t.Fatalf("status %d (%s), want 400 with a Status naming the timeout", resp.StatusCode, msg)
+	}
+}
