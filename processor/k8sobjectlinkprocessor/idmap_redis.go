@@ -42,9 +42,13 @@ type redisStore struct {
 
 	roundTrips atomic.Int64 // for benchmarks and tests: pipelines sent
 
+	token  string         // this replica's epoch token, written when it finds none (see idmap_reset.go)
+	recent *recentRecords // the records used last, written back when Redis lost its records
+
 	logs *logLimiter // every run-time error is logged, at most once per reason per minute
 
 	mu         sync.Mutex
+	epoch      string // the epoch token seen on the last round trip; "" before the first
 	down       bool
 	downReason string // the reason last reported through componentstatus
 	pending    []Op
@@ -87,6 +91,8 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 		logger:     logger,
 		maxBackoff: cfg.RetryMaxBackoff,
 		maxPending: cfg.MaxPendingWrites,
+		token:      newEpochToken(),
+		recent:     newRecentRecords(recentRecordsSize),
 		onStatus:   func(error) {},
 		logs:       newLogLimiter(time.Minute),
 		stopProbe:  make(chan struct{}),
@@ -186,14 +192,16 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 				// are rare (spans without a UID), so they always ask Redis.
 				break
 			}
-			if v, _, ok := s.cache.peek(op.Key); ok {
+			if v, exp, ok := s.cache.peek(op.Key); ok {
 				op.Found, op.Value = true, v
+				s.recent.add(op.Key, v, exp)
 				continue
 			}
 		case OpSet:
 			// A refresh is only worth a write once half of the record's life is gone.
 			if v, exp, ok := s.cache.peek(op.Key); ok && v == op.Value && exp.Sub(now) > op.ExpireAt.Sub(now)/2 {
 				op.Found = true
+				s.recent.add(op.Key, v, exp)
 				continue
 			}
 		}
@@ -206,8 +214,11 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 	down := s.down
 	s.mu.Unlock()
 	if !down {
-		err := s.roundTrip(ctx, ops, remote)
+		lost, err := s.roundTrip(ctx, ops, remote)
 		if err == nil {
+			if lost {
+				s.afterLoss(ctx)
+			}
 			return nil
 		}
 		s.markDown(err)
@@ -222,18 +233,25 @@ func (s *redisStore) Local(ops []Op) bool {
 		if ops[i].Kind != OpGet || isNameKey(ops[i].Key) {
 			continue
 		}
-		ops[i].Value, _, ops[i].Found = s.cache.peek(ops[i].Key)
+		var exp time.Time
+		ops[i].Value, exp, ops[i].Found = s.cache.peek(ops[i].Key)
+		if ops[i].Found {
+			s.recent.add(ops[i].Key, ops[i].Value, exp)
+		}
 	}
 	return false
 }
 
-// roundTrip sends the ops at the given indexes as one pipeline and writes the answers back.
-func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
+// roundTrip sends the ops at the given indexes as one pipeline and writes the answers back. The
+// pipeline also carries the epoch check; lost reports that Redis lost its records since this
+// replica's last round trip.
+func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost bool, err error) {
 	// The caller's cancellation (a webhook request the apiserver gave up on) says nothing about
 	// Redis; only our own timeout bounds the call, so that only Redis's failure marks it down.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	pipe := s.client.Pipeline()
+	epoch := pipe.Do(ctx, "SET", s.prefix+epochKey, s.token, "NX", "GET")
 	cmds := make([]redis.Cmder, len(idx))
 	for j, i := range idx {
 		op := &ops[i]
@@ -250,7 +268,7 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 		}
 	}
 	start := time.Now()
-	_, err := pipe.Exec(ctx)
+	_, err = pipe.Exec(ctx)
 	s.tel.K8sObjectLinkRedisRoundTrips.Add(ctx, 1)
 	s.roundTrips.Add(1)
 	s.tel.K8sObjectLinkRedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
@@ -262,14 +280,17 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 	// reconnection), Exec returns that error and the commands carry none: every SET NX would
 	// seem to have won. So Exec's own error counts first.
 	if err != nil && !errors.Is(err, redis.Nil) && !isRecordError(err) {
-		return err
+		return false, err
 	}
 	if err != nil {
-		for _, c := range cmds {
+		for _, c := range append(cmds, epoch) {
 			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isRecordError(cerr) {
-				return cerr
+				return false, cerr
 			}
 		}
+	}
+	if reply, eerr := epoch.Text(); eerr == nil || errors.Is(eerr, redis.Nil) {
+		lost = s.checkEpoch(reply, eerr != nil)
 	}
 	for j, i := range idx {
 		op := &ops[i]
@@ -302,11 +323,12 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) error {
 			_ = s.cache.Do(ctx, []Op{{Kind: OpDelete, Key: op.Key}})
 		}
 	}
-	return nil
+	return lost, nil
 }
 
 func (s *redisStore) cacheSet(v string, op *Op) {
 	_ = s.cache.Do(context.Background(), []Op{{Kind: OpSet, Key: op.Key, Value: v, ExpireAt: op.ExpireAt}})
+	s.recent.add(op.Key, v, op.ExpireAt)
 }
 
 func isNameKey(key string) bool { return len(key) > 2 && key[:2] == "n:" }
@@ -423,7 +445,11 @@ func (s *redisStore) tryRecover() bool {
 			return true
 		}
 		s.mu.Unlock()
-		if err := s.reconcile(batch); err != nil {
+		lost, err := s.reconcile(batch)
+		if lost {
+			s.afterLoss(context.Background())
+		}
+		if err != nil {
 			s.mu.Lock()
 			s.pending = append(batch, s.pending...)
 			s.mu.Unlock()
@@ -433,10 +459,11 @@ func (s *redisStore) tryRecover() bool {
 	}
 }
 
-// reconcile replays writes made in memory during an outage. A first-writer-wins record that
-// another replica wrote meanwhile stays theirs in Redis, and the cache adopts it so later spans
-// join the shared trace.
-func (s *redisStore) reconcile(batch []Op) error {
+// reconcile replays writes made in memory during an outage (or remembered records after Redis
+// lost them). A first-writer-wins record that another replica wrote meanwhile stays theirs in
+// Redis, and the cache adopts it so later spans join the shared trace. lost reports an epoch
+// change seen on the way.
+func (s *redisStore) reconcile(batch []Op) (lost bool, err error) {
 	const chunk = 1000
 	for len(batch) > 0 {
 		n := min(chunk, len(batch))
@@ -448,9 +475,11 @@ func (s *redisStore) reconcile(batch []Op) error {
 			part[i].Found = false
 			idx[i] = i
 		}
-		if err := s.roundTrip(context.Background(), part, idx); err != nil {
-			return err
+		l, err := s.roundTrip(context.Background(), part, idx)
+		if err != nil {
+			return lost, err
 		}
+		lost = lost || l
 		for i := range part {
 			result := resultWritten
 			if part[i].Kind == OpSetIfAbsent && part[i].Found && part[i].Value != original[i] {
@@ -460,7 +489,7 @@ func (s *redisStore) reconcile(batch []Op) error {
 		}
 		batch = batch[n:]
 	}
-	return nil
+	return lost, nil
 }
 
 // Close implements Store.

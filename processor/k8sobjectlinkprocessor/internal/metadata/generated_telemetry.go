@@ -36,6 +36,7 @@ type TelemetryBuilder struct {
 	K8sObjectLinkRedisErrors            metric.Int64Counter
 	K8sObjectLinkRedisLatency           metric.Float64Histogram
 	K8sObjectLinkRedisReconciled        metric.Int64Counter
+	K8sObjectLinkRedisResets            metric.Int64Counter
 	K8sObjectLinkRedisRoundTrips        metric.Int64Counter
 	K8sObjectLinkSpansDropped           metric.Int64Counter
 	K8sObjectLinkSpansHeld              metric.Int64Counter
@@ -131,8 +132,14 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkRedisReconciled, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_redis_reconciled",
-		metric.WithDescription("Records written from memory to Redis after an outage, by result: written, conflict. [Alpha]"),
+		metric.WithDescription("Records written from memory to Redis after an outage, or written back after Redis lost its records, by result: written, conflict. [Alpha]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkRedisResets, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_redis_resets",
+		metric.WithDescription("Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. [Alpha]"),
+		metric.WithUnit("{reset}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkRedisRoundTrips, err = builder.meter.Int64Counter(

@@ -167,7 +167,7 @@ func AssertEqualK8sObjectLinkRedisLatency(t *testing.T, tt *componenttest.Teleme
 func AssertEqualK8sObjectLinkRedisReconciled(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_redis_reconciled",
-		Description: "Records written from memory to Redis after an outage, by result: written, conflict. [Alpha]",
+		Description: "Records written from memory to Redis after an outage, or written back after Redis lost its records, by result: written, conflict. [Alpha]",
 		Unit:        "{record}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -176,6 +176,22 @@ func AssertEqualK8sObjectLinkRedisReconciled(t *testing.T, tt *componenttest.Tel
 		},
 	}
 	got, err := tt.GetMetric("otelcol_k8s_object_link_redis_reconciled")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualK8sObjectLinkRedisResets(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_redis_resets",
+		Description: "Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. [Alpha]",
+		Unit:        "{reset}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_redis_resets")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

@@ -29,6 +29,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sObjectLinkRedisErrors.Add(context.Background(), 1)
 	tb.K8sObjectLinkRedisLatency.Record(context.Background(), 1)
 	tb.K8sObjectLinkRedisReconciled.Add(context.Background(), 1)
+	tb.K8sObjectLinkRedisResets.Add(context.Background(), 1)
 	tb.K8sObjectLinkRedisRoundTrips.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansDropped.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansHeld.Add(context.Background(), 1)
@@ -64,6 +65,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkRedisReconciled(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkRedisResets(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkRedisRoundTrips(t, testTel,
