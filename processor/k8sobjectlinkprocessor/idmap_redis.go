@@ -42,13 +42,20 @@ type redisStore struct {
 
 	roundTrips atomic.Int64 // for benchmarks and tests: pipelines sent
 
-	token  string         // this replica's epoch token, written when it finds none (see idmap_reset.go)
-	recent *recentRecords // the records used last, written back when Redis lost its records
+	// Noticing a Redis that lost its records (idmap_reset.go); off for Redis Cluster.
+	epochCheck  bool
+	epochKey    string
+	token       string         // this replica's epoch token, written when it finds none
+	recent      *recentRecords // the records used last, written back when Redis lost them
+	sent        atomic.Uint64  // pipelines sent, in order, so that only the latest answer counts
+	writingBack atomic.Bool
+	background  sync.WaitGroup // the write-back after a loss
 
 	logs *logLimiter // every run-time error is logged, at most once per reason per minute
 
 	mu         sync.Mutex
-	epoch      string // the epoch token seen on the last round trip; "" before the first
+	epoch      string // the epoch token seen last; "" before the first
+	epochSeq   uint64 // the pipeline whose answer set epoch
 	down       bool
 	downReason string // the reason last reported through componentstatus
 	pending    []Op
@@ -91,6 +98,7 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 		logger:     logger,
 		maxBackoff: cfg.RetryMaxBackoff,
 		maxPending: cfg.MaxPendingWrites,
+		epochKey:   cfg.KeyPrefix + epochKey,
 		token:      newEpochToken(),
 		recent:     newRecentRecords(recentRecordsSize),
 		onStatus:   func(error) {},
@@ -99,6 +107,8 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 		probeDone:  make(chan struct{}),
 		probeAwake: make(chan struct{}, 1),
 	}
+	_, cluster := s.client.(*redis.ClusterClient)
+	s.epochCheck = !cluster
 	go s.probeLoop()
 	return s, nil
 }
@@ -217,7 +227,7 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 		lost, err := s.roundTrip(ctx, ops, remote)
 		if err == nil {
 			if lost {
-				s.afterLoss(ctx)
+				s.noticeLoss(ctx)
 			}
 			return nil
 		}
@@ -244,15 +254,19 @@ func (s *redisStore) Local(ops []Op) bool {
 
 // roundTrip sends the ops at the given indexes as one pipeline and writes the answers back. The
 // pipeline also carries the epoch check; lost reports that Redis lost its records since this
-// replica's last round trip.
+// replica last looked.
 func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost bool, err error) {
 	// The caller's cancellation (a webhook request the apiserver gave up on) says nothing about
 	// Redis; only our own timeout bounds the call, so that only Redis's failure marks it down.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	pipe := s.client.Pipeline()
-	epoch := pipe.Do(ctx, "SET", s.prefix+epochKey, s.token, "NX", "GET")
-	cmds := make([]redis.Cmder, len(idx))
+	var epoch *redis.StringCmd
+	if s.epochCheck {
+		epoch = pipe.Get(ctx, s.epochKey)
+	}
+	seq := s.sent.Add(1)
+	cmds := make([]redis.Cmder, len(idx), len(idx)+1)
 	for j, i := range idx {
 		op := &ops[i]
 		key := s.prefix + op.Key
@@ -283,14 +297,21 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 		return false, err
 	}
 	if err != nil {
-		for _, c := range append(cmds, epoch) {
+		all := cmds
+		if epoch != nil {
+			all = append(all, epoch)
+		}
+		for _, c := range all {
 			if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) && !isRecordError(cerr) {
 				return false, cerr
 			}
 		}
 	}
-	if reply, eerr := epoch.Text(); eerr == nil || errors.Is(eerr, redis.Nil) {
-		lost = s.checkEpoch(reply, eerr != nil)
+	if epoch != nil {
+		var missing bool
+		if lost, missing = s.epochReply(epoch, seq); missing {
+			s.writeEpoch(ctx)
+		}
 	}
 	for j, i := range idx {
 		op := &ops[i]
@@ -447,7 +468,7 @@ func (s *redisStore) tryRecover() bool {
 		s.mu.Unlock()
 		lost, err := s.reconcile(batch)
 		if lost {
-			s.afterLoss(context.Background())
+			s.noticeLoss(context.Background())
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -496,5 +517,6 @@ func (s *redisStore) reconcile(batch []Op) (lost bool, err error) {
 func (s *redisStore) Close(ctx context.Context) error {
 	close(s.stopProbe)
 	<-s.probeDone
+	s.background.Wait()
 	return errors.Join(s.client.Close(), s.cache.Close(ctx))
 }

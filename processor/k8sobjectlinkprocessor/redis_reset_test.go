@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -50,8 +52,10 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 
 	// The race: h2 writes Pod X first.
 	h2.consume(audit(podX, "patch-x", at(5)))
-	// h1 makes a round trip (its own Pod Y again), notices, and writes back what it used last.
+	// h1 makes a round trip (its own Pod Y again), notices, and writes back what it used last,
+	// in the background.
 	h1.consume(audit(podY, "patch-y", at(6)))
+	waitFor(t, func() bool { return !h1.p.redis.writingBack.Load() })
 	// h2 now writes Pod Y: its record is back, so h2 does not emit Y's window span again.
 	h2.consume(audit(podY, "patch-y-again", at(7)))
 	h1.consume(audit(podZ, "patch-z", at(8)))
@@ -126,6 +130,41 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	}
 }
 
+// TestRedisRestartedEmptyIsNoticedByTheReplicaThatWroteTheEpoch covers one replica alone, the
+// writer of the epoch record, finding Redis empty: it must notice (its token is gone, even though
+// it writes the same token again) and write its records back.
+func TestRedisRestartedEmptyIsNoticedByTheReplicaThatWroteTheEpoch(t *testing.T) {
+	srv := startThrowawayRedis(t, 0)
+	cfg := redisConfig(t, srv.addr())
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	clk := newFakeClock(time.Now())
+	o := newObserved(t)
+	h := observedHarness(t, o, cfg, clk)
+	h.consume(audit(deploy, "create-deploy", base.Add(time.Second)))
+	h.consume(audit(rsA, "create-rs", base.Add(2*time.Second)))
+	if n := o.counter(t, "otelcol_k8s_object_link_redis_resets"); n != 0 {
+		t.Fatalf("%d resets counted before any restart", n)
+	}
+
+	srv.stop()
+	restarted := startThrowawayRedis(t, srv.port)
+	h.consume(audit(podA1, "create-pod", base.Add(3*time.Second)))
+	waitFor(t, func() bool { return !h.p.redis.writingBack.Load() })
+	if n := o.counter(t, "otelcol_k8s_object_link_redis_resets"); n != 1 {
+		t.Fatalf("the only replica counted %d resets, want 1", n)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: restarted.addr()})
+	defer raw.Close()
+	for _, obj := range []model.Object{deploy, rsA} {
+		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(obj.Key(), base)).Val() != 1 {
+			t.Errorf("the assignment of %s must be back in Redis", obj.Name)
+		}
+	}
+	if n := o.counter(t, "otelcol_k8s_object_link_redis_reconciled", attribute.String(attrResult, resultWritten)); n < 2 {
+		t.Errorf("redis_reconciled{result=written} = %d, want the written-back records counted", n)
+	}
+}
+
 // observedHarness is a harness whose processor reports to o's logger and meter provider.
 func observedHarness(t *testing.T, o *observed, cfg *Config, clk *fakeClock) *harness {
 	t.Helper()
@@ -139,4 +178,42 @@ func observedHarness(t *testing.T, o *observed, cfg *Config, clk *fakeClock) *ha
 	}
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 	return &harness{t: t, p: p, sink: sink, clock: clk}
+}
+
+// TestRecentRecordsKeepsTheLastDistinctRecordsInUse: repeated uses of one record take one slot;
+// a record used again once it is in the older half moves to the front instead of ageing out;
+// duplicate marks and expired records are never written back.
+func TestRecentRecordsKeepsTheLastDistinctRecordsInUse(t *testing.T) {
+	now := time.Unix(1000, 0)
+	later := now.Add(time.Hour)
+	r := newRecentRecords(4)
+	keys := func() []string {
+		var out []string
+		for _, op := range r.live(now) {
+			out = append(out, op.Key)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for range 10 {
+		r.add("a:hot", "v1", later)
+	}
+	r.add("d:mark", "", later)     // a duplicate mark: not remembered
+	r.add("r:gone", "owner", now)  // expired already
+	r.add("a:one", "v", later)     // ring: hot, gone, one
+	r.add("a:two", "v", later)     // ring: hot, gone, one, two (full, hot the oldest)
+	r.add("a:hot", "v2", later)    // hot moves to the front (its own slot was the next one)
+	r.add("n:three", "uid", later) // takes the expired record's slot
+	r.add("a:four", "v", later)    // the ring is full of live records: the oldest, one, goes
+	if got, want := keys(), []string{"a:four", "a:hot", "a:two", "n:three"}; !slices.Equal(got, want) {
+		t.Fatalf("live records %v, want %v", got, want)
+	}
+	for _, op := range r.live(now) {
+		if op.Key == "a:hot" && op.Value != "v2" {
+			t.Fatalf("a:hot holds %q, want its latest value", op.Value)
+		}
+		if op.Kind != OpSetIfAbsent {
+			t.Fatalf("%s is written back with kind %d, want SetIfAbsent", op.Key, op.Kind)
+		}
+	}
 }

@@ -138,7 +138,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkRedisResets, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_redis_resets",
-		metric.WithDescription("Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. [Alpha]"),
+		metric.WithDescription("Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. Not counted with Redis Cluster. [Alpha]"),
 		metric.WithUnit("{reset}"),
 	)
 	errs = errors.Join(errs, err)

@@ -183,7 +183,7 @@ func AssertEqualK8sObjectLinkRedisReconciled(t *testing.T, tt *componenttest.Tel
 func AssertEqualK8sObjectLinkRedisResets(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_redis_resets",
-		Description: "Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. [Alpha]",
+		Description: "Times this replica found that Redis had lost the ID map's records (restarted empty, flushed, failed over to a replica without them); each is followed by a write-back of the records it used last. Not counted with Redis Cluster. [Alpha]",
 		Unit:        "{reset}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
