@@ -1,0 +1,226 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The collector's own outages, staged on the real control plane (issue 22, item 7). The testbed's
+// apiserver retries a webhook batch for 8–10 s (--audit-webhook-initial-backoff 1s, see
+// distribution/apiserver-flags.md); every check compares the spans with the apiserver's own audit
+// log: each audited write of the scenario exactly one span.
+
+// outageDownFor is longer than the testbed webhook's retries, so the webhook alone loses batches.
+const outageDownFor = 20 * time.Second
+
+// TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile stops a collector for outageDownFor
+// in the middle of the deployment scenario and starts it again. The apiserver gives up on the
+// batches of the first seconds of the outage (its audit error counter says so); the collector
+// also tails the apiserver's audit log from a file_storage checkpoint, so the same events come in
+// through the file after the restart, and the processor's duplicate marks in Redis make the two
+// doors one span per write.
+func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	if !Check(t, "the collector has file_storage, the file exporter and k8s_object_link",
+		env.Components.Has("extensions", "file_storage") && env.Components.Has("exporters", "file") && env.Components.Has("processors", "k8s_object_link"),
+		"%v", env.Components) {
+		t.FailNow()
+	}
+	const name = "outage"
+	prefix := "e2e-" + name + ":"
+	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
+	dir := filepath.Join(env.OutDir, "storage-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(env.OutDir, name+"-spans.jsonl")
+	_ = os.Remove(out)
+	cfg := doorConfig(out, prefix)
+	cfg.Set("receivers.k8s_audit.files", []any{filepath.Join(env.StateDir, "audit.log")})
+	cfg.Set("receivers.k8s_audit.storage", "file_storage/"+name)
+	cfg.Set("extensions.file_storage/"+name+".directory", dir)
+	cfg.Set("service.extensions", []any{"file_storage/" + name})
+	c := env.StartExtraCollector(t, name, cfg)
+	env.Router.SetRoute(ToAll(c.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+
+	dropsBefore := webhookAuditErrors(t, env)
+	done := make(chan *ScenarioRun, 1)
+	go func() {
+		run, _ := env.RunScenario("deployment")
+		done <- run
+	}()
+	time.Sleep(time.Second)
+	stopAt := time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	time.Sleep(outageDownFor)
+	if err := c.start(); err != nil {
+		t.Fatalf("start again: %v", err)
+	}
+	run := <-done
+	if run.Err != nil {
+		t.Fatalf("scenario: %v", run.Err)
+	}
+	Check(t, "outage: the collector went down while the scenario ran", stopAt.Before(run.End),
+		"down at %s, scenario %s – %s", stopAt.Format(time.StampMilli), run.Start.Format(time.StampMilli), run.End.Format(time.StampMilli))
+
+	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	got := waitAuditSpans(t, out, logged)
+	// Reading the counter after the spans settled: the retries of the outage's batches are over.
+	dropped := webhookAuditErrors(t, env) - dropsBefore
+	t.Logf("the apiserver gave up on %d audit events during the outage", dropped)
+	Check(t, "outage: it outlasted the webhook's retries (the apiserver dropped audit events)", dropped > 0,
+		"apiserver_audit_error_total{plugin=webhook} grew by %d", dropped)
+	checkEachWriteOnce(t, "outage of "+outageDownFor.String()+", webhook and log file", logged, got)
+	Check(t, "outage: the file input resumed from its checkpoint", c.LogContains("Resuming the audit log from its checkpoint"), "log:\n%s", c.LogTail(30))
+}
+
+// TestAuditRollingRestartOfTwoReplicas restarts two collectors one after the other while the
+// deployment scenario runs, both behind one address (the router deals the apiserver's posts to
+// them in turn; a post to the one that is down fails and the apiserver retries it, reaching the
+// other). Webhook only: each restart is far within the retries. They share the Redis ID map.
+func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	const name = "rolling"
+	prefix := "e2e-" + name + ":"
+	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
+	outA, outB := filepath.Join(env.OutDir, name+"-a-spans.jsonl"), filepath.Join(env.OutDir, name+"-b-spans.jsonl")
+	_, _ = os.Remove(outA), os.Remove(outB)
+	a := env.StartExtraCollector(t, name+"-a", doorConfig(outA, prefix))
+	b := env.StartExtraCollector(t, name+"-b", doorConfig(outB, prefix))
+	env.Router.SetRoute(RoundRobin(a.AuditURL, b.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+
+	done := make(chan *ScenarioRun, 1)
+	go func() {
+		run, _ := env.RunScenario("deployment")
+		done <- run
+	}()
+	for _, c := range []*Collector{a, b} {
+		time.Sleep(time.Second)
+		if err := c.Restart(); err != nil {
+			t.Fatalf("restart %s: %v", c.Name, err)
+		}
+	}
+	run := <-done
+	if run.Err != nil {
+		t.Fatalf("scenario: %v", run.Err)
+	}
+	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	got := waitAuditSpans(t, "", logged, outA, outB)
+	checkEachWriteOnce(t, "rolling restart of two replicas", logged, got)
+	Check(t, "rolling restart: both replicas took posts", env.Router.Delivered(a.AuditURL) > 0 && env.Router.Delivered(b.AuditURL) > 0,
+		"delivered a=%d b=%d", env.Router.Delivered(a.AuditURL), env.Router.Delivered(b.AuditURL))
+}
+
+// doorConfig is a collector with the k8s_audit receiver (webhook on), k8s_object_link on the
+// shared Redis under prefix (its duplicate marks make every door and replica one span per event),
+// exporting to the file out.
+func doorConfig(out, prefix string) Config {
+	cfg := Config{}
+	cfg.Set("receivers.k8s_audit.cluster", ClusterName)
+	cfg.Set("processors.k8s_object_link.id_map.backend", "redis")
+	cfg.Set("processors.k8s_object_link.id_map.redis.addresses", []any{"127.0.0.1:6379"})
+	cfg.Set("processors.k8s_object_link.id_map.redis.key_prefix", prefix)
+	cfg.Set("exporters.file.path", out)
+	cfg.Set("exporters.file.flush_interval", "100ms")
+	cfg.Set("exporters.file.append", true) // a restart must not truncate what the first run wrote
+	cfg.SetPipeline("receivers", "k8s_audit")
+	cfg.SetPipeline("processors", "k8s_object_link")
+	cfg.SetPipeline("exporters", "file")
+	cfg.Set("service.telemetry.metrics.level", "none")
+	return cfg
+}
+
+// waitAuditSpans polls the file exporters' outputs (out and more) for up to a minute, until
+// every logged write has a span, and returns the span IDs by audit ID over all of them.
+func waitAuditSpans(t *testing.T, out string, logged map[string]string, more ...string) map[string][]string {
+	t.Helper()
+	files := more
+	if out != "" {
+		files = append([]string{out}, more...)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := map[string][]string{}
+		for _, f := range files {
+			for id, spans := range auditSpanIDsIn(t, f) {
+				got[id] = append(got[id], spans...)
+			}
+		}
+		missing := 0
+		for id := range logged {
+			if len(got[id]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			// A second more, so that a duplicate still in flight would be seen too.
+			time.Sleep(time.Second)
+			for _, f := range files {
+				for id, spans := range auditSpanIDsIn(t, f) {
+					if len(spans) > len(got[id]) {
+						got[id] = spans
+					}
+				}
+			}
+			return got
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkEachWriteOnce checks that every logged write has exactly one span.
+func checkEachWriteOnce(t *testing.T, what string, logged map[string]string, got map[string][]string) {
+	t.Helper()
+	var missing, doubled []string
+	for id, desc := range logged {
+		switch n := len(got[id]); {
+		case n == 0:
+			missing = append(missing, desc)
+		case n > 1:
+			doubled = append(doubled, desc+" ×"+strconv.Itoa(n))
+		}
+	}
+	Check(t, what+": the scenario's writes are in the audit log", len(logged) > 0, "")
+	Check(t, what+": every audited write has its span", len(missing) == 0,
+		"%d of %d writes without a span: %s", len(missing), len(logged), truncate(strings.Join(missing, "; "), 2000))
+	Check(t, what+": no write has two spans", len(doubled) == 0,
+		"%d writes with several spans: %s", len(doubled), truncate(strings.Join(doubled, "; "), 2000))
+}
+
+// webhookAuditErrors reads the apiserver's count of audit events its webhook backend gave up on.
+func webhookAuditErrors(t *testing.T, env *Env) int {
+	t.Helper()
+	metrics, err := env.RunKubectl("get", "--raw", "/metrics")
+	if err != nil {
+		t.Fatalf("apiserver metrics: %v\n%s", err, truncate(metrics, 500))
+	}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(metrics))
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_audit_error_total{") || !strings.Contains(line, `plugin="webhook"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("apiserver metrics: %q: %v", line, err)
+		}
+		total += int(v)
+	}
+	return total
+}
