@@ -174,7 +174,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			name: "gateway defaults: StatefulSet of 2, webhook Service, PDB, bundled Redis, certificates, NetworkPolicy",
 			want: []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "Service/kt-kubetrail-headless", "PodDisruptionBudget/kt-kubetrail",
 				"Deployment/kt-kubetrail-redis", "Service/kt-kubetrail-redis", "ClusterRole/kt-kubetrail", "ClusterRoleBinding/kt-kubetrail", "ServiceAccount/kt-kubetrail",
-				"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "Secret/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail"},
+				"Secret/kt-kubetrail-tls", "Secret/kt-kubetrail-apiserver-kubeconfig", "Secret/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail", "NetworkPolicy/kt-kubetrail-redis"},
 			absent: []string{"DaemonSet/kt-kubetrail"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				sts := objs["StatefulSet/kt-kubetrail"]
@@ -208,7 +208,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		{
 			name:   "daemonset: control-plane nodes tail the audit log, webhook off",
 			sets:   []string{"mode=daemonset", "daemonset.startAt=beginning"},
-			want:   []string{"DaemonSet/kt-kubetrail", "Deployment/kt-kubetrail-redis", "ClusterRole/kt-kubetrail"},
+			want:   []string{"DaemonSet/kt-kubetrail", "Deployment/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail-redis", "ClusterRole/kt-kubetrail"},
 			absent: []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "PodDisruptionBudget/kt-kubetrail", "Secret/kt-kubetrail-tls", "NetworkPolicy/kt-kubetrail"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				if e := dig(cfg, "receivers", "k8s_audit", "endpoint"); e != "" {
@@ -289,7 +289,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		{
 			name:   "external Redis with a password Secret, one replica, events off, config override",
 			sets:   []string{"redis.addresses={redis.example:6379}", "redis.passwordSecret.name=r", "redis.passwordSecret.key=pw", "gateway.replicas=1", "events.enabled=false", "config.processors.k8s_object_link.owner_wait=5s", "goMemLimit=500MiB"},
-			absent: []string{"Deployment/kt-kubetrail-redis"},
+			absent: []string{"Deployment/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail-redis"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				if p := dig(cfg, "processors", "k8s_object_link", "id_map", "redis", "password"); p != "${env:REDIS_PASSWORD}" {
 					t.Errorf("password %v", p)
@@ -938,6 +938,31 @@ func TestChartSecureByDefault(t *testing.T) {
 		}
 		if p := dig(cfg, "processors", "k8s_object_link", "id_map", "redis", "password"); p != "${env:REDIS_PASSWORD}" {
 			t.Errorf("id_map redis password %v", p)
+		}
+	})
+
+	t.Run("NetworkPolicy: the bundled Redis from the collector pods only", func(t *testing.T) {
+		np, redis := objs["NetworkPolicy/kt-kubetrail-redis"], objs["Deployment/kt-kubetrail-redis"]
+		if np == nil {
+			t.Fatalf("no NetworkPolicy/kt-kubetrail-redis among %v", keys(objs))
+		}
+		if got, want := dig(np, "spec", "podSelector", "matchLabels"), dig(redis, "spec", "selector", "matchLabels"); !reflect.DeepEqual(got, want) {
+			t.Errorf("policy selects %v, the Redis pods are %v", got, want)
+		}
+		if got := dig(np, "spec", "policyTypes"); !reflect.DeepEqual(got, []any{"Ingress"}) {
+			t.Errorf("policyTypes %v", got)
+		}
+		rules, _ := dig(np, "spec", "ingress").([]any)
+		want := []any{map[string]any{
+			"ports": []any{map[string]any{"protocol": "TCP", "port": "redis"}},
+			"from":  []any{map[string]any{"podSelector": map[string]any{"matchLabels": dig(sts, "spec", "selector", "matchLabels")}}},
+		}}
+		if !reflect.DeepEqual(rules, want) {
+			t.Errorf("ingress %v, want only the collector pods to the redis port: %v", rules, want)
+		}
+		ports := namedPorts(t, dig(redis, "spec", "template", "spec", "containers", 0, "ports"), "containerPort")
+		if ports["redis"] != 6379 {
+			t.Errorf("the policy's port name redis is %v on the Redis container", ports["redis"])
 		}
 	})
 

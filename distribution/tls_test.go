@@ -410,8 +410,9 @@ func TestChartCertificatesAuthenticateTheAPIServer(t *testing.T) {
 // TestTLSManifestWithGenCertsScript: distribution/kubernetes/gen-certs.sh makes the Secrets, the
 // NetworkPolicy and the kubeconfig the manifest needs: the Secret is the one the StatefulSet
 // mounts, with the keys it mounts; the Redis password Secret is the one the collector and Redis
-// read; the manifest's Service has no NodePort; and the manifest's receiver with the script's
-// certificates lets the script's kubeconfig in, and nobody else.
+// read; only the collector pods reach Redis; the manifest's Service has no NodePort; and the
+// manifest's receiver with the script's certificates lets the script's kubeconfig in, and nobody
+// else.
 func TestTLSManifestWithGenCertsScript(t *testing.T) {
 	requireBinary(t)
 	if _, err := exec.LookPath("openssl"); err != nil {
@@ -473,6 +474,16 @@ func TestTLSManifestWithGenCertsScript(t *testing.T) {
 	}
 	if pw := secretData(t, generated["Secret/redis-auth"], "password"); len(pw) < 32 {
 		t.Errorf("Redis password of %d characters", len(pw))
+	}
+	redisPolicy := manifest["NetworkPolicy/redis"]
+	if got, want := dig(redisPolicy, "spec", "podSelector", "matchLabels"), dig(manifest["Deployment/redis"], "spec", "template", "metadata", "labels"); got == nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the Redis NetworkPolicy selects %v, the Redis pods are %v", got, want)
+	}
+	if got, want := dig(redisPolicy, "spec", "ingress"), []any{map[string]any{
+		"ports": []any{map[string]any{"protocol": "TCP", "port": float64(6379)}},
+		"from":  []any{map[string]any{"podSelector": map[string]any{"matchLabels": dig(sts, "spec", "template", "metadata", "labels")}}},
+	}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("the Redis NetworkPolicy admits %v, want only the collector pods to 6379: %v", got, want)
 	}
 
 	np := generated["NetworkPolicy/otelcol-kubetrail"]
