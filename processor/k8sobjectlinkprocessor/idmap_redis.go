@@ -378,22 +378,30 @@ func (s *redisStore) fromMemory(ops []Op, idx []int) {
 		local = append(local, ops[i])
 	}
 	_ = s.cache.Do(context.Background(), local)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var writes []Op
 	for j, i := range idx {
 		ops[i].Found, ops[i].Value = local[j].Found, local[j].Value
 		if ops[i].Kind == OpGet || (ops[i].Kind == OpSetIfAbsent && local[j].Found) {
 			continue
 		}
-		if len(s.pending) >= s.maxPending {
-			s.runError(reasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
-			continue
-		}
-		s.pending = append(s.pending, ops[i])
+		writes = append(writes, ops[i])
 	}
+	s.addPending(writes)
 }
 
 var errPendingFull = errors.New("pending writes full")
+
+// addPending keeps writes for the replay after an outage, up to max_pending_writes; the rest are
+// counted and logged.
+func (s *redisStore) addPending(ops []Op) {
+	s.mu.Lock()
+	room := max(0, min(len(ops), s.maxPending-len(s.pending)))
+	s.pending = append(s.pending, ops[:room]...)
+	s.mu.Unlock()
+	for range ops[room:] {
+		s.runError(reasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
+	}
+}
 
 // markDown records a failed round trip or ping: counted and logged (rate-limited) every time,
 // and reported through componentstatus as a recoverable error when Redis goes down or the

@@ -173,15 +173,3 @@ func (s *redisStore) writeBack() {
 		s.markDown(err)
 	}
 }
-
-// addPending keeps writes for the replay after an outage, up to max_pending_writes; the rest are
-// counted and logged.
-func (s *redisStore) addPending(ops []Op) {
-	s.mu.Lock()
-	room := max(0, min(len(ops), s.maxPending-len(s.pending)))
-	s.pending = append(s.pending, ops[:room]...)
-	s.mu.Unlock()
-	for range ops[room:] {
-		s.runError(reasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
-	}
-}
