@@ -217,3 +217,46 @@ func TestRecentRecordsKeepsTheLastDistinctRecordsInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn: a foreign record of another type where
+// the epoch record belongs turns loss detection off, says so (a counted reply error, a WARN) and
+// costs no span.
+func TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn(t *testing.T) {
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer raw.Close()
+	if err := raw.HSet(context.Background(), cfg.IDMap.Redis.KeyPrefix+epochKey, "not", "a token").Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	o := newObserved(t)
+	h := observedHarness(t, o, cfg, newFakeClock(time.Now()))
+	h.consume(audit(deploy, "create-deploy", base.Add(time.Second)))
+	h.one("Deployment default/demo")
+	if n := o.counter(t, redisErrors, reason(reasonReply)); n < 1 {
+		t.Errorf("redis_errors{reason=reply} = %d, want the unreadable epoch record counted", n)
+	}
+	if o.logs.FilterMessageSnippet("epoch record unreadable").Len() == 0 {
+		t.Error("the unreadable epoch record must be logged")
+	}
+}
+
+// TestAnOutageLongerThanMaxPendingWritesIsCounted: writes made from memory during an outage
+// beyond max_pending_writes are counted (and logged) as not to be replayed, and the spans flow.
+func TestAnOutageLongerThanMaxPendingWritesIsCounted(t *testing.T) {
+	srv := startThrowawayRedis(t, 0)
+	cfg := redisConfig(t, srv.addr())
+	cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
+	cfg.IDMap.Redis.MaxPendingWrites = 1
+	srv.stop()
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	o := newObserved(t)
+	h := observedHarness(t, o, cfg, newFakeClock(time.Now()))
+	h.consume(audit(deploy, "create-deploy", base.Add(time.Second)), audit(rsA, "create-rs", base.Add(time.Second)))
+	h.one("Deployment default/demo")
+	h.one("ReplicaSet default/demo-a")
+	if n := o.counter(t, redisErrors, reason(reasonPendingFull)); n < 1 {
+		t.Errorf("redis_errors{reason=pending_full} = %d, want the writes past max_pending_writes counted", n)
+	}
+}
