@@ -884,16 +884,7 @@ func TestChartSecureByDefault(t *testing.T) {
 	})
 
 	t.Run("NetworkPolicy: the webhook port from the control plane only", func(t *testing.T) {
-		np := objs["NetworkPolicy/kt-kubetrail"]
-		if np == nil {
-			t.Fatalf("no NetworkPolicy/kt-kubetrail among %v", keys(objs))
-		}
-		if got, want := dig(np, "spec", "podSelector", "matchLabels"), dig(sts, "spec", "selector", "matchLabels"); !reflect.DeepEqual(got, want) {
-			t.Errorf("policy selects %v, the collector pods are %v", got, want)
-		}
-		if got := dig(np, "spec", "policyTypes"); !reflect.DeepEqual(got, []any{"Ingress"}) {
-			t.Errorf("policyTypes %v", got)
-		}
+		np := ingressPolicyOf(t, objs, "NetworkPolicy/kt-kubetrail", sts)
 		from := map[any][]any{} // port -> peers
 		for _, rule := range dig(np, "spec", "ingress").([]any) {
 			ports, _ := dig(rule, "ports").([]any)
@@ -942,16 +933,8 @@ func TestChartSecureByDefault(t *testing.T) {
 	})
 
 	t.Run("NetworkPolicy: the bundled Redis from the collector pods only", func(t *testing.T) {
-		np, redis := objs["NetworkPolicy/kt-kubetrail-redis"], objs["Deployment/kt-kubetrail-redis"]
-		if np == nil {
-			t.Fatalf("no NetworkPolicy/kt-kubetrail-redis among %v", keys(objs))
-		}
-		if got, want := dig(np, "spec", "podSelector", "matchLabels"), dig(redis, "spec", "selector", "matchLabels"); !reflect.DeepEqual(got, want) {
-			t.Errorf("policy selects %v, the Redis pods are %v", got, want)
-		}
-		if got := dig(np, "spec", "policyTypes"); !reflect.DeepEqual(got, []any{"Ingress"}) {
-			t.Errorf("policyTypes %v", got)
-		}
+		redis := objs["Deployment/kt-kubetrail-redis"]
+		np := ingressPolicyOf(t, objs, "NetworkPolicy/kt-kubetrail-redis", redis)
 		rules, _ := dig(np, "spec", "ingress").([]any)
 		want := []any{map[string]any{
 			"ports": []any{map[string]any{"protocol": "TCP", "port": "redis"}},
@@ -1011,6 +994,23 @@ func envFrom(container any, name string) any {
 		}
 	}
 	return nil
+}
+
+// ingressPolicyOf returns the rendered NetworkPolicy name after checking that it is an ingress
+// policy selecting the pods of workload (its spec.selector).
+func ingressPolicyOf(t *testing.T, objs map[string]map[string]any, name string, workload map[string]any) map[string]any {
+	t.Helper()
+	np := objs[name]
+	if np == nil {
+		t.Fatalf("no %s among %v", name, keys(objs))
+	}
+	if got, want := dig(np, "spec", "podSelector", "matchLabels"), dig(workload, "spec", "selector", "matchLabels"); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s selects %v, the pods are %v", name, got, want)
+	}
+	if got := dig(np, "spec", "policyTypes"); !reflect.DeepEqual(got, []any{"Ingress"}) {
+		t.Errorf("%s policyTypes %v", name, got)
+	}
+	return np
 }
 
 // TestChartPlainHTTPOnlyWhenAsked: plain HTTP takes gateway.tls.insecurePlainHTTP, and the notes
