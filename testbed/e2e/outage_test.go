@@ -75,7 +75,7 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 		"down at %s, scenario %s – %s", stopAt.Format(time.StampMilli), run.Start.Format(time.StampMilli), run.End.Format(time.StampMilli))
 
 	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
-	got := waitAuditSpans(t, out, logged)
+	got := waitAuditSpans(t, logged, out)
 	// Reading the counter after the spans settled: the retries of the outage's batches are over.
 	dropped := webhookAuditErrors(t, env) - dropsBefore
 	t.Logf("the apiserver gave up on %d audit events during the outage", dropped)
@@ -118,7 +118,7 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 		t.Fatalf("scenario: %v", run.Err)
 	}
 	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
-	got := waitAuditSpans(t, "", logged, outA, outB)
+	got := waitAuditSpans(t, logged, outA, outB)
 	checkEachWriteOnce(t, "rolling restart of two replicas", logged, got)
 	Check(t, "rolling restart: both replicas took posts", env.Router.Delivered(a.AuditURL) > 0 && env.Router.Delivered(b.AuditURL) > 0,
 		"delivered a=%d b=%d", env.Router.Delivered(a.AuditURL), env.Router.Delivered(b.AuditURL))
@@ -141,63 +141,6 @@ func doorConfig(out, prefix string) Config {
 	cfg.SetPipeline("exporters", "file")
 	cfg.Set("service.telemetry.metrics.level", "none")
 	return cfg
-}
-
-// waitAuditSpans polls the file exporters' outputs (out and more) for up to a minute, until
-// every logged write has a span, and returns the span IDs by audit ID over all of them.
-func waitAuditSpans(t *testing.T, out string, logged map[string]string, more ...string) map[string][]string {
-	t.Helper()
-	files := more
-	if out != "" {
-		files = append([]string{out}, more...)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got := map[string][]string{}
-		for _, f := range files {
-			for id, spans := range auditSpanIDsIn(t, f) {
-				got[id] = append(got[id], spans...)
-			}
-		}
-		missing := 0
-		for id := range logged {
-			if len(got[id]) == 0 {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) {
-			// A second more, so that a duplicate still in flight would be seen too.
-			time.Sleep(time.Second)
-			for _, f := range files {
-				for id, spans := range auditSpanIDsIn(t, f) {
-					if len(spans) > len(got[id]) {
-						got[id] = spans
-					}
-				}
-			}
-			return got
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-// checkEachWriteOnce checks that every logged write has exactly one span.
-func checkEachWriteOnce(t *testing.T, what string, logged map[string]string, got map[string][]string) {
-	t.Helper()
-	var missing, doubled []string
-	for id, desc := range logged {
-		switch n := len(got[id]); {
-		case n == 0:
-			missing = append(missing, desc)
-		case n > 1:
-			doubled = append(doubled, desc+" ×"+strconv.Itoa(n))
-		}
-	}
-	Check(t, what+": the scenario's writes are in the audit log", len(logged) > 0, "")
-	Check(t, what+": every audited write has its span", len(missing) == 0,
-		"%d of %d writes without a span: %s", len(missing), len(logged), truncate(strings.Join(missing, "; "), 2000))
-	Check(t, what+": no write has two spans", len(doubled) == 0,
-		"%d writes with several spans: %s", len(doubled), truncate(strings.Join(doubled, "; "), 2000))
 }
 
 // webhookAuditErrors reads the apiserver's count of audit events its webhook backend gave up on.
