@@ -4,16 +4,10 @@ package distribution_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,6 +20,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/internal/tlstest"
 )
 
 // The webhook's authentication through the real binary: with the receiver settings the shipped
@@ -36,67 +32,6 @@ import (
 
 // tlsDir is where the manifest and the chart mount the webhook's tls.crt, tls.key and ca.crt.
 const tlsDir = "/etc/otelcol-kubetrail-tls/"
-
-// testCA is a CA made by the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T, cn string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a certificate (PEM) and its key (PEM) signed by the CA.
-func (ca *testCA) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, dns []string, ips []net.IP) ([]byte, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     dns,
-		IPAddresses:  ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-}
 
 // kubeconfig is what the apiserver reads from its audit webhook kubeconfig.
 type kubeconfig struct {
@@ -321,8 +256,8 @@ func requireAuthenticatedOnly(t *testing.T, w webhook, caPEM []byte, serverName 
 	url := fmt.Sprintf("https://127.0.0.1:%d/audit/disttest", w.port)
 
 	requireRefused(t, "no client certificate", w, tlsConfig(t, caPEM, serverName, nil, nil), body)
-	stranger := newTestCA(t, "another-ca")
-	cert, key := stranger.issue(t, "kube-apiserver-audit", x509.ExtKeyUsageClientAuth, nil, nil)
+	stranger := tlstest.NewCA(t, "another-ca")
+	cert, key := stranger.Issue(t, "kube-apiserver-audit", x509.ExtKeyUsageClientAuth, nil, nil)
 	requireRefused(t, "a certificate of another CA with the allowed name", w, tlsConfig(t, caPEM, serverName, cert, key), body)
 
 	plain := &http.Client{Timeout: 10 * time.Second}
@@ -371,21 +306,21 @@ func TestTLSWebhookRequiresAnAllowedClientCertificate(t *testing.T) {
 		t.Fatalf("the manifest's allowed_client_names %v, want [kube-apiserver-audit]", got)
 	}
 	dir := t.TempDir()
-	ca := newTestCA(t, "kubetrail-test-ca")
-	serverCert, serverKey := ca.issue(t, "otelcol-kubetrail.kubetrail.svc", x509.ExtKeyUsageServerAuth, []string{"otelcol-kubetrail.kubetrail.svc"}, nil)
-	writeFiles(t, dir, map[string][]byte{"tls.crt": serverCert, "tls.key": serverKey, "ca.crt": ca.pem})
+	ca := tlstest.NewCA(t, "kubetrail-test-ca")
+	serverCert, serverKey := ca.Issue(t, "otelcol-kubetrail.kubetrail.svc", x509.ExtKeyUsageServerAuth, []string{"otelcol-kubetrail.kubetrail.svc"}, nil)
+	writeFiles(t, dir, map[string][]byte{"tls.crt": serverCert, "tls.key": serverKey, "ca.crt": ca.PEM})
 	w := startTLSWebhook(t, dir, receiver)
 
 	body, _ := auditBatch(t)
 	url := fmt.Sprintf("https://127.0.0.1:%d/audit/disttest", w.port)
 	for _, name := range []string{"system:node:worker-1", "kube-apiserver-audit-2", "Kube-Apiserver-Audit"} {
-		cert, key := ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil, nil)
-		if code, err := post(client(t, ca.pem, "otelcol-kubetrail.kubetrail.svc", cert, key), url, body); err != nil || code != http.StatusForbidden {
+		cert, key := ca.Issue(t, name, x509.ExtKeyUsageClientAuth, nil, nil)
+		if code, err := post(client(t, ca.PEM, "otelcol-kubetrail.kubetrail.svc", cert, key), url, body); err != nil || code != http.StatusForbidden {
 			t.Errorf("a CA-signed certificate for %q: %d, %v; want 403", name, code, err)
 		}
 	}
-	cert, key := ca.issue(t, "kube-apiserver-audit", x509.ExtKeyUsageClientAuth, nil, nil)
-	requireAuthenticatedOnly(t, w, ca.pem, "otelcol-kubetrail.kubetrail.svc", cert, key)
+	cert, key := ca.Issue(t, "kube-apiserver-audit", x509.ExtKeyUsageClientAuth, nil, nil)
+	requireAuthenticatedOnly(t, w, ca.PEM, "otelcol-kubetrail.kubetrail.svc", cert, key)
 }
 
 // TestChartCertificatesAuthenticateTheAPIServer: the certificates the chart generates, with the

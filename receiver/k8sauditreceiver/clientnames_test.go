@@ -1,15 +1,9 @@
 package k8sauditreceiver
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -20,47 +14,30 @@ import (
 
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
+
+	"github.com/kubetrail/kubetrail/internal/tlstest"
 )
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and client certificates it signed,
 // written to files the way an operator configures them.
 type testPKI struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	serial int64
+	dir  string
+	ca   *tlstest.CA
+	pool *x509.CertPool
 }
 
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, pool: x509.NewCertPool(), serial: 1}
-	p.pool.AddCert(ca)
-	p.write(t, "ca.crt", "CERTIFICATE", der)
+	p := &testPKI{dir: t.TempDir(), ca: tlstest.NewCA(t, "test-ca"), pool: x509.NewCertPool()}
+	p.pool.AppendCertsFromPEM(p.ca.PEM)
+	p.write(t, "ca.crt", p.ca.PEM)
 	return p
 }
 
-func (p *testPKI) write(t *testing.T, name, typ string, der []byte) string {
+func (p *testPKI) write(t *testing.T, name string, data []byte) string {
 	t.Helper()
 	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -69,27 +46,9 @@ func (p *testPKI) write(t *testing.T, name, typ string, der []byte) string {
 // issue signs a certificate; it returns the files' paths and the pair for a client.
 func (p *testPKI) issue(t *testing.T, name, cn string, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string, pair tls.Certificate) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames, IPAddresses: ips,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = p.write(t, name+".crt", "CERTIFICATE", der)
-	keyFile = p.write(t, name+".key", "EC PRIVATE KEY", keyDER)
-	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, keyPEM := p.ca.Issue(t, cn, usage, dnsNames, ips)
+	certFile, keyFile = p.write(t, name+".crt", certPEM), p.write(t, name+".key", keyPEM)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
