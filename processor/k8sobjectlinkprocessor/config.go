@@ -3,17 +3,14 @@ package k8sobjectlinkprocessor
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
-	"go.opentelemetry.io/collector/config/configtls"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/redisconf"
 )
 
 // Backend names of the ID map.
@@ -24,10 +21,10 @@ const (
 
 // Redis deployment modes.
 const (
-	RedisModeAuto       = ""
-	RedisModeStandalone = "standalone"
-	RedisModeSentinel   = "sentinel"
-	RedisModeCluster    = "cluster"
+	RedisModeAuto       = redisconf.ModeAuto
+	RedisModeStandalone = redisconf.ModeStandalone
+	RedisModeSentinel   = redisconf.ModeSentinel
+	RedisModeCluster    = redisconf.ModeCluster
 )
 
 // Config is the k8s_object_link processor's configuration.
@@ -87,16 +84,7 @@ type MemoryConfig struct {
 // RedisConfig is the shared ID map. One address is a standalone server, several are a Cluster,
 // and a sentinel_master_name makes them Sentinels.
 type RedisConfig struct {
-	Addresses          []string               `mapstructure:"addresses"`
-	Mode               string                 `mapstructure:"mode"`
-	SentinelMasterName string                 `mapstructure:"sentinel_master_name"`
-	DB                 int                    `mapstructure:"db"`
-	KeyPrefix          string                 `mapstructure:"key_prefix"`
-	Username           string                 `mapstructure:"username"`
-	Password           configopaque.String    `mapstructure:"password"`
-	TLS                configtls.ClientConfig `mapstructure:"tls"`
-	// Timeout bounds one pipelined round trip; the pipeline never waits longer than this.
-	Timeout time.Duration `mapstructure:"timeout"`
+	redisconf.Config `mapstructure:",squash"`
 	// RetryMaxBackoff caps the pause between reconnection attempts during an outage.
 	RetryMaxBackoff time.Duration `mapstructure:"retry_max_backoff"`
 	// MaxPendingWrites bounds the records written to memory during an outage that are replayed
@@ -129,9 +117,7 @@ func createDefaultConfig() *Config {
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
 			Redis: RedisConfig{
-				KeyPrefix:        "kubetrail:",
-				TLS:              configtls.ClientConfig{Insecure: true},
-				Timeout:          500 * time.Millisecond,
+				Config:           redisconf.Default(),
 				RetryMaxBackoff:  30 * time.Second,
 				MaxPendingWrites: 100_000,
 			},
@@ -200,59 +186,14 @@ func (r *RedisConfig) validate() error {
 	if len(r.Addresses) == 0 {
 		return errors.New("id_map.redis.addresses must name at least one host:port when id_map.backend is redis")
 	}
-	for i, a := range r.Addresses {
-		if err := validateHostPort(a); err != nil {
-			return fmt.Errorf("id_map.redis.addresses[%d]: %w", i, err)
-		}
-	}
-	if r.DB < 0 {
-		return fmt.Errorf("id_map.redis.db must not be negative, got %d", r.DB)
-	}
-	switch r.Mode {
-	case RedisModeAuto, RedisModeStandalone, RedisModeCluster:
-		if r.SentinelMasterName != "" {
-			return fmt.Errorf("id_map.redis.sentinel_master_name is only meaningful with mode sentinel (or mode unset), not %q", r.Mode)
-		}
-	case RedisModeSentinel:
-		if r.SentinelMasterName == "" {
-			return errors.New("id_map.redis.sentinel_master_name is required with mode sentinel")
-		}
-	default:
-		return fmt.Errorf("id_map.redis.mode %q is not one of standalone, sentinel, cluster", r.Mode)
-	}
-	if r.Mode == RedisModeStandalone && len(r.Addresses) > 1 {
-		return errors.New("id_map.redis.addresses must hold one address with mode standalone")
-	}
-	if r.Mode == RedisModeCluster && r.DB != 0 {
-		return errors.New("id_map.redis.db must be 0 with mode cluster")
-	}
-	if r.Timeout <= 0 {
-		return fmt.Errorf("id_map.redis.timeout must be positive, got %s", r.Timeout)
+	if err := r.Check("id_map.redis"); err != nil {
+		return err
 	}
 	if r.RetryMaxBackoff <= 0 {
 		return fmt.Errorf("id_map.redis.retry_max_backoff must be positive, got %s", r.RetryMaxBackoff)
 	}
 	if r.MaxPendingWrites < 0 {
 		return fmt.Errorf("id_map.redis.max_pending_writes must not be negative, got %d", r.MaxPendingWrites)
-	}
-	if err := r.TLS.Validate(); err != nil {
-		return fmt.Errorf("id_map.redis.tls: %w", err)
-	}
-	return nil
-}
-
-// validateHostPort accepts host:port with a non-empty host and a port in 1-65535 ("[::1]:6379"
-// for IPv6). go-redis would otherwise take "redis" for a host and fail only at the first dial.
-func validateHostPort(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %w", a, err)
-	}
-	if host == "" {
-		return fmt.Errorf("%q has no host", a)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("%q: port %q is not a number in 1-65535", a, port)
 	}
 	return nil
 }

@@ -97,19 +97,6 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-func TestRedisAddressesNeedHostAndPort(t *testing.T) {
-	for addr, ok := range map[string]bool{
-		"redis:6379": true, "10.0.0.1:6379": true, "[::1]:6379": true,
-		"redis": false, "": false, ":6379": false, "redis:": false, "redis:0": false, "redis:65536": false,
-		"redis:port": false, "::1": false,
-	} {
-		err := validateHostPort(addr)
-		if (err == nil) != ok {
-			t.Errorf("validateHostPort(%q) = %v, want valid=%v", addr, err, ok)
-		}
-	}
-}
-
 func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
 	tests := []struct {
 		name string

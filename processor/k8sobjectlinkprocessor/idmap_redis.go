@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/redisconf"
 	"github.com/kubetrail/kubetrail/internal/retry"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
@@ -66,30 +67,12 @@ type redisStore struct {
 }
 
 func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.TelemetryBuilder, logger *zap.Logger) (*redisStore, error) {
-	tlsCfg, err := cfg.TLS.LoadTLSConfig(context.Background())
+	client, err := cfg.Config.NewClient("id_map.redis", "kubetrail-k8s_object_link")
 	if err != nil {
-		return nil, fmt.Errorf("id_map.redis.tls: %w", err)
-	}
-	opts := &redis.UniversalOptions{
-		Addrs:         cfg.Addresses,
-		DB:            cfg.DB,
-		Username:      cfg.Username,
-		Password:      string(cfg.Password),
-		TLSConfig:     tlsCfg,
-		DialTimeout:   cfg.Timeout,
-		ReadTimeout:   cfg.Timeout,
-		WriteTimeout:  cfg.Timeout,
-		MaxRetries:    -1, // the store's own backoff decides when to try again, never the client
-		IsClusterMode: cfg.Mode == RedisModeCluster,
-		// The processor names itself so operators can see it in CLIENT LIST.
-		ClientName:      "kubetrail-k8s_object_link",
-		DisableIdentity: true,
-	}
-	if cfg.Mode == RedisModeSentinel || (cfg.Mode == RedisModeAuto && cfg.SentinelMasterName != "") {
-		opts.MasterName = cfg.SentinelMasterName
+		return nil, err
 	}
 	s := &redisStore{
-		client:     redis.NewUniversalClient(opts),
+		client:     client,
 		prefix:     cfg.KeyPrefix,
 		timeout:    cfg.Timeout,
 		cache:      cache,
@@ -126,7 +109,7 @@ func (s *redisStore) start() error {
 	if err == nil {
 		return nil
 	}
-	if isConfigError(err) {
+	if redisconf.IsConfigError(err) {
 		s.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reasonAuth)))
 		return fmt.Errorf("id_map.redis: Redis refused the configured credentials or database: %w", err)
 	}
@@ -137,37 +120,13 @@ func (s *redisStore) start() error {
 // errorReason classifies a failed round trip or ping.
 func errorReason(err error) string {
 	switch {
-	case isConfigError(err):
+	case redisconf.IsConfigError(err):
 		return reasonAuth
 	case errors.Is(err, context.DeadlineExceeded):
 		return reasonTimeout
 	default:
 		return reasonUnavailable
 	}
-}
-
-// configErrorPrefixes are the replies of a Redis (6, 7) that say the client's configuration is
-// wrong rather than that the server is unwell: authentication (HELLO … AUTH, AUTH), ACL
-// permissions, and SELECT of a database the server does not have.
-var configErrorPrefixes = []string{
-	"WRONGPASS", "NOAUTH", "NOPERM",
-	"ERR AUTH", "ERR invalid password", "ERR Client sent AUTH",
-	"ERR DB index", "ERR invalid DB index",
-}
-
-// isConfigError reports a Redis reply that a retry cannot fix.
-func isConfigError(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	for _, p := range configErrorPrefixes {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // runError counts a run-time error by reason and logs it, at most once per reason per minute
