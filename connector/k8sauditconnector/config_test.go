@@ -53,6 +53,12 @@ func TestConfigFromTestdata(t *testing.T) {
 		}},
 		{id: component.NewIDWithName(metadata.Type, "bad_env_pattern"), wantErr: "redact_env_names: error parsing regexp"},
 		{id: component.NewIDWithName(metadata.Type, "bad_annotation_pattern"), wantErr: "redact_annotations[1]: error parsing regexp"},
+		{id: component.NewIDWithName(metadata.Type, "shared_diff_base"), check: func(t *testing.T, c *Config) {
+			if sh := c.Conversion.SharedDiffBase.Get(); sh == nil || len(sh.Redis.Addresses) != 3 || sh.Redis.Mode != "cluster" || sh.MaxRecordBytes <= 0 {
+				t.Errorf("shared_diff_base = %+v", sh)
+			}
+		}},
+		{id: component.NewIDWithName(metadata.Type, "bad_shared_diff_base"), wantErr: "shared_diff_base.redis.addresses[0]:"},
 		{id: component.NewIDWithName(metadata.Type, "bad_cluster"), wantErr: "cluster:"},
 		{id: component.NewIDWithName(metadata.Type, "no_cluster"), wantErr: "cluster: required"},
 		{id: component.NewIDWithName(metadata.Type, "bad_format"), wantErr: "format:"},

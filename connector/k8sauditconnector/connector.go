@@ -69,6 +69,7 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 			CacheBytes:          tb.K8sAuditDiffCacheBytes,
 			CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
 			DiffsSkipped:        tb.K8sAuditDiffsSkipped,
+		DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
 			ReceiveLag:          tb.K8sAuditReceiveLag,
 		},
 		formats: map[string]metric.MeasurementOption{},
@@ -91,11 +92,11 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 	return c, nil
 }
 
-func (*auditConnector) Start(context.Context, component.Host) error { return nil }
+func (c *auditConnector) Start(ctx context.Context, _ component.Host) error { return c.conv.Start(ctx) }
 
 func (c *auditConnector) Shutdown(context.Context) error {
 	c.telemetry.Shutdown()
-	return nil
+	return c.conv.Close()
 }
 
 func (*auditConnector) Capabilities() consumer.Capabilities {

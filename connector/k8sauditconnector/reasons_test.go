@@ -19,6 +19,10 @@ var recordedReasons = map[string][]string{
 		reasonNoCluster, auditconv.ReasonConsumerPermanent,
 	},
 	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},
+	"diff_base_result": {
+		auditconv.ReasonSharedAdopted, auditconv.ReasonSharedWritten, auditconv.ReasonSharedSuperseded,
+		auditconv.ReasonSharedTooLarge, auditconv.ReasonSharedUnreadable, auditconv.ReasonSharedFailed,
+	},
 	"eviction_reason":     {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
 	"format":              {formatNative, formatAKS, formatGKE},
 	"input":               {inputConnector},

@@ -40,6 +40,8 @@ type Telemetry struct {
 	// DiffsSkipped counts writes left without a diff because their base was not the cached
 	// body (base_not_seen) or they arrived after a newer write (out_of_order).
 	DiffsSkipped metric.Int64Counter
+	// DiffBaseRecords counts the records of the shared diff base by result (ReasonShared*).
+	DiffBaseRecords metric.Int64Counter
 	// ReceiveLag is the time from an event's stageTimestamp to its arrival, in seconds.
 	ReceiveLag metric.Float64Histogram
 }
@@ -118,6 +120,22 @@ func AddWithReason(ctx context.Context, c metric.Int64Counter, n int, reason str
 	if n > 0 && c != nil {
 		c.Add(ctx, int64(n), WithReason(reason))
 	}
+}
+
+// Start connects the shared diff base, when one is configured; see sharedBases.start.
+func (c *Converter) Start(ctx context.Context) error {
+	if c.shared == nil {
+		return nil
+	}
+	return c.shared.start(ctx)
+}
+
+// Close lets the shared diff base's connections go.
+func (c *Converter) Close() error {
+	if c.shared == nil {
+		return nil
+	}
+	return c.shared.close()
 }
 
 // Convert turns the events of one cluster into spans, one ResourceSpans per object kind, and

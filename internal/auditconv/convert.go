@@ -89,6 +89,9 @@ type Converter struct {
 	// redacted values for the cache.
 	red          *redactor
 	cache        *objectCache // nil when diffs are off
+	// shared is the diff base shared with other replicas through Redis (shared_diff_base),
+	// nil when not configured.
+	shared       *sharedBases
 	scopeName    string
 	scopeVersion string
 	tel          Telemetry
@@ -123,6 +126,9 @@ func New(o Options) *Converter {
 	if o.Settings.DiffCacheSize > 0 {
 		c.cache = newObjectCache(o.Settings.DiffCacheSize, c.tel.cacheObjects())
 		c.cache.boundBytes(o.Settings.DiffCacheMaxBytes, c.tel.cacheBytes(), c.tel.cacheEviction())
+		if sh := o.Settings.SharedDiffBase.Get(); sh != nil {
+			c.shared = newSharedBases(*sh, o.Settings.Window, c.tel.DiffBaseRecords, c.logger)
+		}
 	}
 	return c
 }
@@ -167,9 +173,17 @@ func (s *Stats) drop(reason string, n int) {
 
 // convert turns the events of one cluster into spans, one ResourceSpans per kind.
 func (c *Converter) convert(cluster string, events []Event, st *Stats) ptrace.Traces {
+	if c.shared != nil {
+		return c.convertShared(cluster, events, st)
+	}
+	return c.convertBatch(cluster, events, st, nil)
+}
+
+// convertBatch converts the events, taking the shared bodies sb read (nil: no shared base).
+func (c *Converter) convertBatch(cluster string, events []Event, st *Stats, sb *sharedBatch) ptrace.Traces {
 	b := model.NewTracesBuilder(c.scopeName, c.scopeVersion)
 	for i := range events {
-		c.convertEvent(b, cluster, &events[i], st)
+		c.convertEvent(b, cluster, &events[i], st, sb)
 	}
 	return b.Traces()
 }
@@ -261,12 +275,12 @@ func validDelimited(ev *Event) bool {
 // convertEvent appends the span of one event, unless keep refuses it. Each step reads and
 // fills the eventSpan: the object the event concerns, the bodies that describe it, the span and
 // its attributes, then what the bodies and the object cache add (error, patch, diff, snapshot).
-func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Event, st *Stats) {
+func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Event, st *Stats, sb *sharedBatch) {
 	if !c.keep(ev, st) {
 		return
 	}
 	var e eventSpan // on the stack, bodies included: no allocation per event
-	e.st = st
+	e.st, e.shared = st, sb
 	c.begin(&e, cluster, ev)
 	c.readBodies(&e)
 	c.completeIdentity(&e)
@@ -282,6 +296,8 @@ func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Eve
 // describe that object and the span being built. convertEvent's steps fill it in order.
 type eventSpan struct {
 	st     *Stats // the batch's counts
+	// shared is what the batch read from the shared diff base; nil without one.
+	shared *sharedBatch
 	ev     *Event
 	ref    *objectReference
 	obj    model.Object
@@ -336,18 +352,24 @@ func (c *Converter) begin(e *eventSpan, cluster string, ev *Event) {
 	e.failed = e.code >= 400 || ev.Stage == stagePanic
 	e.redact = c.redact.match(ref.APIGroup, ref.Resource, "") || carriesCredentials(ref.APIGroup, ref.Resource)
 
-	e.obj = model.Object{
+	e.obj = c.objectOf(cluster, ref)
+}
+
+// objectOf is the object an objectRef names, as far as the reference tells.
+func (c *Converter) objectOf(cluster string, ref *objectReference) model.Object {
+	obj := model.Object{
 		Cluster: cluster, Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource,
 		Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID,
 	}
-	if e.obj.Namespace != "" {
+	if obj.Namespace != "" {
 		// The apiserver reads /api/v1/namespaces/{name} as a namespace path, so every request
 		// on a Namespace but its create names the Namespace as its own namespace. A namespace
 		// on a cluster-scoped object would give it a second name key.
-		if info, ok := c.mapper.ByResource(e.obj.Group, e.obj.Resource); ok && !info.Namespaced {
-			e.obj.Namespace = ""
+		if info, ok := c.mapper.ByResource(obj.Group, obj.Resource); ok && !info.Namespaced {
+			obj.Namespace = ""
 		}
 	}
+	return obj
 }
 
 // readBodies finds the bodies that describe the object. The response body, when audited and
@@ -711,6 +733,9 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		return deletedBody
 	}
 	e := c.cache.entry(key, obj.UID)
+	if s.shared != nil && (ev.Verb == "update" || ev.Verb == "patch") {
+		c.shared.adopt(c.cache, s.shared, e, key, obj.UID, newRV)
+	}
 	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(w.auditID) {
 		// The apiserver answers a write that changes nothing with the object as it was, same
 		// resourceVersion. A redelivery has the same auditID; a new auditID is a no-op: it gets
@@ -795,6 +820,9 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	e.lastDiff, e.lastSkipped = d, !baseSeen
 	c.cache.setBody(e, kept, nodes)
 	e.rv = newRV
+	if s.shared != nil {
+		s.shared.touch(key)
+	}
 	if d != nil && isChange {
 		putDiff(span, *d, s.endTS)
 	}

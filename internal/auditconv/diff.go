@@ -252,10 +252,8 @@ func scalarEqual(a, b *flatBody, ai, bi int) bool {
 		if bytes.Equal(a.raw(ai), b.raw(bi)) {
 			return true
 		}
-		if a.nodes[ai].plain && b.nodes[bi].plain {
-			return false
-		}
-		return bytes.Equal(a.str(ai), b.str(bi))
+		as, bs := a.str(ai), b.str(bi)
+		return bytes.Equal(as, bs) || isMaskAndTag(as, bs)
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/collector/config/configoptional"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -43,6 +44,10 @@ type Settings struct {
 	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
 	// write's audit span to the trace that asked for it.
 	TraceContextAnnotation string `mapstructure:"trace_context_annotation"`
+
+	// SharedDiffBase, when set, shares each object's last body among replicas through Redis,
+	// so that N replicas behind one address diff every write as one collector would.
+	SharedDiffBase configoptional.Optional[SharedDiffBase] `mapstructure:"shared_diff_base"`
 
 	// Window is the object-span window; it must equal the k8s_object_link processor's window so
 	// that both derive the same IDs.
@@ -86,6 +91,7 @@ func DefaultSettings() Settings {
 		RedactAnnotations:      []string{DefaultRedactAnnotation},
 		Window:                 model.DefaultWindow,
 		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
+		SharedDiffBase:         configoptional.Default(defaultSharedDiffBase()),
 	}
 }
 
@@ -122,6 +128,13 @@ func (s *Settings) Validate() error {
 	}
 	if s.DiffCacheSize > 0 && s.DiffCacheMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("diff_cache_max_bytes: must be positive while diff_cache_size is, got %d (diff_cache_size: 0 turns diffs off)", s.DiffCacheMaxBytes))
+	}
+	if sh := s.SharedDiffBase.Get(); sh != nil {
+		if s.DiffCacheSize == 0 {
+			errs = append(errs, errors.New("shared_diff_base: diffs are off (diff_cache_size: 0), there is no base to share"))
+		} else if err := sh.validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := model.ValidateWindow(s.Window); err != nil {
 		errs = append(errs, err)

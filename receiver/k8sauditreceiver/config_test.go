@@ -80,6 +80,20 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("exclude = %v, cache = %d", cfg.Conversion.ExcludeResources, cfg.Conversion.DiffCacheSize)
 			}
 		}},
+		{name: "a shared diff base takes the Redis keys", id: component.MustNewIDWithName("k8s_audit", "shared_diff_base"), check: func(t *testing.T, cfg *Config) {
+			sh := cfg.Conversion.SharedDiffBase.Get()
+			if sh == nil || sh.Redis.Addresses[0] != "redis-0.redis:6379" || sh.Redis.Password != "from-a-secret" || sh.Redis.KeyPrefix != "prod:" ||
+				sh.Redis.Timeout != 250*time.Millisecond || sh.MaxRecordBytes != 32768 {
+				t.Errorf("shared_diff_base = %+v", sh)
+			}
+		}},
+		{name: "no shared diff base unless configured", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
+			if cfg.Conversion.SharedDiffBase.HasValue() {
+				t.Errorf("shared_diff_base is on by default: %+v", cfg.Conversion.SharedDiffBase.Get())
+			}
+		}},
+		{name: "a shared diff base needs an address", id: component.MustNewIDWithName("k8s_audit", "shared_diff_base_without_address"), wantErr: "shared_diff_base.redis.addresses must name"},
+		{name: "a shared diff base needs diffs", id: component.MustNewIDWithName("k8s_audit", "shared_diff_base_without_diffs"), wantErr: "shared_diff_base: diffs are off"},
 		{name: "a cluster name that is not one path segment is refused", id: component.MustNewIDWithName("k8s_audit", "bad_cluster"), wantErr: "cluster:"},
 		{name: "max_in_flight_bytes below max_request_body_size is refused", id: component.MustNewIDWithName("k8s_audit", "max_in_flight_too_small"), wantErr: "max_in_flight_bytes:"},
 		{name: "max_events_per_request must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_events"), wantErr: "max_events_per_request: must be positive"},
@@ -147,6 +161,7 @@ func TestUnknownKeysAreRefusedByName(t *testing.T) {
 		"misspelled_server_key":  `"max_request_body_sise"`,
 		"misspelled_tls_key":     "cert_fle",
 		"misspelled_exclude_key": "grop",
+		"misspelled_redis_key":   "adresses",
 	} {
 		t.Run(name, func(t *testing.T) {
 			sub, err := cm.Sub(component.MustNewIDWithName("k8s_audit", name).String())

@@ -26,6 +26,10 @@ var recordedReasons = map[string][]string{
 	},
 	"input":               {inputNameWebhook, inputNameFile},
 	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},
+	"diff_base_result": {
+		auditconv.ReasonSharedAdopted, auditconv.ReasonSharedWritten, auditconv.ReasonSharedSuperseded,
+		auditconv.ReasonSharedTooLarge, auditconv.ReasonSharedUnreadable, auditconv.ReasonSharedFailed,
+	},
 	"eviction_reason":     {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,

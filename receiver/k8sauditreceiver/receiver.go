@@ -76,6 +76,7 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 		CacheBytes:          tb.K8sAuditDiffCacheBytes,
 		CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
 		DiffsSkipped:        tb.K8sAuditDiffsSkipped,
+		DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
 		ReceiveLag:          tb.K8sAuditReceiveLag,
 	}
 	r.conv = auditconv.New(auditconv.Options{
@@ -91,6 +92,9 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.conv.Start(ctx); err != nil {
+		return err
+	}
 	bg, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 
@@ -223,7 +227,7 @@ func (r *auditReceiver) Shutdown(ctx context.Context) error {
 		errs = errors.Join(errs, r.storage.Close(ctx))
 		r.storage = nil
 	}
-	return errs
+	return errors.Join(errs, r.conv.Close())
 }
 
 // defaultShutdownBudget bounds the webhook's shutdown when the collector gives no deadline,

@@ -27,6 +27,7 @@ type TelemetryBuilder struct {
 	mu                          sync.Mutex
 	registrations               []metric.Registration
 	K8sAuditDedupBytes          metric.Int64UpDownCounter
+	K8sAuditDiffBaseRecords     metric.Int64Counter
 	K8sAuditDiffCacheBytes      metric.Int64UpDownCounter
 	K8sAuditDiffCacheEvictions  metric.Int64Counter
 	K8sAuditDiffCacheObjects    metric.Int64UpDownCounter
@@ -72,6 +73,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_audit_dedup_bytes",
 		metric.WithDescription("Estimated bytes held by the set of recently converted audit IDs that keeps a redelivered event from becoming a second span (bounded by dedup_max_bytes). [Alpha]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditDiffBaseRecords, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_diff_base_records",
+		metric.WithDescription("Records of the shared diff base (shared_diff_base) read or written, by result; failed counts the diffs a Redis outage cost (their writes say base_not_seen where no base was known). [Alpha]"),
+		metric.WithUnit("{records}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditDiffCacheBytes, err = builder.meter.Int64UpDownCounter(

@@ -20,6 +20,7 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.K8sAuditDedupBytes.Add(context.Background(), 1)
+	tb.K8sAuditDiffBaseRecords.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheBytes.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheObjects.Add(context.Background(), 1)
@@ -31,6 +32,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
 	AssertEqualK8sAuditDedupBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditDiffBaseRecords(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDiffCacheBytes(t, testTel,

@@ -26,6 +26,7 @@ type TelemetryBuilder struct {
 	meter                       metric.Meter
 	mu                          sync.Mutex
 	registrations               []metric.Registration
+	K8sAuditDiffBaseRecords     metric.Int64Counter
 	K8sAuditDiffCacheBytes      metric.Int64UpDownCounter
 	K8sAuditDiffCacheEvictions  metric.Int64Counter
 	K8sAuditDiffCacheObjects    metric.Int64UpDownCounter
@@ -68,6 +69,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.K8sAuditDiffBaseRecords, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_diff_base_records",
+		metric.WithDescription("Records of the shared diff base (shared_diff_base) read or written, by result; failed counts the diffs a Redis outage cost (their writes say base_not_seen where no base was known). [Alpha]"),
+		metric.WithUnit("{records}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sAuditDiffCacheBytes, err = builder.meter.Int64UpDownCounter(
 		"otelcol_k8s_audit_diff_cache_bytes",
 		metric.WithDescription("Estimated bytes held by the last-body cache: bodies (JSON, or parsed for the most recent), writes kept for conflict links, and the entries themselves. [Alpha]"),

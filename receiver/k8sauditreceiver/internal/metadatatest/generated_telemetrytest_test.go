@@ -19,6 +19,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	tb.K8sAuditDiffBaseRecords.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheBytes.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheEvictions.Add(context.Background(), 1)
 	tb.K8sAuditDiffCacheObjects.Add(context.Background(), 1)
@@ -30,6 +31,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
 	tb.K8sAuditRejectedRequests.Add(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
+	AssertEqualK8sAuditDiffBaseRecords(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditDiffCacheBytes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())

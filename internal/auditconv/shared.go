@@ -1,0 +1,352 @@
+package auditconv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/kubetrail/kubetrail/internal/redisconf"
+)
+
+// SharedDiffBase shares the last body of each object among the replicas of a gateway through
+// Redis, so that a write is diffed against the body its predecessor left whichever replica
+// received that predecessor (shared_diff_base).
+type SharedDiffBase struct {
+	Redis redisconf.Config `mapstructure:"redis"`
+	// MaxRecordBytes bounds one shared body, compressed: a larger body is kept by the replica
+	// that saw it and not shared.
+	MaxRecordBytes int `mapstructure:"max_record_bytes"`
+}
+
+// defaultMaxRecordBytes holds a compressed body of several hundred KB of JSON: a large
+// ConfigMap is not shared, every Pod and Deployment is (1–3 KB before compression).
+const defaultMaxRecordBytes = 64 << 10
+
+func defaultSharedDiffBase() SharedDiffBase {
+	return SharedDiffBase{Redis: redisconf.Default(), MaxRecordBytes: defaultMaxRecordBytes}
+}
+
+func (s *SharedDiffBase) validate() error {
+	if err := s.Redis.Check("shared_diff_base.redis"); err != nil {
+		return err
+	}
+	if s.MaxRecordBytes <= 0 {
+		return fmt.Errorf("shared_diff_base.max_record_bytes must be positive, got %d", s.MaxRecordBytes)
+	}
+	return nil
+}
+
+// Results of the shared diff base, as counted on otelcol_k8s_audit_diff_base_records.
+const (
+	// ReasonSharedAdopted: a body read from Redis, newer than this replica's, became the base.
+	ReasonSharedAdopted = "adopted"
+	// ReasonSharedWritten: a body this replica left became the shared one.
+	ReasonSharedWritten = "written"
+	// ReasonSharedSuperseded: Redis already held a newer body of the object than this one.
+	ReasonSharedSuperseded = "superseded"
+	// ReasonSharedTooLarge: a body larger compressed than max_record_bytes was not shared.
+	ReasonSharedTooLarge = "too_large"
+	// ReasonSharedUnreadable: a record in Redis that is not one this component wrote.
+	ReasonSharedUnreadable = "unreadable"
+	// ReasonSharedFailed: a record not read or not written because Redis did not answer.
+	ReasonSharedFailed = "failed"
+)
+
+// sharedKeyPart follows the key prefix in the key of an object's shared body; the object's name
+// key (cluster, group, resource, namespace, name) completes it.
+const sharedKeyPart = "diffbase:"
+
+// setIfNewer writes a record unless Redis holds one of a newer resourceVersion. Records start
+// with "<resourceVersion>\n"; versions made only of digits (every etcd-backed apiserver's)
+// compare as numbers, other versions always replace.
+var setIfNewer = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local rv = string.match(cur, '^([^\n]*)\n')
+  local new = ARGV[1]
+  if rv and string.match(rv, '^%d+$') and string.match(new, '^%d+$') then
+    if #rv > #new or (#rv == #new and rv >= new) then return 0 end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// sharedBases is the shared diff base: one pipelined read before a batch is converted (the
+// bodies of the objects it updates or patches) and one pipelined write after (the bodies it
+// left). A failed round trip costs diffs, never spans: the batch is converted against this
+// replica's own cache, which then says base_not_seen where it lacks a base, as without sharing.
+type sharedBases struct {
+	cfg       SharedDiffBase
+	client    redis.UniversalClient
+	ttl       time.Duration
+	records   metric.Int64Counter
+	logger    *zap.Logger
+	enc       *zstd.Encoder
+	dec       *zstd.Decoder
+}
+
+func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64Counter, logger *zap.Logger) *sharedBases {
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(16<<20))
+	return &sharedBases{cfg: cfg, ttl: ttl, records: records, logger: logger, enc: enc, dec: dec}
+}
+
+func (s *sharedBases) count(reason string, n int) {
+	if s.records != nil && n > 0 {
+		s.records.Add(context.Background(), int64(n), WithReason(reason))
+	}
+}
+
+// start connects. A reply saying that the configuration is wrong (a wrong password, a missing
+// permission) fails the component's start: it would not fix itself. An unreachable server does
+// not: batches are converted against this replica's cache until it answers.
+func (s *sharedBases) start(ctx context.Context) error {
+	client, err := s.cfg.Redis.NewClient("shared_diff_base.redis", "kubetrail-k8s_audit")
+	if err != nil {
+		return err
+	}
+	s.client = client
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.Timeout)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		if redisconf.IsConfigError(err) {
+			_ = client.Close()
+			s.client = nil
+			return fmt.Errorf("shared_diff_base.redis: %w", err)
+		}
+		s.logger.Warn("Redis of the shared diff base does not answer; diffs use this replica's own bodies until it does", zap.Error(err))
+	}
+	return nil
+}
+
+func (s *sharedBases) close() error {
+	if s.client == nil {
+		return nil
+	}
+	err := s.client.Close()
+	s.client = nil
+	return err
+}
+
+func (s *sharedBases) key(name string) string { return s.cfg.Redis.KeyPrefix + sharedKeyPart + name }
+
+// sharedBatch is what one batch read from the shared base and which objects' bodies it left.
+type sharedBatch struct {
+	records map[string][]byte // by name key: the record read, taken by the object's first write
+	touched map[string]bool   // name keys whose cached body the batch set
+	order   []string
+}
+
+func (b *sharedBatch) touch(key string) {
+	if b.touched == nil {
+		b.touched = map[string]bool{}
+	}
+	if !b.touched[key] {
+		b.touched[key] = true
+		b.order = append(b.order, key)
+	}
+}
+
+// read fetches, in one round trip, the shared bodies of the objects the batch updates or patches
+// successfully: the only writes diffed against a previous body.
+func (s *sharedBases) read(c *Converter, cluster string, events []Event) *sharedBatch {
+	b := &sharedBatch{}
+	if s.client == nil {
+		return b
+	}
+	var keys []string
+	seen := map[string]bool{}
+	var buf [128]byte
+	for i := range events {
+		ev := &events[i]
+		ref := ev.ObjectRef
+		if ev.Invalid != "" || ref == nil || ref.Name == "" || (ev.Verb != "update" && ev.Verb != "patch") ||
+			(ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 400) || c.filterReason(ev) != "" {
+			continue
+		}
+		obj := c.objectOf(cluster, ref)
+		k := string(obj.AppendNameKey(buf[:0]))
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
+	defer cancel()
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, s.key(k))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		s.count(ReasonSharedFailed, len(keys))
+		c.logger.Warn("Reading the shared diff base failed; this batch is diffed against this replica's own bodies", zap.Error(err))
+		return b
+	}
+	b.records = make(map[string][]byte, len(keys))
+	for i, cmd := range cmds {
+		if v, err := cmd.Bytes(); err == nil {
+			b.records[keys[i]] = v
+		}
+	}
+	return b
+}
+
+// adopt makes the shared body of the object the entry's, when it is newer than the entry's and
+// belongs to the same object, before the object's first write of the batch is diffed. newRV is
+// the version that write left: a record of that version is this very write, received by
+// another replica too, and is not a base. Callers hold the cache's lock.
+func (s *sharedBases) adopt(c *objectCache, b *sharedBatch, e *cacheEntry, key, uid, newRV string) {
+	rec, ok := b.records[key]
+	if !ok {
+		return
+	}
+	delete(b.records, key)
+	rv, recUID, z, ok := parseSharedRecord(rec)
+	if !ok {
+		s.count(ReasonSharedUnreadable, 1)
+		return
+	}
+	if uid == "" {
+		uid = e.uid
+	}
+	switch {
+	case rv == newRV || rv == e.rv:
+		return
+	case e.hasBody() && !rvOlder(e.rv, rv):
+		return // this replica's body is as new, or the versions do not compare
+	case uid != "" && recUID != "" && uid != recUID:
+		return // another object that held the name
+	}
+	body, err := s.dec.DecodeAll(z, c.storageFor(e)[:0])
+	if err != nil {
+		s.count(ReasonSharedUnreadable, 1)
+		return
+	}
+	if e.uid == "" {
+		e.uid = recUID
+	}
+	e.lastDiff, e.lastSkipped = nil, false
+	c.setBody(e, body, nil)
+	e.rv = rv
+	s.count(ReasonSharedAdopted, 1)
+}
+
+// write shares, in one round trip, the bodies the batch left, each unless Redis holds a newer
+// one. Redacted values leave as the constant mask: the tags that let one replica's diffs see a
+// secret change are keyed per process (see tagger), and a tag compares equal to the mask.
+func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
+	if s.client == nil || len(b.order) == 0 {
+		return
+	}
+	type rec struct {
+		key, rv string
+		val     []byte
+	}
+	recs := make([]rec, 0, len(b.order))
+	tooLarge := 0
+	c.mu.Lock()
+	for _, k := range b.order {
+		e := c.entries[k]
+		if e == nil || !e.hasBody() || e.rv == "" {
+			continue
+		}
+		body := e.body
+		if bytes.Contains(body, []byte(tagPrefix)) {
+			body = []byte(untag(string(body)))
+		}
+		val := make([]byte, 0, len(e.rv)+len(e.uid)+2+len(body)/3)
+		val = append(append(append(append(val, e.rv...), '\n'), e.uid...), '\n')
+		val = s.enc.EncodeAll(body, val)
+		if len(val) > s.cfg.MaxRecordBytes {
+			tooLarge++
+			continue
+		}
+		recs = append(recs, rec{key: k, rv: e.rv, val: val})
+	}
+	c.mu.Unlock()
+	s.count(ReasonSharedTooLarge, tooLarge)
+	if len(recs) == 0 {
+		return
+	}
+	ttl := s.ttl.Milliseconds()
+	run := func() ([]*redis.Cmd, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
+		defer cancel()
+		cmds := make([]*redis.Cmd, len(recs))
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, r := range recs {
+				cmds[i] = setIfNewer.EvalSha(ctx, p, []string{s.key(r.key)}, r.rv, r.val, ttl)
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
+		err = setIfNewer.Load(ctx, s.client).Err()
+		cancel()
+		if err == nil {
+			cmds, err = run()
+		}
+	}
+	if err != nil {
+		s.count(ReasonSharedFailed, len(recs))
+		s.logger.Warn("Writing the shared diff base failed; other replicas diff these objects' next writes without them", zap.Error(err))
+		return
+	}
+	written := 0
+	for _, cmd := range cmds {
+		if n, err := cmd.Int(); err == nil && n == 1 {
+			written++
+		}
+	}
+	s.count(ReasonSharedWritten, written)
+	s.count(ReasonSharedSuperseded, len(cmds)-written)
+}
+
+// parseSharedRecord splits "<resourceVersion>\n<uid>\n<zstd body>".
+func parseSharedRecord(rec []byte) (rv, uid string, body []byte, ok bool) {
+	i := bytes.IndexByte(rec, '\n')
+	if i <= 0 {
+		return "", "", nil, false
+	}
+	j := bytes.IndexByte(rec[i+1:], '\n')
+	if j < 0 {
+		return "", "", nil, false
+	}
+	return string(rec[:i]), string(rec[i+1 : i+1+j]), rec[i+2+j:], true
+}
+
+// isMaskAndTag reports whether two string values are the exported mask and a cache tag: a body
+// shared through Redis carries the mask where this replica's carries a tag, and the value
+// behind both is unknown to the comparison, so it is not a change.
+func isMaskAndTag(a, b []byte) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return string(a) == redacted && len(b) == len(redacted)+17 && bytes.HasPrefix(b, []byte(tagPrefix))
+}
+
+// convertShared is convert with the shared diff base around it.
+func (c *Converter) convertShared(cluster string, events []Event, st *Stats) ptrace.Traces {
+	b := c.shared.read(c, cluster, events)
+	t := c.convertBatch(cluster, events, st, b)
+	c.shared.write(c.cache, b)
+	return t
+}

@@ -1,0 +1,360 @@
+package auditconv
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	otelmetric "go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// sharedRedisAddr is the redis-server `make test` starts when none answers.
+const sharedRedisAddr = "127.0.0.1:6379"
+
+// sharedSettings are the defaults with a shared diff base on the test's redis-server, under a
+// key prefix of the test's own.
+func sharedSettings(t testing.TB, addr string) *Settings {
+	t.Helper()
+	s := defaultSettings()
+	sh := defaultSharedDiffBase()
+	sh.Redis.Addresses = []string{addr}
+	sh.Redis.KeyPrefix = fmt.Sprintf("kubetrail-test:%s:%d:", t.Name(), time.Now().UnixNano())
+	s.SharedDiffBase = configoptional.Some(sh)
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startedReplica is a converter of s, started, counting its diff-base records with counter.
+func startedReplica(t testing.TB, s *Settings, counter otelmetric.Int64Counter) *Converter {
+	t.Helper()
+	c := New(Options{Settings: *s, ScopeName: goldenScope, ScopeVersion: "test", Telemetry: Telemetry{DiffBaseRecords: counter}})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return c
+}
+
+// recordsCounter is the diff-base counter of a meter provider read by rd.
+func recordsCounter(t testing.TB, rd *metric.ManualReader) otelmetric.Int64Counter {
+	t.Helper()
+	mp := metric.NewMeterProvider(metric.WithReader(rd))
+	counter, err := mp.Meter("test").Int64Counter("otelcol_k8s_audit_diff_base_records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counter
+}
+
+// records reads the diff-base counter by result.
+func records(t testing.TB, rd *metric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := rd.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					r, _ := dp.Attributes.Value("reason")
+					got[r.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return got
+}
+
+// scenarioEvents are a scenario's recorded webhook events in arrival order.
+func scenarioEvents(t testing.TB, scenario string) []Event {
+	t.Helper()
+	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
+	if err != nil || len(posts) == 0 {
+		t.Fatalf("no webhook captures for %s: %v", scenario, err)
+	}
+	slices.Sort(posts)
+	var all []Event
+	for _, p := range posts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := decodeBody(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		all = append(all, events...)
+	}
+	return all
+}
+
+// diffsByAuditID converts the events in batches of size n, handing batch i to replica
+// i % len(replicas), and returns what each write's span says of its diff: the diff event's
+// attributes, or why it has none.
+func diffsByAuditID(events []Event, n int, replicas ...*Converter) map[string]string {
+	got := map[string]string{}
+	for i, b := 0, 0; i < len(events); i, b = i+n, b+1 {
+		var st Stats
+		td := replicas[b%len(replicas)].convert(goldenCluster, events[i:min(i+n, len(events))], &st)
+		for _, s := range allSpans(td) {
+			var parts []string
+			if v, ok := s.Attributes().Get(attrDiffSkipped); ok {
+				parts = append(parts, "skipped="+v.AsString())
+			}
+			if e, ok := spanEvent(s, model.EventObjectDiff); ok {
+				e.Attributes().Range(func(k string, v pcommon.Value) bool {
+					parts = append(parts, k+"="+v.AsString())
+					return true
+				})
+			}
+			slices.Sort(parts)
+			got[attrStr(s.Attributes(), model.AttrAuditID)] = strings.Join(parts, " ")
+		}
+	}
+	return got
+}
+
+// TestSharedDiffBaseGivesOneCollectorsDiffs replays every recorded scenario through two replicas
+// on one real redis-server, batches alternating between them, and requires every span's diff
+// (or the reason it has none) to be the one a single collector gives. Without the shared base
+// the same alternation gives other diffs, which the control below checks, so the comparison can
+// fail.
+func TestSharedDiffBaseGivesOneCollectorsDiffs(t *testing.T) {
+	requireSharedRedis(t)
+	for _, scenario := range scenarios(t) {
+		events := scenarioEvents(t, scenario)
+		for _, n := range []int{1, 7} {
+			t.Run(fmt.Sprintf("%s/batches_of_%d", scenario, n), func(t *testing.T) {
+				want := diffsByAuditID(events, n, newConverter(defaultSettings(), "test"))
+
+				s := sharedSettings(t, sharedRedisAddr)
+				rd := metric.NewManualReader()
+				counter := recordsCounter(t, rd)
+				a, b := startedReplica(t, s, counter), startedReplica(t, s, counter)
+				got := diffsByAuditID(events, n, a, b)
+				compareDiffs(t, want, got)
+				counts := records(t, rd)
+				if counts[ReasonSharedFailed] != 0 || counts[ReasonSharedUnreadable] != 0 {
+					t.Errorf("diff base records %v: none may fail or be unreadable", counts)
+				}
+
+				alone := diffsByAuditID(events, n, newConverter(defaultSettings(), "test"), newConverter(defaultSettings(), "test"))
+				if differs(want, alone) && counts[ReasonSharedAdopted] == 0 {
+					t.Errorf("replicas without a shared base diff otherwise, yet no body was adopted from Redis: %v", counts)
+				}
+			})
+		}
+	}
+}
+
+// TestTwoReplicasWithoutSharedBaseDiffOtherwise is the control: on the deployment scenario the
+// alternation itself changes diffs when nothing is shared (a skipped base, a missing diff).
+func TestTwoReplicasWithoutSharedBaseDiffOtherwise(t *testing.T) {
+	events := scenarioEvents(t, "deployment")
+	want := diffsByAuditID(events, 1, newConverter(defaultSettings(), "test"))
+	alone := diffsByAuditID(events, 1, newConverter(defaultSettings(), "test"), newConverter(defaultSettings(), "test"))
+	if !differs(want, alone) {
+		t.Fatal("two replicas without a shared base gave a single collector's diffs: the shared-base test could not fail")
+	}
+}
+
+func differs(a, b map[string]string) bool {
+	for id, v := range a {
+		if b[id] != v {
+			return true
+		}
+	}
+	return len(a) != len(b)
+}
+
+func compareDiffs(t *testing.T, want, got map[string]string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%d spans, a single collector gives %d", len(got), len(want))
+	}
+	bad := 0
+	for id, w := range want {
+		if g := got[id]; g != w {
+			if bad++; bad <= 5 {
+				t.Errorf("audit %s:\n  two replicas: %s\n  one collector: %s", id, g, w)
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("... %d spans differ in all", bad)
+	}
+}
+
+func requireSharedRedis(t testing.TB) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: sharedRedisAddr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("shared diff base tests need redis-server on %s (make redis): %v", sharedRedisAddr, err)
+	}
+}
+
+// TestSharedDiffBaseKeepsRedactedValuesOut: a Secret's body goes to Redis with its values
+// masked, never in clear or base64, and without the replica's tags; the next replica, whose own
+// body carries tags, does not take the mask for a change of a value that did not change.
+func TestSharedDiffBaseKeepsRedactedValuesOut(t *testing.T) {
+	requireSharedRedis(t)
+	s := sharedSettings(t, sharedRedisAddr)
+	rd := metric.NewManualReader()
+	counter := recordsCounter(t, rd)
+	a, b := startedReplica(t, s, counter), startedReplica(t, s, counter)
+	ref := objectReference{Resource: "secrets", Namespace: "default", Name: "creds", APIVersion: "v1"}
+	updated := ref
+	updated.UID, updated.ResourceVersion = "s-1", "1"
+
+	convertOne(t, a, event("c", "create", "alice", ref, 201, withRequest(secretBody("", secretValues[0])), withResponse(secretBody("1", secretValues[0]))))
+	client := redis.NewClient(&redis.Options{Addr: sharedRedisAddr})
+	defer client.Close()
+	key := s.SharedDiffBase.Get().Redis.KeyPrefix + sharedKeyPart + "c1/name//secrets/default/creds"
+	rec, err := client.Get(context.Background(), key).Bytes()
+	if err != nil {
+		t.Fatalf("the create's body was not shared under %s: %v", key, err)
+	}
+	rv, uid, z, ok := parseSharedRecord(rec)
+	if !ok || rv != "1" || uid != "s-1" {
+		t.Fatalf("record header = %q %q %v", rv, uid, ok)
+	}
+	body, err := a.shared.dec.DecodeAll(z, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range secretValues {
+		for _, form := range []string{v, base64.StdEncoding.EncodeToString([]byte(v))} {
+			if bytes.Contains(body, []byte(form)) {
+				t.Fatalf("secret value %q (as %q) went to Redis: %s", v, form, body)
+			}
+		}
+	}
+	if bytes.Contains(body, []byte(tagPrefix)) || !bytes.Contains(body, []byte(`"password":"<redacted>"`)) {
+		t.Fatalf("the shared body must carry the mask, not a tag: %s", body)
+	}
+
+	td, _ := convertOne(t, b, event("u", "update", "alice", updated, 200,
+		withRequest(secretBody("1", secretValues[0])), withResponse(strings.Replace(secretBody("2", secretValues[0]), `"team":"payments"`, `"team":"billing"`, 1))))
+	diff := diffOf(t, allSpans(td)[0])
+	if diff["metadata.annotations.team"] != `"payments" -> "billing"` {
+		t.Fatalf("the update was not diffed against the shared body: %v", diff)
+	}
+	for path := range diff {
+		if strings.HasPrefix(path, "data.") {
+			t.Fatalf("an unchanged secret value shows as changed across replicas: %v", diff)
+		}
+	}
+	if got := records(t, rd); got[ReasonSharedAdopted] != 1 {
+		t.Fatalf("records = %v, want one adopted", got)
+	}
+}
+
+// TestSharedDiffBaseFailures: what Redis cannot give costs diffs, counted, never spans.
+func TestSharedDiffBaseFailures(t *testing.T) {
+	requireSharedRedis(t)
+	update := func(id, rv string, replicas int) Event {
+		return event(id, "update", "alice", deployRef(rv), 200, withResponse(deployment(fmt.Sprint(mustAtoi(t, rv)+1), replicas, "nginx:1")))
+	}
+	create := event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("1", 1, "nginx:1")))
+
+	t.Run("unreachable", func(t *testing.T) {
+		s := sharedSettings(t, "127.0.0.1:1") // nothing listens on port 1
+		rd := metric.NewManualReader()
+		c := startedReplica(t, s, recordsCounter(t, rd)) // an absent Redis does not fail Start
+		td, _ := convertOne(t, c, create, update("u", "1", 3))
+		if td.SpanCount() != 2 {
+			t.Fatalf("spans = %d, want 2: an outage costs no span", td.SpanCount())
+		}
+		if d := diffOf(t, allSpans(td)[1]); d["spec.replicas"] != "1 -> 3" {
+			t.Fatalf("the replica's own body is the base in an outage: %v", d)
+		}
+		if got := records(t, rd); got[ReasonSharedFailed] != 2 {
+			t.Fatalf("records = %v, want the read and the write of the batch failed (2)", got)
+		}
+	})
+	t.Run("a configuration Redis refuses fails Start", func(t *testing.T) {
+		s := sharedSettings(t, sharedRedisAddr)
+		s.SharedDiffBase.Get().Redis.DB = 99 // a database the server does not have
+		c := New(Options{Settings: *s})
+		err := c.Start(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "shared_diff_base.redis") || !strings.Contains(err.Error(), "DB index") {
+			t.Fatalf("Start = %v, want Redis's refusal naming shared_diff_base.redis", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("unreadable record", func(t *testing.T) {
+		s := sharedSettings(t, sharedRedisAddr)
+		rd := metric.NewManualReader()
+		c := startedReplica(t, s, recordsCounter(t, rd))
+		client := redis.NewClient(&redis.Options{Addr: sharedRedisAddr})
+		defer client.Close()
+		key := s.SharedDiffBase.Get().Redis.KeyPrefix + sharedKeyPart + "c1/name/apps/deployments/default/demo"
+		if err := client.Set(context.Background(), key, "150\nd-1\nnot zstd", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		td, _ := convertOne(t, c, update("u", "98", 3))
+		if td.SpanCount() != 1 {
+			t.Fatalf("spans = %d", td.SpanCount())
+		}
+		if got := records(t, rd); got[ReasonSharedUnreadable] != 1 {
+			t.Fatalf("records = %v, want one unreadable", got)
+		}
+	})
+	t.Run("too large and superseded", func(t *testing.T) {
+		s := sharedSettings(t, sharedRedisAddr)
+		rd := metric.NewManualReader()
+		counter := recordsCounter(t, rd)
+		a := startedReplica(t, s, counter)
+		small := *s
+		sh := *s.SharedDiffBase.Get()
+		sh.MaxRecordBytes = 16
+		small.SharedDiffBase = configoptional.Some(sh)
+		tiny := startedReplica(t, &small, counter)
+		convertOne(t, tiny, create)
+		if got := records(t, rd); got[ReasonSharedTooLarge] != 1 || got[ReasonSharedWritten] != 0 {
+			t.Fatalf("records = %v, want one too_large and nothing written", got)
+		}
+		convertOne(t, a, create, update("u1", "1", 2), update("u2", "2", 3)) // leaves rv 3
+		b := startedReplica(t, s, counter)
+		convertOne(t, b, create) // rv 1 after Redis holds rv 3
+		if got := records(t, rd); got[ReasonSharedWritten] != 1 || got[ReasonSharedSuperseded] != 1 {
+			t.Fatalf("records = %v, want one written and one superseded", got)
+		}
+	})
+}
+
+func mustAtoi(t testing.TB, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
