@@ -190,6 +190,9 @@ func TestChartRendersValidConfigs(t *testing.T) {
 				if e := dig(cfg, "receivers", "k8s_audit", "endpoint"); e != "${env:POD_IP}:9880" {
 					t.Errorf("webhook endpoint %v", e)
 				}
+				if sh, idMap := dig(cfg, "receivers", "k8s_audit", "shared_diff_base", "redis"), dig(cfg, "processors", "k8s_object_link", "id_map", "redis"); sh == nil || !reflect.DeepEqual(sh, idMap) {
+					t.Errorf("shared diff base %v, want the ID map's Redis %v", sh, idMap)
+				}
 				if ty, np := dig(objs["Service/kt-kubetrail"], "spec", "type"), dig(objs["Service/kt-kubetrail"], "spec", "ports", 0, "nodePort"); ty != "ClusterIP" || np != nil {
 					t.Errorf("webhook Service type %v, nodePort %v; want ClusterIP without a nodePort", ty, np)
 				}
@@ -321,6 +324,18 @@ func TestChartRendersValidConfigs(t *testing.T) {
 				if d := dig(cfg, "connectors", "k8s_audit", "dedup_window"); d != float64(0) {
 					t.Errorf("dedup_window %v, want 0", d)
 				}
+				if sh, idMap := dig(cfg, "connectors", "k8s_audit", "shared_diff_base", "redis"), dig(cfg, "processors", "k8s_object_link", "id_map", "redis"); sh == nil || !reflect.DeepEqual(sh, idMap) {
+					t.Errorf("connector's shared diff base %v, want the ID map's Redis %v", sh, idMap)
+				}
+			},
+		},
+		{
+			name: "redis.sharedDiffBase=false: the ID map alone uses Redis",
+			sets: []string{"redis.sharedDiffBase=false"},
+			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				if sh := dig(cfg, "receivers", "k8s_audit", "shared_diff_base"); sh != nil || dig(cfg, "processors", "k8s_object_link", "id_map", "redis") == nil {
+					t.Errorf("shared_diff_base %v rendered, or the ID map lost its Redis", sh)
+				}
 			},
 		},
 		{
@@ -333,6 +348,9 @@ func TestChartRendersValidConfigs(t *testing.T) {
 				}
 				if p := dig(cfg, "processors", "k8s_object_link", "id_map"); p != nil {
 					t.Errorf("id_map %v without Redis", p)
+				}
+				if sh := dig(cfg, "receivers", "k8s_audit", "shared_diff_base"); sh != nil {
+					t.Errorf("shared_diff_base %v without Redis", sh)
 				}
 				if m := dig(cfg, "processors", "k8s_object_link", "id_map"); m != nil {
 					t.Errorf("id_map %v, want the memory default", m)

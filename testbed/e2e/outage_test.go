@@ -88,7 +88,8 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 // TestAuditRollingRestartOfTwoReplicas restarts two collectors one after the other while the
 // deployment scenario runs, both behind one address (the router deals the apiserver's posts to
 // them in turn; a post to the one that is down fails and the apiserver retries it, reaching the
-// other). Webhook only: each restart is far within the retries. They share the Redis ID map.
+// other). Webhook only: each restart is far within the retries. They share the Redis ID map and
+// the diff base: every write's diff agrees with what one collector gives.
 func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
@@ -120,12 +121,14 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
 	got := waitAuditSpans(t, logged, outA, outB)
 	checkEachWriteOnce(t, "rolling restart of two replicas", logged, got)
+	checkDiffsAsOneCollector(t, "rolling restart of two replicas", filepath.Join(env.StateDir, "audit.log"), run.Start, outA, outB)
 	Check(t, "rolling restart: both replicas took posts", env.Router.Delivered(a.AuditURL) > 0 && env.Router.Delivered(b.AuditURL) > 0,
 		"delivered a=%d b=%d", env.Router.Delivered(a.AuditURL), env.Router.Delivered(b.AuditURL))
 }
 
-// doorConfig is a collector with the k8s_audit receiver (webhook on), k8s_object_link on the
-// shared Redis under prefix (its duplicate marks make every door and replica one span per event),
+// doorConfig is a collector with the k8s_audit receiver (webhook on, its diff base shared), and
+// k8s_object_link on the shared Redis under prefix (its duplicate marks make every door and
+// replica one span per event),
 // exporting to the file out.
 func doorConfig(out, prefix string) Config {
 	cfg := Config{}
@@ -133,6 +136,8 @@ func doorConfig(out, prefix string) Config {
 	cfg.Set("processors.k8s_object_link.id_map.backend", "redis")
 	cfg.Set("processors.k8s_object_link.id_map.redis.addresses", []any{"127.0.0.1:6379"})
 	cfg.Set("processors.k8s_object_link.id_map.redis.key_prefix", prefix)
+	cfg.Set("receivers.k8s_audit.shared_diff_base.redis.addresses", []any{"127.0.0.1:6379"})
+	cfg.Set("receivers.k8s_audit.shared_diff_base.redis.key_prefix", prefix)
 	cfg.Set("exporters.file.path", out)
 	cfg.Set("exporters.file.flush_interval", "100ms")
 	cfg.Set("exporters.file.append", true) // a restart must not truncate what the first run wrote

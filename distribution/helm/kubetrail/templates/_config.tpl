@@ -6,6 +6,30 @@ full, so the webhook answers 503 and the apiserver retries (in mode managed the 
 through the k8s_audit connector to the log receiver); retries without a deadline.
 .Values.config is merged over it.
 */}}
+{{/*
+The Redis connection of the ID map and of the shared diff base: the same server, password and TLS.
+*/}}
+{{- define "kubetrail.redisConnection" -}}
+{{- $redis := include "kubetrail.redisAddresses" . | fromJsonArray -}}
+addresses: {{ toJson $redis }}
+key_prefix: {{ .Values.redis.keyPrefix | quote }}
+{{- if include "kubetrail.redisPasswordSecret" . }}
+password: ${env:REDIS_PASSWORD}
+{{- end }}
+{{- with .Values.redis.tls }}
+{{- if .enabled }}
+tls:
+  insecure: false
+  {{- if .caSecret }}
+  ca_file: /etc/otelcol-kubetrail-redis-tls/ca.crt
+  {{- end }}
+  {{- with .serverName }}
+  server_name_override: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "kubetrail.baseConfig" -}}
 {{- $gateway := eq .Values.mode "gateway" -}}
 {{- $managed := eq .Values.mode "managed" -}}
@@ -49,6 +73,12 @@ receivers:
     start_at: {{ .Values.daemonset.startAt }}
     {{- end }}
     window: {{ .Values.window }}
+    {{- if and $redis .Values.redis.sharedDiffBase }}
+    # Replicas share each object's last body, so every write is diffed as one collector would.
+    shared_diff_base:
+      redis:
+        {{- include "kubetrail.redisConnection" . | nindent 8 }}
+    {{- end }}
   {{- end }}
   {{- if .Values.events.enabled }}
   k8s_event_spans:
@@ -69,23 +99,7 @@ processors:
     id_map:
       backend: redis
       redis:
-        addresses: {{ toJson $redis }}
-        key_prefix: {{ .Values.redis.keyPrefix | quote }}
-        {{- if include "kubetrail.redisPasswordSecret" . }}
-        password: ${env:REDIS_PASSWORD}
-        {{- end }}
-        {{- with .Values.redis.tls }}
-        {{- if .enabled }}
-        tls:
-          insecure: false
-          {{- if .caSecret }}
-          ca_file: /etc/otelcol-kubetrail-redis-tls/ca.crt
-          {{- end }}
-          {{- with .serverName }}
-          server_name_override: {{ . | quote }}
-          {{- end }}
-        {{- end }}
-        {{- end }}
+        {{- include "kubetrail.redisConnection" . | nindent 8 }}
     {{- end }}
     owner_lookup:
       auth_type: serviceAccount
@@ -96,7 +110,11 @@ processors:
 connectors:
   # Audit events in the log records of logs/audit -> audit spans into traces (managed.connector).
   k8s_audit:
-    {{- mustMergeOverwrite (dict "cluster" .Values.clusterName "window" .Values.window) (deepCopy .Values.managed.connector) | toYaml | nindent 4 }}
+    {{- $shared := dict }}
+    {{- if and $redis .Values.redis.sharedDiffBase }}
+    {{- $shared = dict "shared_diff_base" (dict "redis" (include "kubetrail.redisConnection" . | fromYaml)) }}
+    {{- end }}
+    {{- mustMergeOverwrite (dict "cluster" .Values.clusterName "window" .Values.window) $shared (deepCopy .Values.managed.connector) | toYaml | nindent 4 }}
 {{- end }}
 exporters:
   otlp_grpc:

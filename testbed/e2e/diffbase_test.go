@@ -1,0 +1,154 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Diffs across replicas (issue 22, item 2), on the real control plane: the apiserver's own audit
+// log, converted by one converter in order, is what a single collector diffs; every write's
+// diff on two collectors sharing their diff base through Redis must agree with it.
+
+// diffSummary is what a span says of its diff: the diff event's attributes, or why it has none.
+func diffSummary(attrs map[string]any, events []SpanEvent) string {
+	var parts []string
+	if v, ok := attrs["k8s.object.diff.skipped"]; ok {
+		parts = append(parts, fmt.Sprint("skipped=", v))
+	}
+	for _, e := range events {
+		if e.Name != model.EventObjectDiff {
+			continue
+		}
+		for k, v := range e.Attributes {
+			parts = append(parts, fmt.Sprint(k, "=", v))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// diffBase is the resourceVersion a diff says it was computed from, "" when it names none.
+func diffBase(summary string) string {
+	for _, p := range strings.Fields(summary) {
+		if v, ok := strings.CutPrefix(p, "k8s.object.diff.base_resource_version="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// auditSpansIn reads the file exporter's audit spans.
+func auditSpansIn(t *testing.T, path string) Spans {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
+	var um ptrace.JSONUnmarshaler
+	var out Spans
+	for sc.Scan() {
+		td, err := um.UnmarshalTraces(sc.Bytes())
+		if err != nil {
+			continue // a line still being written
+		}
+		out = append(out, SpansFromTraces(td).OfType(model.SpanTypeAudit)...)
+	}
+	return out
+}
+
+// oneCollectorDiffs converts the apiserver's audit log with one converter, the receiver's
+// defaults, in the order the apiserver wrote it: the diffs a single collector gives. created are
+// the UIDs of the objects created at or after since, whose every write is in the log's range.
+func oneCollectorDiffs(t *testing.T, path string, since time.Time) (diffs map[string]string, created map[string]bool) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	conv := auditconv.New(auditconv.Options{Settings: auditconv.DefaultSettings()})
+	diffs, created = map[string]string{}, map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for sc.Scan() {
+		line := slices.Clone(sc.Bytes())
+		ev, err := conv.DecodeLine(line)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		var st auditconv.Stats
+		for _, s := range SpansFromTraces(conv.Convert(ClusterName, []auditconv.Event{ev}, &st)) {
+			diffs[s.Attr(model.AttrAuditID)] = diffSummary(s.Attributes, s.Events)
+			if s.Attr(model.AttrAuditVerb) == "create" && !s.Start.Before(since) && s.Attr(model.AttrObjectUID) != "" {
+				created[s.Attr(model.AttrObjectUID)] = true
+			}
+		}
+	}
+	return diffs, created
+}
+
+// checkDiffsAsOneCollector compares the diffs of the writes of objects created in the run,
+// exported by the replicas (one file each), with one collector's. A replica may say less, never
+// otherwise: a write it could not diff says so (k8s.object.diff.skipped), a diff against an
+// older body names that body's version (a batch still on its way to the other replica). Both
+// are counted, not failed. At least one write must be diffed against a body its predecessor,
+// received by the other replica, left in Redis.
+func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Time, outs ...string) {
+	t.Helper()
+	want, created := oneCollectorDiffs(t, auditLog, since)
+	type write struct {
+		replica int
+		span    *Span
+	}
+	byObject := map[string][]write{}
+	for i, out := range outs {
+		for _, s := range auditSpansIn(t, out) {
+			if uid := s.Attr(model.AttrObjectUID); created[uid] {
+				byObject[uid] = append(byObject[uid], write{i, s})
+			}
+		}
+	}
+	var wrong []string
+	same, skipped, olderBase, across := 0, 0, 0, 0
+	for _, writes := range byObject {
+		slices.SortFunc(writes, func(a, b write) int { return a.span.Start.Compare(b.span.Start) })
+		for i, w := range writes {
+			id := w.span.Attr(model.AttrAuditID)
+			got, exp := diffSummary(w.span.Attributes, w.span.Events), want[id]
+			switch {
+			case got == exp:
+				same++
+				if i > 0 && writes[i-1].replica != w.replica && strings.Contains(got, "k8s.object.diff.count") {
+					across++
+				}
+			case strings.HasPrefix(got, "skipped="):
+				skipped++
+			case got != "" && diffBase(got) != "" && diffBase(got) != diffBase(exp):
+				olderBase++
+			default:
+				wrong = append(wrong, fmt.Sprintf("%s %s: replica %d says %q, one collector %q", id, w.span.Name, w.replica, got, exp))
+			}
+		}
+	}
+	t.Logf("%s: %d writes diffed as one collector (%d of them after a write the other replica received), %d skipped, %d against an older named base",
+		what, same, across, skipped, olderBase)
+	Check(t, what+": no write's diff differs from one collector's", len(wrong) == 0,
+		"%d writes: %s", len(wrong), truncate(strings.Join(wrong, "; "), 3000))
+	Check(t, what+": writes are diffed against bodies the other replica left", across > 0,
+		"%d writes diffed as one collector, none after a write the other replica received", same)
+}
