@@ -87,8 +87,8 @@ type Converter struct {
 	redact       grSet
 	// red masks what redact_env_names and redact_annotations name in every body, and tags
 	// redacted values for the cache.
-	red          *redactor
-	cache        *objectCache // nil when diffs are off
+	red   *redactor
+	cache *objectCache // nil when diffs are off
 	// shared is the diff base shared with other replicas through Redis (shared_diff_base),
 	// nil when not configured.
 	shared       *sharedBases
@@ -295,7 +295,7 @@ func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Eve
 // eventSpan is one kept event on its way to a span: the object it concerns, the bodies that
 // describe that object and the span being built. convertEvent's steps fill it in order.
 type eventSpan struct {
-	st     *Stats // the batch's counts
+	st *Stats // the batch's counts
 	// shared is what the batch read from the shared diff base; nil without one.
 	shared *sharedBatch
 	ev     *Event

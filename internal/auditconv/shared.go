@@ -85,13 +85,13 @@ return 1
 // left). A failed round trip costs diffs, never spans: the batch is converted against this
 // replica's own cache, which then says base_not_seen where it lacks a base, as without sharing.
 type sharedBases struct {
-	cfg       SharedDiffBase
-	client    redis.UniversalClient
-	ttl       time.Duration
-	records   metric.Int64Counter
-	logger    *zap.Logger
-	enc       *zstd.Encoder
-	dec       *zstd.Decoder
+	cfg     SharedDiffBase
+	client  redis.UniversalClient
+	ttl     time.Duration
+	records metric.Int64Counter
+	logger  *zap.Logger
+	enc     *zstd.Encoder
+	dec     *zstd.Decoder
 }
 
 func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64Counter, logger *zap.Logger) *sharedBases {
