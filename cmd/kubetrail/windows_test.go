@@ -23,6 +23,12 @@ import (
 // recorded capture cut into several windows, as a collector with that window would have written it.
 func replayWithWindow(t *testing.T, scenario string, window time.Duration, more ...ptrace.Traces) []ptrace.Traces {
 	t.Helper()
+	return replayWith(t, scenario, window, func(*k8sobjectlinkprocessor.Config) {}, more...)
+}
+
+// replayWith is replayWithWindow with the processor's configuration changed by configure.
+func replayWith(t *testing.T, scenario string, window time.Duration, configure func(*k8sobjectlinkprocessor.Config), more ...ptrace.Traces) []ptrace.Traces {
+	t.Helper()
 	posts, _ := filepath.Glob(filepath.Join("../../testbed/fixtures", scenario, "audit-webhook", "*.json"))
 	if len(posts) == 0 {
 		t.Fatalf("no recorded webhook bodies for %s", scenario)
@@ -32,6 +38,7 @@ func replayWithWindow(t *testing.T, scenario string, window time.Duration, more 
 	pf := k8sobjectlinkprocessor.NewFactory()
 	pcfg := pf.CreateDefaultConfig().(*k8sobjectlinkprocessor.Config)
 	pcfg.Window = window
+	configure(pcfg)
 	proc, err := pf.CreateTraces(context.Background(), processortest.NewNopSettings(pf.Type()), pcfg, sink)
 	if err != nil {
 		t.Fatal(err)
@@ -133,3 +140,43 @@ func mapsEqual(a, b map[string][]string) bool {
 }
 
 type trailNode = trail.JSONNode
+
+// A trace past max_spans_per_trace goes on in continuation traces; the command follows them and
+// shows the same tree as from one trace. The recorded rollout, replayed with the smallest bound
+// the processor accepts, is cut into several traces.
+func TestContinuedTracesAreOneTree(t *testing.T) {
+	batches := replayWith(t, "deployment", 30*time.Minute, func(c *k8sobjectlinkprocessor.Config) { c.MaxSpansPerTrace = 100 })
+	traces := map[string]int{}
+	for _, td := range batches {
+		for _, rs := range td.ResourceSpans().All() {
+			for _, ss := range rs.ScopeSpans().All() {
+				for _, s := range ss.Spans().All() {
+					traces[s.TraceID().String()]++
+				}
+			}
+		}
+	}
+	if len(traces) < 2 {
+		t.Fatalf("the recorded rollout with max_spans_per_trace 100 is %d trace(s): nothing to follow", len(traces))
+	}
+	code, out, errOut := kubetrail(t, "trace", "deployment/demo", "-n", "default", "--source", "file="+recordedFile(t, "deployment"), "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	one := decodeTree(t, out)
+	// With --uid the window's trace ID is computed, not searched: only the continuation derived
+	// from it leads to the rest.
+	code, out, errOut = kubetrail(t, "trace", "deployment/demo", "-n", "default", "--cluster", "testbed", "--uid", one.UID,
+		"--since", "2026-11-21T10:00:00Z", "--until", "2026-11-21T11:00:00Z", "--source", "file="+writeJSONL(t, batches...), "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	cut := decodeTree(t, out)
+	if a, b := activityByObject(cut), activityByObject(one); !mapsEqual(a, b) {
+		t.Fatalf("continued traces differ from one trace:\ncontinued %v\none       %v", a, b)
+	}
+	if len(cut.Windows) != len(one.Windows) {
+		t.Fatalf("%d Deployment windows from continued traces, %d from one: a continuation is not a window", len(cut.Windows), len(one.Windows))
+	}
+	t.Logf("%d traces (spans per trace %v) merged into one tree of %d spans", len(traces), traces, countTree(cut))
+}

@@ -69,7 +69,7 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 			CacheBytes:          tb.K8sAuditDiffCacheBytes,
 			CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
 			DiffsSkipped:        tb.K8sAuditDiffsSkipped,
-		DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
+			DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
 			ReceiveLag:          tb.K8sAuditReceiveLag,
 		},
 		formats: map[string]metric.MeasurementOption{},

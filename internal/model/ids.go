@@ -19,7 +19,31 @@ const (
 	domainEventSpan   = "kubetrail/event-span/v1\x00"
 	// domainEventSeries is the span of a repeating Event's series (or one segment of it).
 	domainEventSeries = "kubetrail/event-series-span/v1\x00"
+	// domainContinuationTrace and domainContinuationSpan: a trace past the processor's span bound
+	// continues in another (see ContinuationTraceID).
+	domainContinuationTrace = "kubetrail/continuation-trace/v1\x00"
+	domainContinuationSpan  = "kubetrail/continuation-span/v1\x00"
 )
+
+// ContinuationTraceID is the trace that continues trace t once t holds the processor's bound of
+// spans (max_spans_per_trace): every replica derives the same one, and a reader that has t
+// computes where it goes on, and on from there.
+func ContinuationTraceID(t pcommon.TraceID) pcommon.TraceID {
+	var buf [64]byte
+	b := append(buf[:0], domainContinuationTrace...)
+	b = append(b, t[:]...)
+	return traceID(sha256.Sum256(b))
+}
+
+// ContinuationSpanID is the span, in the continuation trace t, that stands for the object span
+// span of the trace before: the spans of that object which overflow go under it.
+func ContinuationSpanID(span pcommon.SpanID, t pcommon.TraceID) pcommon.SpanID {
+	var buf [64]byte
+	b := append(buf[:0], domainContinuationSpan...)
+	b = append(b, span[:]...)
+	b = append(b, t[:]...)
+	return spanID(sha256.Sum256(b))
+}
 
 // ObjectSpanID is the span ID of the object span of key in the window starting at window.
 func ObjectSpanID(key Key, window time.Time) pcommon.SpanID {

@@ -27,7 +27,14 @@ const (
 	// LinkTypeRelated links an event span to the object span, in the span's window, of the
 	// Event's related object (the Node of a scheduling Event, the PVC of a mount failure).
 	LinkTypeRelated = "related"
+	// LinkTypeContinuation links an object's span in a continuation trace (a trace that goes on
+	// from one past max_spans_per_trace) to the object's span in the trace before.
+	LinkTypeContinuation = "continuation"
 )
+
+// AttrTraceContinues, on an object span in a continuation trace, is the ID (hex) of the trace it
+// goes on from.
+const AttrTraceContinues = "kubetrail.trace.continues"
 
 // DefaultTraceContextAnnotation is the object annotation that carries a W3C traceparent, as the
 // object-lifecycle tracing KEP (sig-instrumentation) names it.

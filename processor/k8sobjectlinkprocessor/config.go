@@ -13,6 +13,13 @@ import (
 	"github.com/kubetrail/kubetrail/internal/redisconf"
 )
 
+// defaultMaxSpansPerTrace and minMaxSpansPerTrace: see Config.MaxSpansPerTrace. Below 100 spans
+// a Deployment's rollout would be cut into pieces too small to read.
+const (
+	defaultMaxSpansPerTrace = 1500
+	minMaxSpansPerTrace     = 100
+)
+
 // Backend names of the ID map.
 const (
 	BackendMemory = "memory"
@@ -52,6 +59,11 @@ type Config struct {
 	// Without it they are lost and counted; with a persistent exporter queue that is full at
 	// shutdown (backend down), this is what keeps every acknowledged span.
 	Storage *component.ID `mapstructure:"storage"`
+
+	// MaxSpansPerTrace bounds the spans one trace gets (a window of a root object and everything
+	// it owns); past it the trace continues in a linked one (docs/design.md, Big objects). 0: no
+	// bound.
+	MaxSpansPerTrace int `mapstructure:"max_spans_per_trace"`
 
 	// APIServerJoin links the apiserver's own request spans with the audit spans of the same
 	// audit ID (join.go).
@@ -107,12 +119,16 @@ type OwnerLookupConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Window:        model.DefaultWindow,
-		Grace:         5 * time.Minute,
-		RelationTTL:   24 * time.Hour,
-		OwnerWait:     2 * time.Second,
-		MaxHeldSpans:  10000,
-		APIServerJoin: APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
+		Window:       model.DefaultWindow,
+		Grace:        5 * time.Minute,
+		RelationTTL:  24 * time.Hour,
+		OwnerWait:    2 * time.Second,
+		MaxHeldSpans: 10000,
+		// About 3 MB of OTLP at the 1.7–2.1 KB a span of the recorded scenarios takes (protobuf,
+		// diffs and snapshots included): within Tempo's default max_bytes_per_trace (5 MB) with
+		// room for the overshoot of one webhook batch per replica, and a trace Jaeger's UI draws.
+		MaxSpansPerTrace: defaultMaxSpansPerTrace,
+		APIServerJoin:    APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
 		IDMap: IDMapConfig{
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
@@ -143,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OwnerWait < 0 {
 		return fmt.Errorf("owner_wait must not be negative, got %s", c.OwnerWait)
+	}
+	if c.MaxSpansPerTrace != 0 && c.MaxSpansPerTrace < minMaxSpansPerTrace {
+		return fmt.Errorf("max_spans_per_trace must be 0 (no bound) or at least %d, got %d", minMaxSpansPerTrace, c.MaxSpansPerTrace)
 	}
 	if c.MaxHeldSpans < 0 {
 		return fmt.Errorf("max_held_spans must not be negative, got %d", c.MaxHeldSpans)

@@ -25,7 +25,7 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string // a substring naming the bad key
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
-			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second ||
+			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) {
 				t.Fatalf("defaults: %+v", c)
 			}
@@ -35,7 +35,7 @@ func TestLoadConfig(t *testing.T) {
 			if c.Window != time.Hour || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
 				r.KeyPrefix != "prod:" || r.Username != "kubetrail" || string(r.Password) != "s3cret" ||
 				r.Timeout != 250*time.Millisecond || r.TLS.Insecure || r.TLS.CAFile != "/etc/redis/ca.pem" ||
-				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 ||
+				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 || c.MaxSpansPerTrace != 4000 ||
 				c.Storage == nil || c.Storage.String() != "file_storage/held" ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: true, TTL: 30 * time.Second, MaxEntries: 1000, MaxBytes: 262144}) {
 				t.Fatalf("redis config: %+v", c)
@@ -58,6 +58,12 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("owner_lookup present must enable look-ups with defaults filled in: %+v", l)
 			}
 		}},
+		{name: "no_trace_bound", check: func(t *testing.T, c *Config) {
+			if c.MaxSpansPerTrace != 0 {
+				t.Fatalf("max_spans_per_trace = %d, want 0 (no bound)", c.MaxSpansPerTrace)
+			}
+		}},
+		{name: "small_trace_bound", wantErr: "max_spans_per_trace must be 0 (no bound) or at least 100, got 50"},
 		{name: "bad_window", wantErr: "window"},
 		{name: "bad_backend", wantErr: "id_map.backend"},
 		{name: "redis_without_addresses", wantErr: "id_map.redis.addresses"},

@@ -30,6 +30,9 @@ const (
 	OpSet
 	// OpDelete removes a record (undoing dedup marks of a batch the next consumer refused).
 	OpDelete
+	// OpIncr adds Value (a decimal number) to a counter record, creating it with ExpireAt when
+	// absent; Value then holds the counter's new total.
+	OpIncr
 )
 
 // Op is one record operation of a batch.
@@ -65,6 +68,9 @@ func assignmentKey(key model.Key, window time.Time) string {
 func relationKey(key model.Key) string  { return "r:" + string(key) }
 func nameKey(nameKey string) string     { return "n:" + nameKey }
 func dedupKey(id pcommon.SpanID) string { return "d:" + string(id[:]) }
+
+// spanCountKey is the counter of the spans put in a trace (max_spans_per_trace).
+func spanCountKey(id pcommon.TraceID) string { return "c:" + string(id[:]) }
 
 // assignment is an object's place in one window: the trace it joins (its root ancestor's), its
 // own object span ID and its parent (the owner's object span, empty for a root).

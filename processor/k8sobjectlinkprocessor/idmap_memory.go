@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -143,6 +144,20 @@ func (m *memoryStore) apply(op *Op, now int64) {
 		if ok {
 			m.remove(idx)
 		}
+	case OpIncr:
+		delta, _ := strconv.ParseInt(op.Value, 10, 64)
+		op.Found = ok
+		if !ok {
+			m.insert(k, op.Value, op.ExpireAt.UnixNano())
+			return
+		}
+		e := m.at(idx)
+		cur, _ := strconv.ParseInt(e.val, 10, 64)
+		v := strconv.FormatInt(cur+delta, 10)
+		m.bytes += int64(len(v)) - int64(len(e.val))
+		e.val, op.Value = v, v
+		m.touch(idx)
+		m.evict()
 	}
 }
 

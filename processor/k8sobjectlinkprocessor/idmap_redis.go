@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,6 +239,10 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 			cmds[j] = pipe.Do(ctx, "SET", key, op.Value, "PXAT", pxat(op.ExpireAt, time.Now()))
 		case OpDelete:
 			cmds[j] = pipe.Del(ctx, key)
+		case OpIncr:
+			delta, _ := strconv.ParseInt(op.Value, 10, 64)
+			cmds[j] = pipe.IncrBy(ctx, key, delta)
+			pipe.PExpireAt(ctx, key, time.UnixMilli(pxat(op.ExpireAt, time.Now())))
 		}
 	}
 	start := time.Now()
@@ -301,6 +306,10 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 			s.cacheSet(op.Value, op)
 		case OpDelete:
 			_ = s.cache.Do(ctx, []Op{{Kind: OpDelete, Key: op.Key}})
+		case OpIncr:
+			if v, err := cmds[j].(*redis.IntCmd).Result(); err == nil {
+				op.Found, op.Value = v != 0, strconv.FormatInt(v, 10)
+			}
 		}
 	}
 	return lost, nil

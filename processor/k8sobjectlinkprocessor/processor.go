@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,10 @@ type objectLinkProcessor struct {
 	// refresh in flight.
 	discovery *k8sconfig.DiscoveryMapper
 
-	store  Store
-	redis  *redisStore // nil with the memory backend
+	store Store
+	redis *redisStore // nil with the memory backend
+	// budget counts the spans of each trace for max_spans_per_trace (nil: no bound).
+	budget *traceBudget
 	lookup *ownerLookup
 	// newLookupClients builds the apiserver clients at Start; tests replace it.
 	newLookupClients func() (*k8sconfig.Clients, error)
@@ -113,6 +116,11 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	if cfg.MaxSpansPerTrace > 0 {
+		p.budget = newTraceBudget(cfg.MaxSpansPerTrace, cfg.Window, func(d int64) {
+			tel.K8sObjectLinkTraceCounts.Add(context.Background(), d)
+		})
+	}
 	if cfg.APIServerJoin.Enabled {
 		p.join = newJoinMap(cfg.APIServerJoin, clk.Now, func(reason string) {
 			tel.K8sObjectLinkApiserverJoinEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
@@ -373,7 +381,8 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		return res
 	}
 	p.resolveItems(r, items, &jb, now)
-	remove, toHold := p.rewriteActivitySpans(ctx, items, spans)
+	p.continueItems(r, items, now)
+	remove, toHold := p.rewriteActivitySpans(ctx, r, items, spans)
 	if p.join != nil {
 		p.joinAfter(ctx, items, remove, &jb, now)
 	}
@@ -382,6 +391,9 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		removeSpans(td, remove)
 	}
 	p.emitObjectSpans(ctx, td, r, &res)
+	for t, n := range r.spanCounts {
+		p.budget.add(t, n, now)
+	}
 	return res
 }
 
@@ -516,17 +528,69 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	if p.join != nil {
 		p.joinAudits(r, items, jb)
 	}
+	p.queueSpanCounts(r, now)
 	r.run()
 	r.report()
+}
+
+// queueSpanCounts sends, with the batch's first round trip, the spans this replica put in each
+// trace since the last one, and learns each trace's total from the answers.
+func (p *objectLinkProcessor) queueSpanCounts(r *resolver, now time.Time) {
+	pending := p.budget.take()
+	if len(pending) == 0 {
+		return
+	}
+	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
+	for t, n := range pending {
+		r.queue(Op{Kind: OpIncr, Key: spanCountKey(t), Value: strconv.FormatInt(n, 10), ExpireAt: expiry}, func(op *Op) {
+			p.budget.learn(t, op.Value, now)
+		})
+	}
+}
+
+// continueItems decides, for every settled object with activity spans in the batch, whether the
+// trace of its span is at max_spans_per_trace; those spans then go to the continuation trace,
+// under the object's continuation span there. Whoever sets a continuation span's mark first
+// emits it: one more round trip, in the batches that overflow a trace only.
+func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.Time) {
+	if p.budget == nil {
+		return
+	}
+	for i := range items {
+		if items[i].dup {
+			continue
+		}
+		n := items[i].node.resolve()
+		if n.state != stFinal || n.contChecked {
+			continue
+		}
+		n.contChecked = true
+		if d := p.budget.dest(n.asg.TraceID); d != n.asg.TraceID {
+			n.cont = d
+			r.continueIn(n, d)
+		}
+	}
+	if len(r.conts) == 0 {
+		return
+	}
+	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
+	for _, c := range r.conts {
+		r.queue(Op{Kind: OpSetIfAbsent, Key: dedupKey(c.span), ExpireAt: expiry}, func(op *Op) {
+			if !op.Found {
+				c.emit, c.mark = true, op.Key
+			}
+		})
+	}
+	r.flush()
 }
 
 // rewriteActivitySpans moves each settled item's span under its object's span (with an owner
 // link when the object's trace is not its owner's) and decides the rest: duplicates are marked
 // for removal (and counted), held items are marked for removal and returned in toHold, and spans
 // whose object stayed unsettled pass on as received. remove is indexed by span ordinal.
-func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, items []item, spans int) (remove []bool, toHold []int) {
+func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, r *resolver, items []item, spans int) (remove []bool, toHold []int) {
 	remove = make([]bool, spans)
-	duplicates := 0
+	duplicates, continued := 0, 0
 	for i := range items {
 		it := &items[i]
 		if it.dup {
@@ -550,8 +614,15 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, items []
 		}
 		s := it.span
 		n.observe(s)
-		s.SetTraceID(n.asg.TraceID)
-		s.SetParentSpanID(n.asg.SpanID)
+		if !n.cont.IsEmpty() {
+			s.SetTraceID(n.cont)
+			s.SetParentSpanID(model.ContinuationSpanID(n.asg.SpanID, n.cont))
+			continued++
+		} else {
+			s.SetTraceID(n.asg.TraceID)
+			s.SetParentSpanID(n.asg.SpanID)
+		}
+		r.countSpans(s.TraceID(), 1)
 		if it.uidFromName && n.obj.UID != "" {
 			s.Attributes().PutStr(model.AttrObjectUID, n.obj.UID)
 		}
@@ -567,6 +638,9 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, items []
 	}
 	if duplicates > 0 {
 		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, reasonDuplicate)))
+	}
+	if continued > 0 {
+		p.tel.K8sObjectLinkTraceContinuations.Add(ctx, int64(continued), metric.WithAttributes(attribute.String(attrSpan, spanActivity)))
 	}
 	return remove, toHold
 }
@@ -600,11 +674,25 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 	for _, n := range r.order {
 		if n.state == stFinal && n.won {
 			p.objectSpan(b, n)
+			r.countSpans(n.asg.TraceID, 1)
 			res.objects = append(res.objects, n)
 			emitted++
 		}
 	}
-	if emitted > 0 {
+	continued := 0
+	for _, c := range r.conts {
+		if c.emit {
+			p.continuationSpan(b, c)
+			r.countSpans(c.trace, 1)
+			// Like a duplicate mark: undone if the batch is refused, so its redelivery emits it.
+			res.marks = append(res.marks, c.mark)
+			continued++
+		}
+	}
+	if continued > 0 {
+		p.tel.K8sObjectLinkTraceContinuations.Add(ctx, int64(continued), metric.WithAttributes(attribute.String(attrSpan, spanContinuation)))
+	}
+	if emitted > 0 || continued > 0 {
 		p.tel.K8sObjectLinkObjectSpansEmitted.Add(ctx, int64(emitted))
 		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}

@@ -14,6 +14,7 @@ var recordedValues = map[string][]string{
 	"reconcile_result":     {resultWritten, resultConflict},
 	"join_source":          {sourceMemory, sourceRedis},
 	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused},
+	"continued_span":       {spanActivity, spanContinuation},
 	"release_reason":       {reasonOwnerFound, reasonHoldTimeout, reasonShutdown, reasonHoldFull},
 	"eviction_reason":      {reasonMaxEntries, reasonMaxBytes},
 	"join_eviction_reason": {reasonJoinExpired, reasonMaxEntries, reasonMaxBytes, reasonJoinPendingFull},
@@ -24,11 +25,11 @@ var recordedValues = map[string][]string{
 // enums (and so documentation.md) in step.
 func TestAttributeValuesMatchMetadata(t *testing.T) {
 	enumtest.Check(t, "metadata.yaml", recordedValues)
-	isKey := map[string]bool{attrResult: true, attrSource: true, attrReason: true}
+	isKey := map[string]bool{attrResult: true, attrSource: true, attrReason: true, attrSpan: true}
 	consts := enumtest.StringConsts(t, "telemetry.go")
 	enumtest.Declared(t, "telemetry.go", func(name string) bool { return !isKey[consts[name]] }, recordedValues)
 	var calls []enumtest.Call
-	for _, key := range []string{"attrResult", "attrSource", "attrReason"} {
+	for _, key := range []string{"attrResult", "attrSource", "attrReason", "attrSpan"} {
 		calls = append(calls, enumtest.Call{Func: "String", Arg: 1, Key: key})
 	}
 	calls = append(calls, enumtest.Call{Func: "metricSource"}, enumtest.Call{Func: "onEvict"}, enumtest.Call{Func: "runError"})

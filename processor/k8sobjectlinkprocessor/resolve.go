@@ -67,6 +67,11 @@ type node struct {
 	contexts []model.TraceContext
 	nodeName string
 
+	// cont is the continuation trace this batch's activity spans of the node go to, when the
+	// trace of its span is at max_spans_per_trace (contChecked: decided).
+	cont        pcommon.TraceID
+	contChecked bool
+
 	direct     bool // activity spans of this batch belong to it
 	force      bool // a span of it has waited owner_wait already: no more holding
 	dependents int
@@ -128,6 +133,45 @@ type resolver struct {
 	count   resolverCounts
 	writes  []Op // relation and name index writes, sent with the next round
 	lookups []*node
+
+	// conts are the continuation spans the batch needs (tracebudget.go), by span ID; spanCounts are
+	// the spans the batch put in each trace.
+	conts      map[pcommon.SpanID]*continuation
+	spanCounts map[pcommon.TraceID]int64
+}
+
+// continuation is an object's span in a continuation trace: the parent of its spans, and of the
+// objects it owns, that overflow the trace its own span is in.
+type continuation struct {
+	node  *node
+	trace pcommon.TraceID
+	span  pcommon.SpanID
+	emit  bool   // this replica set its mark first: it emits the span
+	mark  string // that mark, to undo if the batch is refused
+}
+
+// continueIn records that n's spans (or its owned objects') go on in trace t, and returns n's span
+// there.
+func (r *resolver) continueIn(n *node, t pcommon.TraceID) pcommon.SpanID {
+	id := model.ContinuationSpanID(n.asg.SpanID, t)
+	if r.conts == nil {
+		r.conts = map[pcommon.SpanID]*continuation{}
+	}
+	if _, ok := r.conts[id]; !ok {
+		r.conts[id] = &continuation{node: n, trace: t, span: id}
+	}
+	return id
+}
+
+// countSpans adds n spans put in trace t.
+func (r *resolver) countSpans(t pcommon.TraceID, n int64) {
+	if r.deps.budget == nil || t.IsEmpty() {
+		return
+	}
+	if r.spanCounts == nil {
+		r.spanCounts = map[pcommon.TraceID]int64{}
+	}
+	r.spanCounts[t] += n
 }
 
 // resolverDeps is what a resolver takes from the processor: the ID map, the owner look-up, the
@@ -142,6 +186,8 @@ type resolverDeps struct {
 	tel    *metadata.TelemetryBuilder
 	// forbidden is told of a look-up the apiserver refused for lack of RBAC.
 	forbidden forbiddenReporter
+	// budget says which traces are at max_spans_per_trace (nil: no bound).
+	budget *traceBudget
 
 	window, grace, relationTTL, ownerWait time.Duration
 }
@@ -160,6 +206,7 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		logger:      p.logger,
 		tel:         p.tel,
 		forbidden:   p,
+		budget:      p.budget,
 		window:      p.cfg.Window,
 		grace:       p.cfg.Grace,
 		relationTTL: p.cfg.RelationTTL,
@@ -506,6 +553,11 @@ func (r *resolver) create(n *node) {
 	} else {
 		o := n.owner.resolve()
 		cand.TraceID, cand.Parent = o.asg.TraceID, o.asg.SpanID
+		if d := r.deps.budget.dest(o.asg.TraceID); d != o.asg.TraceID {
+			// The owner's trace is full: the new object joins the continuation, under the
+			// owner's span there.
+			cand.TraceID, cand.Parent = d, r.continueIn(o, d)
+		}
 	}
 	n.state = stCreate
 	n.inflight = true
@@ -649,26 +701,7 @@ func (r *resolver) writeRelation(n *node) {
 
 // objectSpan writes n's object span into b.
 func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
-	kind := n.obj.Kind
-	if kind == "" {
-		kind = n.obj.Resource
-	}
-	s := b.AppendSpan(n.obj.Cluster, kind)
-	s.SetTraceID(n.asg.TraceID)
-	s.SetSpanID(n.asg.SpanID)
-	s.SetParentSpanID(n.asg.Parent)
-	s.SetName(n.obj.DisplayName())
-	s.SetKind(ptrace.SpanKindInternal)
-	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
-	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
-	attrs := s.Attributes()
-	n.obj.PutAttributes(attrs)
-	n.obj.PutSemconvAttributes(attrs)
-	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
-	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
-	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {
-		attrs.PutStr(model.AttrNodeName, n.nodeName)
-	}
+	s := p.appendObjectSpan(b, n, n.asg.TraceID, n.asg.SpanID, n.asg.Parent)
 	if n.hasPrev {
 		l := s.Links().AppendEmpty()
 		l.SetTraceID(n.prev.TraceID)
@@ -682,6 +715,43 @@ func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 		l.SetFlags(uint32(tc.Flags))
 		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
 	}
+}
+
+// continuationSpan writes the object's span in a continuation trace into b: the same object
+// span, a root of that trace, saying which trace it goes on from and linked to its span there.
+func (p *objectLinkProcessor) continuationSpan(b *model.TracesBuilder, c *continuation) {
+	n := c.node
+	s := p.appendObjectSpan(b, n, c.trace, c.span, pcommon.SpanID{})
+	s.Attributes().PutStr(model.AttrTraceContinues, n.asg.TraceID.String())
+	l := s.Links().AppendEmpty()
+	l.SetTraceID(n.asg.TraceID)
+	l.SetSpanID(n.asg.SpanID)
+	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeContinuation)
+}
+
+// appendObjectSpan appends to b an object span of n with the given IDs.
+func (p *objectLinkProcessor) appendObjectSpan(b *model.TracesBuilder, n *node, trace pcommon.TraceID, span, parent pcommon.SpanID) ptrace.Span {
+	kind := n.obj.Kind
+	if kind == "" {
+		kind = n.obj.Resource
+	}
+	s := b.AppendSpan(n.obj.Cluster, kind)
+	s.SetTraceID(trace)
+	s.SetSpanID(span)
+	s.SetParentSpanID(parent)
+	s.SetName(n.obj.DisplayName())
+	s.SetKind(ptrace.SpanKindInternal)
+	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
+	attrs := s.Attributes()
+	n.obj.PutAttributes(attrs)
+	n.obj.PutSemconvAttributes(attrs)
+	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
+	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
+	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {
+		attrs.PutStr(model.AttrNodeName, n.nodeName)
+	}
+	return s
 }
 
 // observe takes from an activity span of n what n's object span repeats: the trace contexts

@@ -7,6 +7,7 @@ const (
 	attrResult = "result" // assignments: created|reused; owner look-ups: hit|miss|error; reconciled: written|conflict
 	attrSource = "source" // owner look-ups: relation|apiserver; apiserver joins: memory|redis
 	attrReason = "reason" // every drop, release, eviction or error says why
+	attrSpan   = "span"   // trace continuations: activity|continuation
 )
 
 // The values of those attributes, per attribute of metadata.yaml. A value added here belongs in
@@ -30,6 +31,10 @@ const (
 	// join_source (otelcol_k8s_object_link_apiserver_joins)
 	sourceMemory = "memory"
 	sourceRedis  = "redis"
+
+	// continued_span (otelcol_k8s_object_link_trace_continuations)
+	spanActivity     = "activity"
+	spanContinuation = "continuation"
 
 	// drop_reason (otelcol_k8s_object_link_spans_dropped)
 	reasonDuplicate       = "duplicate"

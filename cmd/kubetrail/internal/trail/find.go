@@ -63,8 +63,11 @@ type Found struct {
 // FetchedTrace is one trace read from the backend.
 type FetchedTrace struct {
 	TraceID string `json:"trace_id"`
-	Via     string `json:"via"` // derived | search | previous_window
+	Via     string `json:"via"` // derived | search | previous_window | continuation
 	Spans   int    `json:"spans"`
+
+	id        pcommon.TraceID
+	continued bool // its continuations were looked for
 }
 
 type finder struct {
@@ -143,8 +146,13 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 		}
 	}
 	// Window links, for assignments that were not derived (a replica that saw the object
-	// first by name) or ranges the computation did not cover.
+	// first by name) or ranges the computation did not cover; then the continuations of every
+	// trace read (a window's trace past the processor's max_spans_per_trace goes on in a derived
+	// one).
 	for {
+		if err := f.fetchContinuations(ctx); err != nil {
+			return nil, err
+		}
 		var next []pcommon.TraceID
 		for _, s := range f.matches(f.found.UID) {
 			if !q.Since.IsZero() && !s.Start.After(q.Since) {
@@ -196,6 +204,43 @@ func (f *finder) fetchDerived(ctx context.Context, key model.Key, windows []time
 	return nil
 }
 
+// fetchContinuations reads, for every trace read that holds spans, the trace that continues it,
+// and on from there, until one holds none.
+func (f *finder) fetchContinuations(ctx context.Context) error {
+	for _, t := range f.found.Traces {
+		if t.Spans < minContinued || t.continued {
+			continue
+		}
+		id := t.id
+		for range maxContinuations {
+			next := model.ContinuationTraceID(id)
+			if f.fetched[next] {
+				break
+			}
+			n := len(f.found.Traces)
+			if err := f.fetch(ctx, next, model.LinkTypeContinuation); err != nil {
+				return err
+			}
+			if len(f.found.Traces) == n {
+				break // no continuation
+			}
+			id = next
+		}
+	}
+	for i := range f.found.Traces {
+		f.found.Traces[i].continued = true
+	}
+	return nil
+}
+
+// maxContinuations bounds the continuations followed from one trace (the processor makes at
+// most 64); minContinued is the processor's smallest max_spans_per_trace: a trace of fewer spans
+// has no continuation.
+const (
+	maxContinuations = 64
+	minContinued     = 100
+)
+
 func (f *finder) fetch(ctx context.Context, id pcommon.TraceID, via string) error {
 	if f.fetched[id] {
 		return nil
@@ -209,7 +254,7 @@ func (f *finder) fetch(ctx context.Context, id pcommon.TraceID, via string) erro
 		return nil
 	}
 	f.found.Spans = append(f.found.Spans, spans...)
-	f.found.Traces = append(f.found.Traces, FetchedTrace{TraceID: id.String(), Via: via, Spans: len(spans)})
+	f.found.Traces = append(f.found.Traces, FetchedTrace{TraceID: id.String(), Via: via, Spans: len(spans), id: id})
 	return nil
 }
 

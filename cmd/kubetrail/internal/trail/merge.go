@@ -102,7 +102,11 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 			continue
 		}
 		n := node(s)
-		n.Windows = append(n.Windows, s)
+		if s.Str(model.AttrTraceContinues) == "" {
+			// An object's span in a continuation trace is the same window again: what is
+			// under it joins the object's node, the window is counted once.
+			n.Windows = append(n.Windows, s)
+		}
 		if root == "" && matchesTarget(s, t) && (uid == "" || s.Object.UID == uid) {
 			root = identityOf(s)
 		}

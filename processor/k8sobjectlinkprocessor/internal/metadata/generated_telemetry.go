@@ -43,6 +43,8 @@ type TelemetryBuilder struct {
 	K8sObjectLinkSpansIn                metric.Int64Counter
 	K8sObjectLinkSpansOut               metric.Int64Counter
 	K8sObjectLinkSpansReleased          metric.Int64Counter
+	K8sObjectLinkTraceContinuations     metric.Int64Counter
+	K8sObjectLinkTraceCounts            metric.Int64UpDownCounter
 	K8sObjectLinkWindowMismatches       metric.Int64Counter
 }
 
@@ -176,6 +178,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_object_link_spans_released",
 		metric.WithDescription("Held spans released, by reason: owner_found, timeout, shutdown, hold_full. [Alpha]"),
 		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkTraceContinuations, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_trace_continuations",
+		metric.WithDescription("Spans put in continuation traces because the trace they belonged to holds max_spans_per_trace spans, by span: activity, continuation. [Alpha]"),
+		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkTraceCounts, err = builder.meter.Int64UpDownCounter(
+		"otelcol_k8s_object_link_trace_counts",
+		metric.WithDescription("Traces whose span count this replica keeps for max_spans_per_trace (bound: 100,000). [Alpha]"),
+		metric.WithUnit("{trace}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkWindowMismatches, err = builder.meter.Int64Counter(
