@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -94,9 +95,17 @@ type sharedBases struct {
 	dec     *zstd.Decoder
 }
 
-func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64Counter, logger *zap.Logger) *sharedBases {
+// zstdCodecs are the encoder and decoder every shared diff base uses: EncodeAll and DecodeAll
+// are safe for concurrent use, and each holds some hundreds of KB of tables.
+var zstdCodecs = sync.OnceValues(func() (*zstd.Encoder, *zstd.Decoder) {
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	// A record is at most max_record_bytes compressed; what it decodes to is bounded too.
 	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(16<<20))
+	return enc, dec
+})
+
+func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64Counter, logger *zap.Logger) *sharedBases {
+	enc, dec := zstdCodecs()
 	return &sharedBases{cfg: cfg, ttl: ttl, records: records, logger: logger, enc: enc, dec: dec}
 }
 
