@@ -32,7 +32,7 @@ const (
 	LinkTypeContinuation = "continuation"
 )
 
-// AttrTraceContinues, on an object span in a continuation trace, is the ID (hex) of the trace it
+// AttrTraceContinues is, on an object span in a continuation trace, the ID (hex) of the trace it
 // goes on from.
 const AttrTraceContinues = "kubetrail.trace.continues"
 

@@ -68,7 +68,7 @@ type redisStore struct {
 }
 
 func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.TelemetryBuilder, logger *zap.Logger) (*redisStore, error) {
-	client, err := cfg.Config.NewClient("id_map.redis", "kubetrail-k8s_object_link")
+	client, err := cfg.NewClient("id_map.redis", "kubetrail-k8s_object_link")
 	if err != nil {
 		return nil, err
 	}
