@@ -220,3 +220,39 @@ func TestTwoReplicasShareTheTraceBoundThroughRedis(t *testing.T) {
 		t.Fatalf("%d traces for %d spans at a bound of %d", len(traces), activities, cfg.MaxSpansPerTrace)
 	}
 }
+
+// TestARefusedBatchOwesItsContinuationSpans: the batch that first puts objects in a continuation
+// trace is refused by the next consumer and redelivered; the continuation span their object
+// spans hang from is still passed on (owed, like object spans), so no span is left without its
+// parent.
+func TestARefusedBatchOwesItsContinuationSpans(t *testing.T) {
+	start := t0.Add(time.Minute)
+	ds, batches := daemonSetRollout(200, 50, start)
+	cfg := memoryConfig()
+	cfg.MaxSpansPerTrace = 100
+	sink := new(consumertest.TracesSink)
+	refuse := false
+	h := newHarnessConsumer(t, cfg, newFakeClock(start), refusingConsumer(sink, &refuse), sink)
+	first := model.ObjectTraceID(ds.Key(), model.WindowStart(start, cfg.Window))
+	refused := false
+	activities := 0
+	for _, b := range batches {
+		activities += len(b)
+		// Refuse the first batch after the window's trace is full: it creates Pods in the
+		// continuation, under the DaemonSet's continuation span.
+		if !refused && len(tracesOf(sink)[first]) >= cfg.MaxSpansPerTrace {
+			refused, refuse = true, true
+			if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err == nil {
+				t.Fatal("the refusing consumer accepted the batch")
+			}
+			refuse = false
+		}
+		if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !refused {
+		t.Fatal("the window's trace never filled: nothing was refused")
+	}
+	checkTraceChain(t, tracesOf(sink), first, cfg.MaxSpansPerTrace, 3*50, activities)
+}

@@ -290,11 +290,14 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 	if owedCount > 0 {
 		owedBack := copyObjectSpans(td)
 		owedBack.ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
-	} else if len(res.objects) > 0 {
+	} else if len(res.objects) > 0 || len(res.conts) > 0 {
 		// Rebuilt rather than copied up front: refusals are rare, batches are not.
 		b := model.NewTracesBuilder(metadata.ScopeName, "")
 		for _, n := range res.objects {
 			p.objectSpan(b, n)
+		}
+		for _, c := range res.conts {
+			p.continuationSpan(b, c)
 		}
 		b.Traces().ResourceSpans().MoveAndAppendTo(objectSpans.ResourceSpans())
 	}
@@ -354,6 +357,9 @@ type processResult struct {
 	marks   []string // keys
 	held    int
 	objects []*node
+	// conts are the continuation spans emitted: like object spans, owed if the batch is
+	// refused (their marks stay: an object created under one needs it whatever happens).
+	conts []*continuation
 }
 
 // process rewrites td in place: activity spans move into their root ancestor's window trace
@@ -576,9 +582,7 @@ func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.
 	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	for _, c := range r.conts {
 		r.queue(Op{Kind: OpSetIfAbsent, Key: dedupKey(c.span), ExpireAt: expiry}, func(op *Op) {
-			if !op.Found {
-				c.emit, c.mark = true, op.Key
-			}
+			c.emit = !op.Found
 		})
 	}
 	r.flush()
@@ -684,8 +688,7 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 		if c.emit {
 			p.continuationSpan(b, c)
 			r.countSpans(c.trace, 1)
-			// Like a duplicate mark: undone if the batch is refused, so its redelivery emits it.
-			res.marks = append(res.marks, c.mark)
+			res.conts = append(res.conts, c)
 			continued++
 		}
 	}

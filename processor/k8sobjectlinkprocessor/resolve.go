@@ -146,8 +146,7 @@ type continuation struct {
 	node  *node
 	trace pcommon.TraceID
 	span  pcommon.SpanID
-	emit  bool   // this replica set its mark first: it emits the span
-	mark  string // that mark, to undo if the batch is refused
+	emit  bool // this replica set its mark first: it emits the span
 }
 
 // continueIn records that n's spans (or its owned objects') go on in trace t, and returns n's span
