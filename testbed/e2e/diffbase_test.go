@@ -4,10 +4,13 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,11 +107,11 @@ func oneCollectorDiffs(t *testing.T, path string, since time.Time) (diffs map[st
 
 // checkDiffsAsOneCollector compares the diffs of the writes of objects created in the run,
 // exported by the replicas (one file each), with one collector's. A replica may say less, never
-// otherwise: a write it could not diff says so (k8s.object.diff.skipped), a diff against an
-// older body names that body's version (a batch still on its way to the other replica). Both
-// are counted, not failed. At least one write must be diffed against a body its predecessor,
-// received by the other replica, left in Redis.
-func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Time, outs ...string) {
+// otherwise: a write it could not diff has none (or says why, k8s.object.diff.skipped), a diff
+// against an older body names that body's version (a batch still on its way to the other
+// replica). Both are counted, not failed. across is the number of writes diffed as one collector would against
+// the body their predecessor, received by the other replica, left in Redis.
+func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Time, outs ...string) (across int) {
 	t.Helper()
 	want, created := oneCollectorDiffs(t, auditLog, since)
 	type write struct {
@@ -124,7 +127,7 @@ func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Ti
 		}
 	}
 	var wrong []string
-	same, skipped, olderBase, across := 0, 0, 0, 0
+	same, skipped, olderBase := 0, 0, 0
 	for _, writes := range byObject {
 		slices.SortFunc(writes, func(a, b write) int { return a.span.Start.Compare(b.span.Start) })
 		for i, w := range writes {
@@ -136,7 +139,8 @@ func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Ti
 				if i > 0 && writes[i-1].replica != w.replica && strings.Contains(got, "k8s.object.diff.count") {
 					across++
 				}
-			case strings.HasPrefix(got, "skipped="):
+			case got == "" || strings.HasPrefix(got, "skipped="):
+				// No diff (the replica held no body of the object), or one skipped and said so.
 				skipped++
 			case got != "" && diffBase(got) != "" && diffBase(got) != diffBase(exp):
 				olderBase++
@@ -145,10 +149,58 @@ func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Ti
 			}
 		}
 	}
-	t.Logf("%s: %d writes diffed as one collector (%d of them after a write the other replica received), %d skipped, %d against an older named base",
+	t.Logf("%s: %d writes diffed as one collector (%d of them after a write the other replica received), %d without diff, %d against an older named base",
 		what, same, across, skipped, olderBase)
 	Check(t, what+": no write's diff differs from one collector's", len(wrong) == 0,
 		"%d writes: %s", len(wrong), truncate(strings.Join(wrong, "; "), 3000))
-	Check(t, what+": writes are diffed against bodies the other replica left", across > 0,
-		"%d writes diffed as one collector, none after a write the other replica received", same)
+	return across
+}
+
+// TestAuditDiffsAcrossTwoReplicas writes one ServiceAccount (audited with its bodies, unlike a
+// ConfigMap) 12 times, 1.5 s apart (each write in a batch of its own), behind a router that hands the batches holding it to two collectors in
+// turn: every write reaches the replica that did not see the one before, and with the diff base
+// shared through Redis each is diffed as one collector diffs it.
+func TestAuditDiffsAcrossTwoReplicas(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	const name, probe, writes = "diffbase", "kubetrail-diffbase-probe", 12
+	prefix := "e2e-" + name + ":"
+	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
+	outA, outB := filepath.Join(env.OutDir, name+"-a-spans.jsonl"), filepath.Join(env.OutDir, name+"-b-spans.jsonl")
+	_, _ = os.Remove(outA), os.Remove(outB)
+	a := env.StartExtraCollector(t, name+"-a", doorConfig(outA, prefix))
+	b := env.StartExtraCollector(t, name+"-b", doorConfig(outB, prefix))
+	replicas := []string{a.AuditURL, b.AuditURL}
+	var mu sync.Mutex
+	probes := 0
+	env.Router.SetRoute(func(n int, body []byte) []string {
+		if bytes.Contains(body, []byte(probe)) {
+			mu.Lock()
+			defer mu.Unlock()
+			probes++
+			return []string{replicas[probes%2]}
+		}
+		return []string{replicas[n%2]}
+	})
+	t.Cleanup(env.RestoreRoute)
+
+	since := time.Now()
+	kubectl := func(args ...string) {
+		t.Helper()
+		if out, err := env.RunKubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	kubectl("create", "serviceaccount", probe, "-n", "default")
+	for i := 1; i <= writes; i++ {
+		time.Sleep(1500 * time.Millisecond) // past the testbed's --audit-webhook-batch-max-wait
+		kubectl("label", "serviceaccount", probe, "-n", "default", "--overwrite", fmt.Sprintf("step=%d", i))
+	}
+	kubectl("delete", "serviceaccount", probe, "-n", "default")
+	auditLog := filepath.Join(env.StateDir, "audit.log")
+	logged := loggedWrites(t, auditLog, since, time.Now())
+	checkEachWriteOnce(t, "diffs across two replicas", logged, waitAuditSpans(t, logged, outA, outB))
+	across := checkDiffsAsOneCollector(t, "diffs across two replicas", auditLog, since, outA, outB)
+	Check(t, "diffs across two replicas: each write diffed against the body the other replica left", across >= writes-2,
+		"%d of the %d patches, each in a batch of its own, dealt to the replicas in turn", across, writes)
 }
