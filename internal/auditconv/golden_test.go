@@ -38,14 +38,25 @@ func replayScenario(t testing.TB, scenario string, cfg *Settings) (ptrace.Traces
 	if cfg == nil {
 		cfg = defaultSettings()
 	}
+	conv := newConverter(cfg, "test")
+	all := ptrace.NewTraces()
+	var st Stats
+	for _, events := range scenarioPosts(t, scenario) {
+		td := conv.convert(goldenCluster, events, &st)
+		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
+	}
+	return all, st
+}
+
+// scenarioPosts are the events of each recorded webhook body of a scenario, in arrival order.
+func scenarioPosts(t testing.TB, scenario string) [][]Event {
+	t.Helper()
 	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
 	if err != nil || len(posts) == 0 {
 		t.Fatalf("no webhook captures for %s: %v", scenario, err)
 	}
 	slices.Sort(posts)
-	conv := newConverter(cfg, "test")
-	all := ptrace.NewTraces()
-	var st Stats
+	out := make([][]Event, 0, len(posts))
 	for _, p := range posts {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -55,10 +66,9 @@ func replayScenario(t testing.TB, scenario string, cfg *Settings) (ptrace.Traces
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		td := conv.convert(goldenCluster, events, &st)
-		td.ResourceSpans().MoveAndAppendTo(all.ResourceSpans())
+		out = append(out, events)
 	}
-	return all, st
+	return out
 }
 
 func TestGoldenFixtures(t *testing.T) {

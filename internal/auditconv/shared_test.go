@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -90,24 +88,7 @@ func records(t testing.TB, rd *metric.ManualReader) map[string]int64 {
 // scenarioEvents are a scenario's recorded webhook events in arrival order.
 func scenarioEvents(t testing.TB, scenario string) []Event {
 	t.Helper()
-	posts, err := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
-	if err != nil || len(posts) == 0 {
-		t.Fatalf("no webhook captures for %s: %v", scenario, err)
-	}
-	slices.Sort(posts)
-	var all []Event
-	for _, p := range posts {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		events, err := decodeBody(data)
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		all = append(all, events...)
-	}
-	return all
+	return slices.Concat(scenarioPosts(t, scenario)...)
 }
 
 // diffsByAuditID converts the events in batches of size n, handing batch i to replica

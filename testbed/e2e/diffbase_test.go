@@ -52,7 +52,8 @@ func diffBase(summary string) string {
 	return ""
 }
 
-// auditSpansIn reads the file exporter's audit spans.
+// auditSpansIn reads the file exporter's output (one OTLP JSON document per line) and returns its
+// audit spans; a missing file has none.
 func auditSpansIn(t *testing.T, path string) Spans {
 	t.Helper()
 	f, err := os.Open(path)
@@ -163,13 +164,8 @@ func checkDiffsAsOneCollector(t *testing.T, what, auditLog string, since time.Ti
 func TestAuditDiffsAcrossTwoReplicas(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
-	const name, probe, writes = "diffbase", "kubetrail-diffbase-probe", 12
-	prefix := "e2e-" + name + ":"
-	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
-	outA, outB := filepath.Join(env.OutDir, name+"-a-spans.jsonl"), filepath.Join(env.OutDir, name+"-b-spans.jsonl")
-	_, _ = os.Remove(outA), os.Remove(outB)
-	a := env.StartExtraCollector(t, name+"-a", doorConfig(outA, prefix))
-	b := env.StartExtraCollector(t, name+"-b", doorConfig(outB, prefix))
+	const probe, writes = "kubetrail-diffbase-probe", 12
+	a, b, outA, outB := startTwoReplicas(t, env, "diffbase")
 	replicas := []string{a.AuditURL, b.AuditURL}
 	var mu sync.Mutex
 	probes := 0

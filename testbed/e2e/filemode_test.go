@@ -3,15 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -132,23 +129,9 @@ func checkEachWriteOnce(t *testing.T, what string, logged map[string]string, got
 func auditSpanIDsIn(t *testing.T, path string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	f, err := os.Open(path)
-	if err != nil {
-		return out
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	var um ptrace.JSONUnmarshaler
-	for sc.Scan() {
-		td, err := um.UnmarshalTraces(sc.Bytes())
-		if err != nil {
-			continue // a line still being written
-		}
-		for _, s := range SpansFromTraces(td).OfType(model.SpanTypeAudit) {
-			id := s.Attr(model.AttrAuditID)
-			out[id] = append(out[id], s.SpanID)
-		}
+	for _, s := range auditSpansIn(t, path) {
+		id := s.Attr(model.AttrAuditID)
+		out[id] = append(out[id], s.SpanID)
 	}
 	return out
 }

@@ -93,13 +93,7 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
-	const name = "rolling"
-	prefix := "e2e-" + name + ":"
-	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
-	outA, outB := filepath.Join(env.OutDir, name+"-a-spans.jsonl"), filepath.Join(env.OutDir, name+"-b-spans.jsonl")
-	_, _ = os.Remove(outA), os.Remove(outB)
-	a := env.StartExtraCollector(t, name+"-a", doorConfig(outA, prefix))
-	b := env.StartExtraCollector(t, name+"-b", doorConfig(outB, prefix))
+	a, b, outA, outB := startTwoReplicas(t, env, "rolling")
 	env.Router.SetRoute(RoundRobin(a.AuditURL, b.AuditURL))
 	t.Cleanup(env.RestoreRoute)
 
@@ -124,6 +118,19 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	checkDiffsAsOneCollector(t, "rolling restart of two replicas", filepath.Join(env.StateDir, "audit.log"), run.Start, outA, outB)
 	Check(t, "rolling restart: both replicas took posts", env.Router.Delivered(a.AuditURL) > 0 && env.Router.Delivered(b.AuditURL) > 0,
 		"delivered a=%d b=%d", env.Router.Delivered(a.AuditURL), env.Router.Delivered(b.AuditURL))
+}
+
+// startTwoReplicas starts two collectors of doorConfig on one Redis key prefix of their own,
+// exporting to the files outA and outB (emptied first), as two replicas behind one address.
+func startTwoReplicas(t *testing.T, env *Env, name string) (a, b *Collector, outA, outB string) {
+	t.Helper()
+	prefix := "e2e-" + name + ":"
+	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
+	outA, outB = filepath.Join(env.OutDir, name+"-a-spans.jsonl"), filepath.Join(env.OutDir, name+"-b-spans.jsonl")
+	_, _ = os.Remove(outA), os.Remove(outB)
+	a = env.StartExtraCollector(t, name+"-a", doorConfig(outA, prefix))
+	b = env.StartExtraCollector(t, name+"-b", doorConfig(outB, prefix))
+	return a, b, outA, outB
 }
 
 // doorConfig is a collector with the k8s_audit receiver (webhook on, its diff base shared), and
