@@ -241,7 +241,9 @@ func (s *sharedBases) adopt(c *objectCache, b *sharedBatch, e *cacheEntry, key, 
 	case uid != "" && recUID != "" && uid != recUID:
 		return // another object that held the name
 	}
-	body, err := s.dec.DecodeAll(z, c.storageFor(e)[:0])
+	// Decoded into memory of its own: a record that fails part way must not have overwritten
+	// the entry's body.
+	body, err := s.dec.DecodeAll(z, nil)
 	if err != nil {
 		s.count(ReasonSharedUnreadable, 1)
 		return
@@ -266,29 +268,35 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 		key, rv string
 		val     []byte
 	}
+	// The header and a copy of each body are taken under the cache's lock (a later write may
+	// reuse a body's storage); the compression, which costs more, is done after it.
 	recs := make([]rec, 0, len(b.order))
-	tooLarge := 0
+	bodies := make([][]byte, 0, len(b.order))
 	c.mu.Lock()
 	for _, k := range b.order {
 		e := c.entries[k]
 		if e == nil || !e.hasBody() || e.rv == "" {
 			continue
 		}
-		body := e.body
+		val := make([]byte, 0, len(e.rv)+len(e.uid)+2+len(e.body)/2)
+		val = append(append(append(append(val, e.rv...), '\n'), e.uid...), '\n')
+		recs = append(recs, rec{key: k, rv: e.rv, val: val})
+		bodies = append(bodies, bytes.Clone(e.body))
+	}
+	c.mu.Unlock()
+	kept := recs[:0]
+	for i, r := range recs {
+		body := bodies[i]
 		if bytes.Contains(body, []byte(tagPrefix)) {
 			body = []byte(untag(string(body)))
 		}
-		val := make([]byte, 0, len(e.rv)+len(e.uid)+2+len(body)/3)
-		val = append(append(append(append(val, e.rv...), '\n'), e.uid...), '\n')
-		val = s.enc.EncodeAll(body, val)
-		if len(val) > s.cfg.MaxRecordBytes {
-			tooLarge++
+		if r.val = s.enc.EncodeAll(body, r.val); len(r.val) > s.cfg.MaxRecordBytes {
+			s.count(ReasonSharedTooLarge, 1)
 			continue
 		}
-		recs = append(recs, rec{key: k, rv: e.rv, val: val})
+		kept = append(kept, r)
 	}
-	c.mu.Unlock()
-	s.count(ReasonSharedTooLarge, tooLarge)
+	recs = kept
 	if len(recs) == 0 {
 		return
 	}
