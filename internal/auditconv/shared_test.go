@@ -308,6 +308,28 @@ func TestSharedDiffBaseFailures(t *testing.T) {
 			t.Fatalf("records = %v, want one unreadable", got)
 		}
 	})
+	t.Run("a record cut short is counted and the replica's own body stays the base", func(t *testing.T) {
+		s := sharedSettings(t, sharedRedisAddr)
+		rd := metric.NewManualReader()
+		c := startedReplica(t, s, recordsCounter(t, rd))
+		convertOne(t, c, create) // the replica's own body, resourceVersion 1
+		client := redis.NewClient(&redis.Options{Addr: sharedRedisAddr})
+		defer client.Close()
+		// A newer body of the object, whose zstd frame lost its end on the way.
+		body := []byte(deployment("7", 5, strings.Repeat("registry.example/nginx:", 200)))
+		z := c.shared.enc.EncodeAll(body, nil)
+		key := s.SharedDiffBase.Get().Redis.KeyPrefix + sharedKeyPart + "c1/name/apps/deployments/default/demo"
+		if err := client.Set(context.Background(), key, append([]byte("7\nd-1\n"), z[:len(z)-8]...), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		td, _ := convertOne(t, c, update("u", "1", 3))
+		if got := records(t, rd); got[ReasonSharedUnreadable] != 1 {
+			t.Fatalf("records = %v, want one unreadable", got)
+		}
+		if d := diffOf(t, allSpans(td)[0]); d["spec.replicas"] != "1 -> 3" {
+			t.Fatalf("the update is diffed against the replica's own body: %v", d)
+		}
+	})
 	t.Run("too large and superseded", func(t *testing.T) {
 		s := sharedSettings(t, sharedRedisAddr)
 		rd := metric.NewManualReader()
