@@ -348,8 +348,13 @@ func (s *redisStore) fromMemory(ops []Op, idx []int) {
 	_ = s.cache.Do(context.Background(), local)
 	var writes []Op
 	for j, i := range idx {
+		sent := ops[i] // an increment is replayed as the amount added, not the local total
 		ops[i].Found, ops[i].Value = local[j].Found, local[j].Value
 		if ops[i].Kind == OpGet || (ops[i].Kind == OpSetIfAbsent && local[j].Found) {
+			continue
+		}
+		if ops[i].Kind == OpIncr {
+			writes = append(writes, sent)
 			continue
 		}
 		writes = append(writes, ops[i])
