@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,10 +87,12 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 }
 
 // TestAuditRollingRestartOfTwoReplicas restarts two collectors one after the other while the
-// deployment scenario runs, both behind one address (the router deals the apiserver's posts to
-// them in turn; a post to the one that is down fails and the apiserver retries it, reaching the
-// other). Webhook only: each restart is far within the retries. They share the Redis ID map and
-// the diff base: every write's diff agrees with what one collector gives.
+// deployment scenario runs and a steady writer labels a ServiceAccount every 300 ms, both behind
+// one address (the router deals the apiserver's posts to them in turn; a post to the one that is
+// down fails and the apiserver retries it, reaching the other). The writer keeps batches coming
+// across both restarts: the scenario alone can fit in one batch. Webhook only: each restart is
+// far within the retries. They share the Redis ID map and the diff base: every write's diff
+// agrees with what one collector gives.
 func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
@@ -97,6 +100,8 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	env.Router.SetRoute(RoundRobin(a.AuditURL, b.AuditURL))
 	t.Cleanup(env.RestoreRoute)
 
+	since := time.Now()
+	stopWriter := steadyWriter(t, env, "kubetrail-rolling-probe", 300*time.Millisecond)
 	done := make(chan *ScenarioRun, 1)
 	go func() {
 		run, _ := env.RunScenario("deployment")
@@ -112,12 +117,46 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	if run.Err != nil {
 		t.Fatalf("scenario: %v", run.Err)
 	}
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	time.Sleep(2 * time.Second) // posts after the second restart, to both replicas
+	stopWriter()
+	auditLog := filepath.Join(env.StateDir, "audit.log")
+	logged := loggedWrites(t, auditLog, since, time.Now())
 	got := waitAuditSpans(t, logged, outA, outB)
 	checkEachWriteOnce(t, "rolling restart of two replicas", logged, got)
-	checkDiffsAsOneCollector(t, "rolling restart of two replicas", filepath.Join(env.StateDir, "audit.log"), run.Start, outA, outB)
+	checkDiffsAsOneCollector(t, "rolling restart of two replicas", auditLog, since, outA, outB)
 	Check(t, "rolling restart: both replicas took posts", env.Router.Delivered(a.AuditURL) > 0 && env.Router.Delivered(b.AuditURL) > 0,
 		"delivered a=%d b=%d", env.Router.Delivered(a.AuditURL), env.Router.Delivered(b.AuditURL))
+}
+
+// steadyWriter creates a ServiceAccount and labels it every interval until the returned function
+// is called, which deletes it.
+func steadyWriter(t *testing.T, env *Env, name string, interval time.Duration) (stop func()) {
+	t.Helper()
+	if out, err := env.RunKubectl("create", "serviceaccount", name, "-n", "default"); err != nil {
+		t.Fatalf("create serviceaccount %s: %v\n%s", name, err, out)
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := 1; ; i++ {
+			select {
+			case <-quit:
+				return
+			case <-time.After(interval):
+			}
+			if out, err := env.RunKubectl("label", "serviceaccount", name, "-n", "default", "--overwrite", fmt.Sprintf("step=%d", i)); err != nil {
+				t.Errorf("label serviceaccount %s: %v\n%s", name, err, out)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+		if out, err := env.RunKubectl("delete", "serviceaccount", name, "-n", "default"); err != nil {
+			t.Errorf("delete serviceaccount %s: %v\n%s", name, err, out)
+		}
+	}
 }
 
 // startTwoReplicas starts two collectors of doorConfig on one Redis key prefix of their own,
