@@ -22,7 +22,7 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path '
 # deadline under CPU contention (golang/go#75804, fixed in Go 1.27), which is a flake, not a finding.
 FUZZTIME      ?= 100000x
 
-.PHONY: build run image image-test test unit fuzz dist-test e2e helm lint bench bench-audit loadtest redis binaries cluster-up cluster-down record help
+.PHONY: build run image image-test test unit fuzz dist-test e2e helm lint bench bench-json bench-audit loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -65,6 +65,7 @@ redis: ## make sure a redis-server answers on 127.0.0.1:6379 (installs and start
 
 unit: redis ## unit, golden and Redis tests of every package
 	go test -count=1 ./...
+	GOEXPERIMENT=jsonv2 go test -count=1 -run JSONText ./internal/auditconv   # the jsontext comparison reads what the scanner reads
 
 fuzz: ## run each fuzz target for FUZZTIME executions
 	@for target in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
@@ -103,6 +104,9 @@ lint: $(MDATAGEN)
 
 bench: ## benchmarks of every component (figures in README.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+bench-json: ## the hand-written JSON scanner and index against encoding/json/jsontext on the same bodies (figures in docs/performance.md)
+	GOEXPERIMENT=jsonv2 go test -run '^$$' -bench BenchmarkJSON -benchmem -count=$(or $(COUNT),5) ./internal/auditconv
 
 bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector; testbed/hack/bench-audit.sh)
 	OCB=$(OCB) testbed/hack/bench-audit.sh
