@@ -169,6 +169,10 @@ func TestDaemonSetOf5000PodsIsCutIntoTracesWithinTheBound(t *testing.T) {
 	if moved == 0 || conts == 0 {
 		t.Fatalf("trace_continuations activity=%d continuation=%d, want both counted", moved, conts)
 	}
+	// What a pipeline's accounting relies on: spans out = spans in + object spans emitted.
+	if emitted := o.counter(t, "otelcol_k8s_object_link_object_spans_emitted"); int(emitted) != total-activities {
+		t.Fatalf("object_spans_emitted = %d, but %d spans went out for %d activity spans in", emitted, total, activities)
+	}
 	t.Logf("%d activity spans and %d object spans in %d traces (largest %d); %d activity spans and %d continuation spans counted as continued",
 		activities, pods+1, len(traces), largest(traces), moved, conts)
 }

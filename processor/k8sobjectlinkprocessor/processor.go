@@ -696,7 +696,8 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 		p.tel.K8sObjectLinkTraceContinuations.Add(ctx, int64(continued), metric.WithAttributes(attribute.String(attrSpan, spanContinuation)))
 	}
 	if emitted > 0 || continued > 0 {
-		p.tel.K8sObjectLinkObjectSpansEmitted.Add(ctx, int64(emitted))
+		// Continuation spans are object spans too: spans out = spans in + object spans emitted.
+		p.tel.K8sObjectLinkObjectSpansEmitted.Add(ctx, int64(emitted+continued))
 		b.Traces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
 }

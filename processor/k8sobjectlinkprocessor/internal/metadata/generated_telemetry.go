@@ -109,7 +109,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkObjectSpansEmitted, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_object_spans_emitted",
-		metric.WithDescription("Object spans emitted (once per object per window across replicas). [Alpha]"),
+		metric.WithDescription("Object spans emitted (once per object per window across replicas), continuation spans included. [Alpha]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)

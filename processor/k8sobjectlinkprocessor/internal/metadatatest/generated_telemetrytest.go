@@ -104,7 +104,7 @@ func AssertEqualK8sObjectLinkIDMapEvictions(t *testing.T, tt *componenttest.Tele
 func AssertEqualK8sObjectLinkObjectSpansEmitted(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_object_spans_emitted",
-		Description: "Object spans emitted (once per object per window across replicas). [Alpha]",
+		Description: "Object spans emitted (once per object per window across replicas), continuation spans included. [Alpha]",
 		Unit:        "{span}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
