@@ -278,7 +278,7 @@ func TestSpanCountsAddUpInRedisAcrossAnOutage(t *testing.T) {
 	})
 	t.Run("redis through an outage", func(t *testing.T) {
 		srv := startThrowawayRedis(t, 0)
-		cfg := redisConfig(t, srv.addr())
+		cfg := redisConfig(t, srv.Addr())
 		cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
 		cfg.IDMap.Redis.RetryMaxBackoff = 100 * time.Millisecond
 		s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
@@ -296,11 +296,11 @@ func TestSpanCountsAddUpInRedisAcrossAnOutage(t *testing.T) {
 		if got := incr("100"); got != "100" {
 			t.Fatalf("first total %s, want 100", got)
 		}
-		srv.stop()
+		srv.Stop()
 		incr("30") // from memory
 		incr("20")
-		srv2 := startThrowawayRedis(t, srv.port) // back, empty
-		raw := redis.NewClient(&redis.Options{Addr: srv2.addr()})
+		srv2 := startThrowawayRedis(t, srv.Port) // back, empty
+		raw := redis.NewClient(&redis.Options{Addr: srv2.Addr()})
 		defer raw.Close()
 		key := cfg.IDMap.Redis.KeyPrefix + "c:t"
 		waitFor(t, func() bool { return raw.Exists(context.Background(), key).Val() == 1 })

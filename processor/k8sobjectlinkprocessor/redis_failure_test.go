@@ -69,8 +69,8 @@ func TestRedisConfigurationErrorsFailStartWithRedisAnswer(t *testing.T) {
 		db       int
 		want     string // in Redis's own words
 	}{
-		{"a wrong password", secured.addr(), "wrong-password", 0, "WRONGPASS"},
-		{"no password where one is required", secured.addr(), "", 0, "NOAUTH"},
+		{"a wrong password", secured.Addr(), "wrong-password", 0, "WRONGPASS"},
+		{"no password where one is required", secured.Addr(), "", 0, "NOAUTH"},
 		{"a database index the server does not have", redisAddr, "", 99, "DB index"},
 	}
 	for _, tt := range tests {
@@ -97,7 +97,7 @@ func TestRedisConfigurationErrorsFailStartWithRedisAnswer(t *testing.T) {
 		})
 	}
 	t.Run("the right password starts", func(t *testing.T) {
-		cfg := redisConfig(t, secured.addr())
+		cfg := redisConfig(t, secured.Addr())
 		cfg.IDMap.Redis.Password = "right-password"
 		h := newHarness(t, cfg, newFakeClock(time.Now()))
 		h.consume(audit(deploy, "ok", time.Now()))
@@ -160,7 +160,7 @@ func TestAnUnreachableRedisAtStartIsARecoverableErrorAndIngestContinues(t *testi
 
 func TestRunTimeRedisErrorsAreCountedLoggedOnceAndReported(t *testing.T) {
 	srv := startThrowawayRedis(t, 0, "--requirepass", "first")
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	cfg.IDMap.Redis.Password = "first"
 	cfg.IDMap.Redis.RetryMaxBackoff = time.Hour // one probe attempt in this test: no time-based result
 	o := newObserved(t)
@@ -179,7 +179,7 @@ func TestRunTimeRedisErrorsAreCountedLoggedOnceAndReported(t *testing.T) {
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
 
 	// Per-record reply errors: two foreign keys, two batches; counted twice, logged once.
-	raw := redis.NewClient(&redis.Options{Addr: srv.addr(), Password: "first"})
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "first"})
 	defer raw.Close()
 	for _, o := range []model.Object{rsA, rsB} {
 		if err := raw.RPush(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(o.Key(), base), "x").Err(); err != nil {

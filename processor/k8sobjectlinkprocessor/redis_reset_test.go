@@ -27,7 +27,7 @@ import (
 // used last, and the other replica's next write of another such Pod emits nothing again.
 func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	srv := startThrowawayRedis(t, 0)
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
 	clk := newFakeClock(time.Now())
 	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
@@ -47,8 +47,8 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	h1.consume(audit(podX, "create-x", at(3)), audit(podY, "create-y", at(3)))
 	h2.consume(audit(podZ, "create-z", at(4)))
 
-	srv.stop()
-	restarted := startThrowawayRedis(t, srv.port)
+	srv.Stop()
+	restarted := startThrowawayRedis(t, srv.Port)
 
 	// The race: h2 writes Pod X first.
 	h2.consume(audit(podX, "patch-x", at(5)))
@@ -121,7 +121,7 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	}
 
 	// The write-back put h1's records into the restarted Redis.
-	raw := redis.NewClient(&redis.Options{Addr: restarted.addr()})
+	raw := redis.NewClient(&redis.Options{Addr: restarted.Addr()})
 	defer raw.Close()
 	for _, obj := range []model.Object{deploy, rsA, podY} {
 		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(obj.Key(), base)).Val() != 1 {
@@ -135,7 +135,7 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 // it writes the same token again) and write its records back.
 func TestRedisRestartedEmptyIsNoticedByTheReplicaThatWroteTheEpoch(t *testing.T) {
 	srv := startThrowawayRedis(t, 0)
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
 	clk := newFakeClock(time.Now())
 	o := newObserved(t)
@@ -146,14 +146,14 @@ func TestRedisRestartedEmptyIsNoticedByTheReplicaThatWroteTheEpoch(t *testing.T)
 		t.Fatalf("%d resets counted before any restart", n)
 	}
 
-	srv.stop()
-	restarted := startThrowawayRedis(t, srv.port)
+	srv.Stop()
+	restarted := startThrowawayRedis(t, srv.Port)
 	h.consume(audit(podA1, "create-pod", base.Add(3*time.Second)))
 	waitFor(t, func() bool { return !h.p.redis.writingBack.Load() })
 	if n := o.counter(t, "otelcol_k8s_object_link_redis_resets"); n != 1 {
 		t.Fatalf("the only replica counted %d resets, want 1", n)
 	}
-	raw := redis.NewClient(&redis.Options{Addr: restarted.addr()})
+	raw := redis.NewClient(&redis.Options{Addr: restarted.Addr()})
 	defer raw.Close()
 	for _, obj := range []model.Object{deploy, rsA} {
 		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(obj.Key(), base)).Val() != 1 {
@@ -246,10 +246,10 @@ func TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn(t *testing.T) {
 // beyond max_pending_writes are counted (and logged) as not to be replayed, and the spans flow.
 func TestAnOutageLongerThanMaxPendingWritesIsCounted(t *testing.T) {
 	srv := startThrowawayRedis(t, 0)
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
 	cfg.IDMap.Redis.MaxPendingWrites = 1
-	srv.stop()
+	srv.Stop()
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
 	o := newObserved(t)
 	h := observedHarness(t, o, cfg, newFakeClock(time.Now()))

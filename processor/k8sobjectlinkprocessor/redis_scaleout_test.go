@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/redistest"
 )
 
 // These tests start their own redis-server processes on free loopback ports (a Cluster of three
@@ -48,28 +49,7 @@ func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // startRedisCluster runs three cluster-enabled masters and joins them, slots spread evenly.
 func startRedisCluster(t *testing.T) []string {
 	t.Helper()
-	var addrs []string
-	for range 3 {
-		srv := startThrowawayRedis(t, 0, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000")
-		addrs = append(addrs, srv.addr())
-	}
-	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	waitLong(t, func() bool {
-		for _, a := range addrs {
-			c := redis.NewClient(&redis.Options{Addr: a})
-			info, err := c.ClusterInfo(context.Background()).Result()
-			_ = c.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				return false
-			}
-		}
-		return true
-	})
-	return addrs
+	return redistest.Cluster(t)
 }
 
 func TestRedisClusterOneRoundTripPerNodePerBatchAndIdenticalTraceIDs(t *testing.T) {
@@ -193,10 +173,10 @@ func startSentinel(t *testing.T, masterPort int) string {
 
 func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T) {
 	master := startThrowawayRedis(t, 0)
-	replica := startThrowawayRedis(t, 0, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	replica := startThrowawayRedis(t, 0, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	var sentinels []string
 	for range 3 {
-		sentinels = append(sentinels, startSentinel(t, master.port))
+		sentinels = append(sentinels, startSentinel(t, master.Port))
 	}
 	roleInfo := func(addr string) string {
 		c := redis.NewClient(&redis.Options{Addr: addr})
@@ -204,7 +184,7 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 		info, _ := c.Info(context.Background(), "replication").Result()
 		return info
 	}
-	waitLong(t, func() bool { return strings.Contains(roleInfo(replica.addr()), "master_link_status:up") })
+	waitLong(t, func() bool { return strings.Contains(roleInfo(replica.Addr()), "master_link_status:up") })
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
 	defer sc.Close()
 	// The Sentinel must know the replica before it can fail over to it.
@@ -231,7 +211,7 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 	}
 
 	// Everything written so far has reached the replica, then the Sentinel promotes it.
-	m := redis.NewClient(&redis.Options{Addr: master.addr()})
+	m := redis.NewClient(&redis.Options{Addr: master.Addr()})
 	defer m.Close()
 	waitLong(t, func() bool {
 		n, err := m.Do(context.Background(), "WAIT", 1, 500).Int()
@@ -242,9 +222,9 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 	}
 	waitLong(t, func() bool {
 		addr, err := sc.GetMasterAddrByName(context.Background(), "mymaster").Result()
-		return err == nil && addr[1] == strconv.Itoa(replica.port)
+		return err == nil && addr[1] == strconv.Itoa(replica.Port)
 	})
-	waitLong(t, func() bool { return strings.Contains(roleInfo(replica.addr()), "role:master") })
+	waitLong(t, func() bool { return strings.Contains(roleInfo(replica.Addr()), "role:master") })
 
 	for i, b := range stream[failoverAfter:] {
 		replicas[(failoverAfter+i)%2].consume(b...)
@@ -269,7 +249,7 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 		t.Fatal("a Sentinel failover must not change the trace IDs")
 	}
 	// The assignments written before the failover are on the promoted master.
-	r := redis.NewClient(&redis.Options{Addr: replica.addr()})
+	r := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 	defer r.Close()
 	if r.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(deploy.Key(), base)).Val() != 1 {
 		t.Fatal("the Deployment's assignment must survive the failover on the new master")
@@ -280,11 +260,5 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 // failover take a few seconds on an idle one. Only a bound: the tests assert what happened.
 func waitLong(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.WaitFor(t, 30*time.Second, cond)
 }

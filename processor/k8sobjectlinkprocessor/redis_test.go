@@ -3,8 +3,6 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"net"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/redistest"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -274,54 +273,18 @@ func TestRedisRecordsExpireAtTheirTTL(t *testing.T) {
 	}
 }
 
-// throwawayRedis runs a private redis-server for tests that kill it; the shared one on 6379
+// throwawayRedis is a private redis-server for tests that kill it; the shared one on 6379
 // is never touched.
-type throwawayRedis struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
+type throwawayRedis = redistest.Server
 
 func startThrowawayRedis(t *testing.T, port int, args ...string) *throwawayRedis {
 	t.Helper()
-	if port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-	}
-	cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
-	cmd.Dir = t.TempDir()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
-	}
-	r := &throwawayRedis{t: t, port: port, cmd: cmd}
-	t.Cleanup(r.stop)
-	waitFor(t, func() bool {
-		c, err := net.DialTimeout("tcp", r.addr(), 100*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
-	return r
-}
-
-func (r *throwawayRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *throwawayRedis) stop() {
-	if r.cmd.ProcessState != nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	return redistest.Start(t, port, args...)
 }
 
 func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 	srv := startThrowawayRedis(t, 0)
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
 	cfg.IDMap.Redis.RetryMaxBackoff = 100 * time.Millisecond
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
@@ -341,7 +304,7 @@ func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 	stream := scenarioStream(base)
 	h.consume(stream[0]...)
 	h.consume(stream[1]...)
-	srv.stop()
+	srv.Stop()
 	for _, b := range stream[2:5] {
 		start := time.Now()
 		h.consume(b...)
@@ -349,7 +312,7 @@ func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 			t.Fatalf("a batch during the outage blocked %s", d)
 		}
 	}
-	srv2 := startThrowawayRedis(t, srv.port)
+	srv2 := startThrowawayRedis(t, srv.Port)
 	waitFor(t, func() bool {
 		st := host.statuses()
 		return len(st) >= 2 && st[len(st)-1] == componentstatus.StatusOK
@@ -362,7 +325,7 @@ func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 	}
 	assertOneTree(t, h.spans(), stream)
 	// The records written from memory during the outage are in the restarted (empty) Redis.
-	raw := redis.NewClient(&redis.Options{Addr: srv2.addr()})
+	raw := redis.NewClient(&redis.Options{Addr: srv2.Addr()})
 	defer raw.Close()
 	key := cfg.IDMap.Redis.KeyPrefix + assignmentKey(podA1.Key(), base)
 	if raw.Exists(context.Background(), key).Val() != 1 {

@@ -66,12 +66,12 @@ func TestARedisThatRefusesEveryWriteIsAnOutageNotAStreamOfWonAssignments(t *test
 	// a user without the commands (NOPERM): reply errors about the server, not one record. Taken
 	// per record, every SET NX "wins" and every batch emits its object spans again.
 	srv := startThrowawayRedis(t, 0)
-	raw := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer raw.Close()
 	if err := raw.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := redisConfig(t, srv.addr())
+	cfg := redisConfig(t, srv.Addr())
 	cfg.IDMap.Redis.RetryMaxBackoff = time.Hour // stay down for the test: the probe's ping would pass
 	now := time.Now()
 	base := model.WindowStart(now, model.DefaultWindow)
