@@ -65,20 +65,25 @@ const (
 // key (cluster, group, resource, namespace, name) completes it.
 const sharedKeyPart = "diffbase:"
 
-// setIfNewer writes a record unless Redis holds one of a newer resourceVersion. Records start
-// with "<resourceVersion>\n"; versions made only of digits (every etcd-backed apiserver's)
-// compare as numbers, other versions always replace.
+// setIfNewer writes each record (KEYS[i], resourceVersion ARGV[2i], value ARGV[2i+1], expiry
+// ARGV[1] ms) unless Redis holds one of a newer resourceVersion, and answers 1 (written) or 0 per
+// key. Records start with "<resourceVersion>\n"; versions made only of digits (every etcd-backed
+// apiserver's) compare as numbers, other versions always replace. One call carries a batch's
+// records on a server that holds every key; a Redis Cluster gets one call per key.
 var setIfNewer = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local rv = string.match(cur, '^([^\n]*)\n')
-  local new = ARGV[1]
-  if rv and string.match(rv, '^%d+$') and string.match(new, '^%d+$') then
-    if #rv > #new or (#rv == #new and rv >= new) then return 0 end
+local out = {}
+for i, key in ipairs(KEYS) do
+  local new, val = ARGV[2*i], ARGV[2*i+1]
+  local cur = redis.call('GET', key)
+  local rv = cur and string.match(cur, '^([^\n]*)\n')
+  if rv and string.match(rv, '^%d+$') and string.match(new, '^%d+$') and (#rv > #new or (#rv == #new and rv >= new)) then
+    out[i] = 0
+  else
+    redis.call('SET', key, val, 'PX', ARGV[1])
+    out[i] = 1
   end
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
+return out
 `)
 
 // sharedBases is the shared diff base: one pipelined read before a batch is converted (the
@@ -88,6 +93,7 @@ return 1
 type sharedBases struct {
 	cfg     SharedDiffBase
 	client  redis.UniversalClient
+	cluster bool // a Redis Cluster: a batch's keys live on several nodes
 	ttl     time.Duration
 	records metric.Int64Counter
 	logger  *zap.Logger
@@ -124,6 +130,7 @@ func (s *sharedBases) start(ctx context.Context) error {
 		return err
 	}
 	s.client = client
+	_, s.cluster = client.(*redis.ClusterClient)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.Timeout)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
@@ -194,21 +201,15 @@ func (s *sharedBases) read(c *Converter, cluster string, events []Event) *shared
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
 	defer cancel()
-	cmds := make([]*redis.StringCmd, len(keys))
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = p.Get(ctx, s.key(k))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	values, err := s.getAll(ctx, keys)
+	if err != nil {
 		s.count(ReasonSharedFailed, len(keys))
 		c.logger.Warn("Reading the shared diff base failed; this batch is diffed against this replica's own bodies", zap.Error(err))
 		return b
 	}
 	b.records = make(map[string][]byte, len(keys))
-	for i, cmd := range cmds {
-		if v, err := cmd.Bytes(); err == nil {
+	for i, v := range values {
+		if v != nil {
 			b.records[keys[i]] = v
 		}
 	}
@@ -300,26 +301,20 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 	if len(recs) == 0 {
 		return
 	}
-	ttl := s.ttl.Milliseconds()
-	run := func() ([]*redis.Cmd, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
-		defer cancel()
-		cmds := make([]*redis.Cmd, len(recs))
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, r := range recs {
-				cmds[i] = setIfNewer.EvalSha(ctx, p, []string{s.key(r.key)}, r.rv, r.val, ttl)
-			}
-			return nil
-		})
-		return cmds, err
+	keys := make([]string, len(recs))
+	args := make([]any, 1, 1+2*len(recs))
+	args[0] = s.ttl.Milliseconds()
+	for i, r := range recs {
+		keys[i] = s.key(r.key)
+		args = append(args, r.rv, r.val)
 	}
-	cmds, err := run()
+	written, err := s.setAll(keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
 		err = setIfNewer.Load(ctx, s.client).Err()
 		cancel()
 		if err == nil {
-			cmds, err = run()
+			written, err = s.setAll(keys, args)
 		}
 	}
 	if err != nil {
@@ -327,14 +322,77 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 		s.logger.Warn("Writing the shared diff base failed; other replicas diff these objects' next writes without them", zap.Error(err))
 		return
 	}
-	written := 0
-	for _, cmd := range cmds {
-		if n, err := cmd.Int(); err == nil && n == 1 {
-			written++
+	s.count(ReasonSharedWritten, written)
+	s.count(ReasonSharedSuperseded, len(recs)-written)
+}
+
+// getAll reads the records of keys (their name keys), nil where there is none: one MGET, or one
+// GET per key in one pipeline on a Redis Cluster, whose keys live on several nodes.
+func (s *sharedBases) getAll(ctx context.Context, names []string) ([][]byte, error) {
+	out := make([][]byte, len(names))
+	if !s.cluster {
+		keys := make([]string, len(names))
+		for i, n := range names {
+			keys[i] = s.key(n)
+		}
+		values, err := s.client.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range values {
+			if str, ok := v.(string); ok {
+				out[i] = []byte(str)
+			}
+		}
+		return out, nil
+	}
+	cmds := make([]*redis.StringCmd, len(names))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			cmds[i] = p.Get(ctx, s.key(n))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		if v, err := cmd.Bytes(); err == nil {
+			out[i] = v
 		}
 	}
-	s.count(ReasonSharedWritten, written)
-	s.count(ReasonSharedSuperseded, len(cmds)-written)
+	return out, nil
+}
+
+// setAll runs setIfNewer over keys with args (the expiry, then a resourceVersion and a value per
+// key) and counts the records written: one call, or one per key in one pipeline on a Redis
+// Cluster.
+func (s *sharedBases) setAll(keys []string, args []any) (written int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
+	defer cancel()
+	if !s.cluster {
+		res, err := setIfNewer.EvalSha(ctx, s.client, keys, args...).Int64Slice()
+		for _, n := range res {
+			written += int(n)
+		}
+		return written, err
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = setIfNewer.EvalSha(ctx, p, []string{k}, args[0], args[1+2*i], args[2+2*i])
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, cmd := range cmds {
+		if res, err := cmd.Int64Slice(); err == nil && len(res) == 1 {
+			written += int(res[0])
+		}
+	}
+	return written, nil
 }
 
 // parseSharedRecord splits "<resourceVersion>\n<uid>\n<zstd body>".

@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/redisconf"
+	"github.com/kubetrail/kubetrail/internal/redistest"
 )
 
 // sharedRedisAddr is the redis-server `make test` starts when none answers.
@@ -360,4 +362,27 @@ func mustAtoi(t testing.TB, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestSharedDiffBaseOnARedisCluster: on a Cluster the batch's records live on several nodes, so
+// they are read and written key by key in one pipeline; two replicas still diff the recorded
+// deployment as one collector.
+func TestSharedDiffBaseOnARedisCluster(t *testing.T) {
+	addrs := redistest.Cluster(t)
+	s := sharedSettings(t, addrs[0])
+	sh := *s.SharedDiffBase.Get()
+	sh.Redis.Addresses, sh.Redis.Mode = addrs, redisconf.ModeCluster
+	s.SharedDiffBase = configoptional.Some(sh)
+	events := scenarioEvents(t, "deployment")
+	want := diffsByAuditID(events, 7, newConverter(defaultSettings(), "test"))
+	rd := metric.NewManualReader()
+	counter := recordsCounter(t, rd)
+	a, b := startedReplica(t, s, counter), startedReplica(t, s, counter)
+	if !a.shared.cluster {
+		t.Fatal("mode cluster must be taken for a Cluster")
+	}
+	compareDiffs(t, want, diffsByAuditID(events, 7, a, b))
+	if got := records(t, rd); got[ReasonSharedAdopted] == 0 || got[ReasonSharedWritten] == 0 || got[ReasonSharedFailed] != 0 {
+		t.Fatalf("records = %v: bodies must be written and adopted, none failed", got)
+	}
 }
