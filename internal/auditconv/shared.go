@@ -99,6 +99,39 @@ type sharedBases struct {
 	logger  *zap.Logger
 	enc     *zstd.Encoder
 	dec     *zstd.Decoder
+
+	// After a failed round trip Redis is not asked again for a pause that doubles from
+	// minPause to maxPause while it keeps failing: a Redis that does not answer then costs a
+	// batch nothing, rather than its two timeouts. The records of the batches in between count
+	// as failed.
+	now      func() time.Time
+	mu       sync.Mutex
+	askAfter time.Time
+	pause    time.Duration
+}
+
+const (
+	minPause = time.Second
+	maxPause = 30 * time.Second
+)
+
+// asking reports whether Redis is to be asked now.
+func (s *sharedBases) asking() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.now().Before(s.askAfter)
+}
+
+// answered records how a round trip went.
+func (s *sharedBases) answered(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.pause = 0
+		return
+	}
+	s.pause = min(max(2*s.pause, minPause), maxPause)
+	s.askAfter = s.now().Add(s.pause)
 }
 
 // zstdCodecs are the encoder and decoder every shared diff base uses: EncodeAll and DecodeAll
@@ -112,7 +145,7 @@ var zstdCodecs = sync.OnceValues(func() (*zstd.Encoder, *zstd.Decoder) {
 
 func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64Counter, logger *zap.Logger) *sharedBases {
 	enc, dec := zstdCodecs()
-	return &sharedBases{cfg: cfg, ttl: ttl, records: records, logger: logger, enc: enc, dec: dec}
+	return &sharedBases{cfg: cfg, ttl: ttl, records: records, logger: logger, enc: enc, dec: dec, now: time.Now}
 }
 
 func (s *sharedBases) count(reason string, n int) {
@@ -199,12 +232,17 @@ func (s *sharedBases) read(c *Converter, cluster string, events []Event) *shared
 	if len(keys) == 0 {
 		return b
 	}
+	if !s.asking() {
+		s.count(ReasonSharedFailed, len(keys))
+		return b
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
 	defer cancel()
 	values, err := s.getAll(ctx, keys)
+	s.answered(err)
 	if err != nil {
 		s.count(ReasonSharedFailed, len(keys))
-		c.logger.Warn("Reading the shared diff base failed; this batch is diffed against this replica's own bodies", zap.Error(err))
+		c.logger.Warn("Reading the shared diff base failed; this batch is diffed against this replica's own bodies, and Redis is asked again after a pause", zap.Error(err))
 		return b
 	}
 	b.records = make(map[string][]byte, len(keys))
@@ -301,6 +339,10 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 	if len(recs) == 0 {
 		return
 	}
+	if !s.asking() {
+		s.count(ReasonSharedFailed, len(recs))
+		return
+	}
 	keys := make([]string, len(recs))
 	args := make([]any, 1, 1+2*len(recs))
 	args[0] = s.ttl.Milliseconds()
@@ -317,6 +359,7 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 			written, err = s.setAll(keys, args)
 		}
 	}
+	s.answered(err)
 	if err != nil {
 		s.count(ReasonSharedFailed, len(recs))
 		s.logger.Warn("Writing the shared diff base failed; other replicas diff these objects' next writes without them", zap.Error(err))

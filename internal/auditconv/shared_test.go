@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,6 +280,48 @@ func TestSharedDiffBaseFailures(t *testing.T) {
 		}
 		if got := records(t, rd); got[ReasonSharedFailed] != 2 {
 			t.Fatalf("records = %v, want the read and the write of the batch failed (2)", got)
+		}
+	})
+	t.Run("a Redis that does not answer is asked again only after a pause", func(t *testing.T) {
+		// A server that takes connections and never answers: each round trip costs its timeout.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var accepted atomic.Int32
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				t.Cleanup(func() { _ = conn.Close() })
+			}
+		}()
+		t.Cleanup(func() { _ = ln.Close() })
+		s := sharedSettings(t, ln.Addr().String())
+		s.SharedDiffBase.Get().Redis.Timeout = 100 * time.Millisecond
+		rd := metric.NewManualReader()
+		c := startedReplica(t, s, recordsCounter(t, rd))
+		clock := time.Now()
+		c.shared.now = func() time.Time { return clock }
+		dialed := accepted.Load() // Start's ping
+		for _, id := range []string{"u1", "u2"} {
+			if td, _ := convertOne(t, c, create, update(id, "1", 3)); td.SpanCount() != 2 {
+				t.Fatalf("spans = %d", td.SpanCount())
+			}
+		}
+		if n := accepted.Load() - dialed; n != 1 {
+			t.Fatalf("%d connections for two batches, want 1: after the first timeout Redis waits out its pause", n)
+		}
+		if got := records(t, rd); got[ReasonSharedFailed] != 4 {
+			t.Fatalf("records = %v, want the 4 records of both batches failed", got)
+		}
+		clock = clock.Add(minPause)
+		convertOne(t, c, update("u3", "1", 4))
+		if n := accepted.Load() - dialed; n != 2 {
+			t.Fatalf("%d connections after the pause, want Redis asked again", n)
 		}
 	})
 	t.Run("a configuration Redis refuses fails Start", func(t *testing.T) {
