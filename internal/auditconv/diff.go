@@ -253,6 +253,9 @@ func scalarEqual(a, b *flatBody, ai, bi int) bool {
 			return true
 		}
 		as, bs := a.str(ai), b.str(bi)
+		if a.nodes[ai].plain && b.nodes[bi].plain {
+			return isMaskAndTag(as, bs) // their raw bytes differ, so their texts do
+		}
 		return bytes.Equal(as, bs) || isMaskAndTag(as, bs)
 	}
 	return false
