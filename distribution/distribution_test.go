@@ -447,8 +447,8 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 		if c.Attr(model.AttrSpanType) != model.SpanTypeObject {
 			continue
 		}
-		if !strings.HasPrefix(c.Span.Name(), "ReplicaSet default/demo-") {
-			t.Errorf("unexpected object under the Deployment: %s", c.Span.Name())
+		if !strings.HasPrefix(c.Label(), "ReplicaSet default/demo-") {
+			t.Errorf("unexpected object under the Deployment: %s", c.Label())
 			continue
 		}
 		replicaSets++
@@ -456,9 +456,9 @@ func TestRecordedCaptureThroughTheRealBinary(t *testing.T) {
 	if replicaSets != 2 {
 		t.Errorf("ReplicaSets under the Deployment: %d, want 2 (before and after the image change)", replicaSets)
 	}
-	for _, pod := range forest.Find(func(n *tracetree.Node) bool { return strings.HasPrefix(n.Span.Name(), "Pod default/demo-") }) {
-		if pod.Parent == nil || !strings.HasPrefix(pod.Parent.Span.Name(), "ReplicaSet default/demo-") {
-			t.Errorf("%s is not under a ReplicaSet", pod.Span.Name())
+	for _, pod := range forest.Find(func(n *tracetree.Node) bool { return strings.HasPrefix(n.Label(), "Pod default/demo-") }) {
+		if pod.Parent == nil || !strings.HasPrefix(pod.Parent.Label(), "ReplicaSet default/demo-") {
+			t.Errorf("%s is not under a ReplicaSet", pod.Label())
 		}
 	}
 }

@@ -381,7 +381,7 @@ func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
 		var data []map[string]string
 		for id, td := range f.byTrace {
 			for _, s := range trail.SpansFromTraces(td) {
-				match := s.Object.Kind == r.URL.Query().Get("service")
+				match := s.Str(model.AttrServiceName) == r.URL.Query().Get("service") // Jaeger's service is service.name
 				for k, v := range tags {
 					match = match && s.Str(k) == v
 				}
@@ -409,7 +409,7 @@ func TestJaegerSourceComputesTheWindowsTraceIDsFromTheUID(t *testing.T) {
 	}
 	var uid string
 	for _, s := range trail.SpansFromTraces(td) {
-		if s.IsObject() && s.Name == "Deployment default/demo" {
+		if s.IsObject() && s.Object.DisplayName() == "Deployment default/demo" {
 			uid = s.Object.UID
 		}
 	}
@@ -565,4 +565,53 @@ func TestJaegerAnsweringAnErrorSaysWhatToTryNext(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSpansOfAnEarlierModel: spans written before span model 1.0 (identity on every span, no
+// schema URL) are not read as 1.0 spans; the command says which model they are and what to do,
+// from a file and from Jaeger, and a window that holds both models shows the 1.0 spans.
+func TestSpansOfAnEarlierModel(t *testing.T) {
+	old, err := golden.ReadTraces(filepath.Join("testdata", "model-0", "unschedulable.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"trace", "pod/pending", "-n", "default", "--cluster", "testbed", "--since", "2026-11-21T10:00:00Z", "--until", "2026-11-21T11:30:00Z"}
+	for name, src := range map[string]string{
+		"file":   "file=" + writeJSONL(t, old),
+		"jaeger": "jaeger=" + newFakeJaeger(t, old).URL,
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := kubetrail(t, append(args, "--source", src)...)
+			if code != 1 || out != "" || !strings.Contains(errOut, "before span model 1.0") || !strings.Contains(errOut, "reads span model 1.x") {
+				t.Fatalf("exit %d, stdout %q, stderr %q: want exit 1 naming the earlier model", code, out, errOut)
+			}
+		})
+	}
+	t.Run("a file holding both models shows the 1.0 spans and says what it left out", func(t *testing.T) {
+		cur, err := golden.ReadTraces(filepath.Join(recorded, "unschedulable.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := kubetrail(t, append(args, "--source", "file="+writeJSONL(t, old, cur))...)
+		if code != 0 || !strings.Contains(out, "Pod default/pending") || !strings.Contains(errOut, "left out") || !strings.Contains(errOut, "before span model 1.0") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+		_, want, _ := kubetrail(t, append(args, "--source", "file="+writeJSONL(t, cur))...)
+		if out != want {
+			t.Fatalf("the tree differs from the 1.0 spans' alone:\n%s\nwant\n%s", out, want)
+		}
+	})
+	t.Run("a later major version is named", func(t *testing.T) {
+		cur, err := golden.ReadTraces(filepath.Join(recorded, "unschedulable.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rs := range cur.ResourceSpans().All() {
+			rs.SetSchemaUrl("https://kubetrail.dev/schemas/2.0.0")
+		}
+		code, _, errOut := kubetrail(t, append(args, "--source", "file="+writeJSONL(t, cur))...)
+		if code != 1 || !strings.Contains(errOut, "span model 2.0.0") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+	})
 }

@@ -136,6 +136,11 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	if u, ok := src.(trail.Unreader); ok && u.Unread().Spans > 0 {
+		// A window written across an upgrade holds spans of both models: show what can be read.
+		un := u.Unread()
+		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%v)\n", src, un.Spans, un.Err)
+	}
 	root, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only})
 	if errors.Is(err, trail.ErrNoSpans) {
 		what := "activity"

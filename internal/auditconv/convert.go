@@ -316,8 +316,9 @@ type eventSpan struct {
 	scaleBody lazyBody // the Scale a scale subresource answered with
 	// respMeta is the scanned response (the object or its Scale), reqMeta the request's.
 	respMeta, reqMeta objectMeta
-	// traceContext and nodeName come from the body that describes the object.
+	// traceContext, nodeName and rollout come from the body that describes the object.
 	traceContext, nodeName string
+	rollout                rollout
 
 	span    ptrace.Span
 	endTS   pcommon.Timestamp
@@ -417,9 +418,9 @@ func (c *Converter) readBodies(e *eventSpan) {
 	}
 	// The trace context and the node come from the body that describes the object: the
 	// response (the object as stored) when audited, else the request.
-	e.traceContext, e.nodeName = e.respMeta.TraceContext, e.respMeta.NodeName
+	e.traceContext, e.nodeName, e.rollout = e.respMeta.TraceContext, e.respMeta.NodeName, e.respMeta.Rollout
 	if e.resp() == nil {
-		e.traceContext, e.nodeName = e.reqMeta.TraceContext, e.reqMeta.NodeName
+		e.traceContext, e.nodeName, e.rollout = e.reqMeta.TraceContext, e.reqMeta.NodeName, e.reqMeta.Rollout
 	}
 	if ref.Resource == "pods" && ref.APIGroup == "" && ref.Subresource == "binding" && ev.Verb == "create" && !e.failed && hasBody(ev.RequestObject) {
 		// The scheduler's binding names the node in its target.
@@ -498,11 +499,11 @@ func (c *Converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster stri
 	window := model.WindowStart(start, c.window)
 	key := e.obj.Key()
 
-	span := b.AppendSpan(cluster, e.obj.Kind)
+	span := b.AppendSpan(e.obj)
 	span.SetTraceID(model.ObjectTraceID(key, window))
 	span.SetParentSpanID(model.ObjectSpanID(key, window))
 	span.SetSpanID(model.AuditSpanID(ev.AuditID))
-	span.SetName(spanName(ev, e.code, e.failed))
+	span.SetName(spanName(ev))
 	span.SetKind(ptrace.SpanKindServer)
 	span.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
 	span.SetEndTimestamp(pcommon.NewTimestampFromTime(end))
@@ -523,7 +524,7 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	}
 	attrs.EnsureCapacity(n)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeAudit)
-	e.obj.PutAttributes(attrs)
+	e.obj.PutOwner(attrs)
 	attrs.PutStr(model.AttrAuditID, ev.AuditID)
 	attrs.PutStr(model.AttrAuditVerb, ev.Verb)
 	attrs.PutStr(model.AttrAuditLevel, ev.Level)
@@ -546,6 +547,7 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
 	putAnnotations(attrs, ev.Annotations, c.red, e.redact, func(s string) string { return c.scrub(e, s) })
 	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
+	e.rollout.put(attrs)
 	if e.traceContext != "" {
 		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)
 	}

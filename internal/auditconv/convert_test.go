@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -81,13 +82,24 @@ func testConverter(mutate ...func(*Settings)) *Converter {
 	return newConverter(cfg, "test")
 }
 
+// allSpans returns copies of td's spans whose attributes also hold their Resource's (the
+// object's identity), so that a test reads a span as a backend shows it. The placement itself
+// is TestIdentityIsOnTheResource's.
 func allSpans(td ptrace.Traces) []ptrace.Span {
 	var out []ptrace.Span
 	for i := 0; i < td.ResourceSpans().Len(); i++ {
+		res := td.ResourceSpans().At(i).Resource().Attributes()
 		ss := td.ResourceSpans().At(i).ScopeSpans()
 		for j := 0; j < ss.Len(); j++ {
 			for k := 0; k < ss.At(j).Spans().Len(); k++ {
-				out = append(out, ss.At(j).Spans().At(k))
+				s := ptrace.NewSpan()
+				ss.At(j).Spans().At(k).CopyTo(s)
+				for key, v := range res.All() {
+					if _, ok := s.Attributes().Get(key); !ok {
+						v.CopyTo(s.Attributes().PutEmpty(key))
+					}
+				}
+				out = append(out, s)
 			}
 		}
 	}
@@ -191,11 +203,11 @@ func TestSpanNames(t *testing.T) {
 		st                    status
 		want                  string
 	}{
-		{"a controller is named by its service account", "system:serviceaccount:kube-system:replicaset-controller", "create", "", status{Code: 201}, "replicaset-controller create"},
-		{"a system component loses the system prefix", "system:kube-scheduler", "create", "binding", status{Code: 201}, "kube-scheduler create binding"},
-		{"a user is named as is, with the status reason of a failure", "alice", "patch", "", status{Code: 409, Reason: "Conflict"}, "alice patch (Conflict)"},
-		{"a failure without reason shows the HTTP status text", "alice", "delete", "", status{Code: 404}, "alice delete (Not Found)"},
-		{"a node keeps its node prefix", "system:node:kwok-node-0", "patch", "status", status{Code: 200}, "node:kwok-node-0 patch status"},
+		{"a controller's create is the verb and the resource", "system:serviceaccount:kube-system:replicaset-controller", "create", "", status{Code: 201}, "create pods"},
+		{"a subresource follows the resource", "system:kube-scheduler", "create", "binding", status{Code: 201}, "create pods/binding"},
+		{"a failure is in the status, not the name", "alice", "patch", "", status{Code: 409, Reason: "Conflict"}, "patch pods"},
+		{"a failure without reason", "alice", "delete", "", status{Code: 404}, "delete pods"},
+		{"a node's user is not in the name", "system:node:kwok-node-0", "patch", "status", status{Code: 200}, "patch pods/status"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,7 +219,54 @@ func TestSpanNames(t *testing.T) {
 			if got := attrStr(s.Attributes(), model.AttrUserName); got != tt.user {
 				t.Fatalf("user.name = %q, want the full name %q", got, tt.user)
 			}
+			if failed := tt.st.Code >= 400; failed != (s.Status().Code() == ptrace.StatusCodeError) {
+				t.Fatalf("status %v for HTTP %d", s.Status().Code(), tt.st.Code)
+			}
 		})
+	}
+}
+
+// TestIdentityIsOnTheResource: the object's identity is on the Resource of its spans (one
+// ResourceSpans per object, with the semantic-convention names of its kind), the owner on the
+// span, and resource and scope carry the span model's schema URL.
+func TestIdentityIsOnTheResource(t *testing.T) {
+	ref := objectReference{Resource: "pods", Namespace: "default", APIVersion: "v1"}
+	resp := func(name, uid string) string {
+		return `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"` + name + `","namespace":"default","uid":"` + uid + `","resourceVersion":"7",
+			"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"rs-1","controller":true}]}}`
+	}
+	td := must(convertOne(t, testConverter(),
+		event("a1", "create", "system:serviceaccount:kube-system:replicaset-controller", ref, 201, withResponse(resp("p1", "u1"))),
+		event("a2", "create", "system:serviceaccount:kube-system:replicaset-controller", ref, 201, withResponse(resp("p2", "u2"))),
+		event("a3", "patch", "system:node:n1", objectReference{Resource: "pods", Namespace: "default", Name: "p1", UID: "u1", APIVersion: "v1", Subresource: "status"}, 200)))
+	if td.ResourceSpans().Len() != 2 {
+		t.Fatalf("resources = %d, want one per object", td.ResourceSpans().Len())
+	}
+	rs := td.ResourceSpans().At(0)
+	want := map[string]any{
+		model.AttrClusterName: "c1", model.AttrServiceName: "Pod", model.AttrObjectAPIGroup: "", model.AttrObjectAPIVersion: "v1",
+		model.AttrObjectResource: "pods", model.AttrObjectKind: "Pod", model.AttrNamespaceName: "default", model.AttrObjectName: "p1",
+		model.AttrObjectUID: "u1", "k8s.pod.name": "p1", "k8s.pod.uid": "u1",
+	}
+	if got := rs.Resource().Attributes().AsRaw(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("resource = %v, want %v", got, want)
+	}
+	if rs.SchemaUrl() != model.SchemaURL || rs.ScopeSpans().At(0).SchemaUrl() != model.SchemaURL {
+		t.Fatal("resource and scope carry the span model's schema URL")
+	}
+	spans := rs.ScopeSpans().At(0).Spans()
+	if spans.Len() != 2 {
+		t.Fatalf("pod p1's resource holds %d spans, want its create and its status patch", spans.Len())
+	}
+	for _, s := range spans.All() {
+		for _, key := range []string{model.AttrObjectName, model.AttrObjectUID, model.AttrObjectKind, model.AttrNamespaceName, model.AttrClusterName, "k8s.pod.name"} {
+			if _, ok := s.Attributes().Get(key); ok {
+				t.Errorf("%s: identity attribute %s on the span", s.Name(), key)
+			}
+		}
+	}
+	if attrStr(spans.At(0).Attributes(), model.AttrOwnerUID) != "rs-1" {
+		t.Fatal("the owner a body names goes on the span")
 	}
 }
 
@@ -281,8 +340,15 @@ func TestIdentityAndIDs(t *testing.T) {
 			t.Fatalf("spans = %d", len(spans))
 		}
 		for _, s := range spans {
-			if _, ok := s.Attributes().Get(model.AttrNamespaceName); ok {
-				t.Errorf("%s: a Namespace carries k8s.namespace.name: %v", s.Name(), s.Attributes().AsRaw())
+			// k8s.namespace.name of a Namespace is its own name (semantic conventions); its
+			// identity has no namespace.
+			if got := attrStr(s.Attributes(), model.AttrNamespaceName); got != "team-a" {
+				t.Errorf("%s: k8s.namespace.name = %q, want the Namespace's own name", s.Name(), got)
+			}
+		}
+		for _, rs := range td.ResourceSpans().All() {
+			if o, _ := model.ObjectFromAttributes(rs.Resource().Attributes(), pcommon.NewMap()); o.Namespace != "" || o.Name != "team-a" {
+				t.Errorf("a Namespace's identity = %+v", o)
 			}
 		}
 		if attrStr(spans[1].Attributes(), model.AttrObjectUID) != "ns-1" || spans[1].TraceID() != spans[0].TraceID() {
@@ -621,7 +687,7 @@ func TestConflictLinksToTheWinningWrite(t *testing.T) {
 		t.Fatalf("spans = %d", len(spans))
 	}
 	w, l := spans[0], spans[1]
-	if l.Name() != "deployment-controller update (Conflict)" || l.Links().Len() != 1 {
+	if l.Name() != "update deployments" || l.Status().Code() != ptrace.StatusCodeError || l.Links().Len() != 1 {
 		t.Fatalf("loser %q has %d links", l.Name(), l.Links().Len())
 	}
 	link := l.Links().At(0)
@@ -703,7 +769,7 @@ func TestRequestDetails(t *testing.T) {
 			ev.Stage = stagePanic
 			ev.ResponseStatus = nil
 		}))))
-		if s.Name() != "alice update (Panic)" || s.Status().Code() != ptrace.StatusCodeError {
+		if s.Name() != "update pods" || s.Status().Code() != ptrace.StatusCodeError || !strings.HasPrefix(s.Status().Message(), "Panic") {
 			t.Fatalf("name %q, status %v", s.Name(), s.Status().Code())
 		}
 	})

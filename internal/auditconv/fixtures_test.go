@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +23,7 @@ func TestDeploymentFixtureShowsTheScaleAsADiff(t *testing.T) {
 	td, _ := replayScenario(t, "deployment", nil)
 	var scales []string
 	for _, s := range allSpans(td) {
-		if s.Name() == "kubernetes-admin patch scale" {
+		if s.Name() == "patch deployments/scale" && attrStr(s.Attributes(), model.AttrUserName) == "kubernetes-admin" {
 			scales = append(scales, diffOf(t, s)["spec.replicas"])
 		}
 	}
@@ -31,7 +32,7 @@ func TestDeploymentFixtureShowsTheScaleAsADiff(t *testing.T) {
 	}
 	var imageChanged bool
 	for _, s := range allSpans(td) {
-		if s.Name() == "kubernetes-admin patch" {
+		if s.Name() == "patch deployments" && attrStr(s.Attributes(), model.AttrUserName) == "kubernetes-admin" {
 			for path, change := range diffOf(t, s) {
 				if strings.HasSuffix(path, ".image") && strings.Contains(change, " -> ") {
 					imageChanged = true
@@ -85,7 +86,7 @@ func TestBindingsCarryThePodsIdentity(t *testing.T) {
 		for _, b := range bindings {
 			a := b.Attributes()
 			uid := attrStr(a, model.AttrObjectUID)
-			if b.Name() != "kube-scheduler create binding" || attrStr(a, model.AttrObjectKind) != "Pod" || uid == "<absent>" || attrStr(a, model.AttrObjectName) == "<absent>" {
+			if b.Name() != "create pods/binding" || attrStr(a, model.AttrUserName) != "system:kube-scheduler" || attrStr(a, model.AttrObjectKind) != "Pod" || uid == "<absent>" || attrStr(a, model.AttrObjectName) == "<absent>" {
 				t.Fatalf("%s: binding span %q = %v", scenario, b.Name(), a.AsRaw())
 			}
 			if tr, ok := createTrace[uid]; !ok || tr != b.TraceID().String() {
@@ -243,4 +244,49 @@ func secretValuesOf(t *testing.T, scenario string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The deployment scenario rolls the Deployment out several times: its writes carry the
+// generation they asked for and the one the controller observed, its ReplicaSets the revision
+// and the pod-template hash, and the Pods the hash of the template they were made from, which
+// is one of the ReplicaSets' (docs/span-model.md, Rollouts).
+func TestRolloutAttributesGroupTheDeploymentScenario(t *testing.T) {
+	td, _ := replayScenario(t, "deployment", nil)
+	gens, observed := map[int64]bool{}, map[int64]bool{}
+	rsHash := map[string]string{} // hash -> revision
+	var podHashes []string
+	for _, s := range allSpans(td) {
+		a := s.Attributes()
+		switch attrStr(a, model.AttrObjectKind) {
+		case "Deployment":
+			if v, ok := a.Get(model.AttrObjectGeneration); ok {
+				gens[v.Int()] = true
+			}
+			if v, ok := a.Get(model.AttrObjectObservedGeneration); ok {
+				observed[v.Int()] = true
+			}
+		case "ReplicaSet":
+			if h := attrStr(a, model.AttrObjectTemplateHash); h != "<absent>" {
+				rsHash[h] = attrStr(a, model.AttrObjectRevision)
+			}
+		case "Pod":
+			if h := attrStr(a, model.AttrObjectTemplateHash); h != "<absent>" && attrStr(a, model.AttrAuditVerb) == "create" {
+				podHashes = append(podHashes, h)
+			}
+		}
+	}
+	if len(gens) < 3 || len(observed) < 3 {
+		t.Fatalf("Deployment generations %v, observed %v: want the scenario's several rollouts", gens, observed)
+	}
+	if len(rsHash) != 2 || rsHash[slices.Sorted(maps.Keys(rsHash))[0]] == "<absent>" {
+		t.Fatalf("ReplicaSet hashes and revisions %v, want two ReplicaSets with revisions", rsHash)
+	}
+	for _, h := range podHashes {
+		if _, ok := rsHash[h]; !ok {
+			t.Fatalf("a Pod of template %s, which no ReplicaSet has (%v)", h, rsHash)
+		}
+	}
+	if len(podHashes) < 5 {
+		t.Fatalf("%d Pod creates with a template hash", len(podHashes))
+	}
 }

@@ -453,7 +453,13 @@ func (f *flatBody) meta(annotation string) objectMeta {
 		m.ResourceVersion = f.strMember(md, "resourceVersion")
 		if a := f.objectMember(md, "annotations"); a >= 0 {
 			m.TraceContext = f.strMember(a, annotation)
+			m.Rollout.Revision = f.strMember(a, annotationRevision)
 		}
+		if l := f.objectMember(md, "labels"); l >= 0 {
+			m.Rollout.TemplateHash = f.strMember(l, labelTemplateHash)
+			m.Rollout.RevisionHash = f.strMember(l, labelRevisionHash)
+		}
+		m.Rollout.Generation = f.intMember(md, "generation")
 		if refs := f.member(md, "ownerReferences"); refs >= 0 && f.nodes[refs].kind == '[' {
 			for r, end := refs+1, refs+int(f.nodes[refs].size); r < end; r += int(f.nodes[r].size) {
 				if f.nodes[r].kind != '{' {
@@ -466,6 +472,9 @@ func (f *flatBody) meta(annotation string) objectMeta {
 				}
 			}
 		}
+	}
+	if st := f.objectMember(0, "status"); st >= 0 {
+		m.Rollout.ObservedGeneration = f.intMember(st, "observedGeneration")
 	}
 	switch m.Kind {
 	case "Pod":
@@ -486,6 +495,15 @@ func (f *flatBody) strMember(obj int, name string) string {
 		return string(f.str(n))
 	}
 	return ""
+}
+
+// intMember is the integer value of an object's member, 0 when absent or not an integer.
+func (f *flatBody) intMember(obj int, name string) int64 {
+	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '0' {
+		nd := &f.nodes[n]
+		return parseInt(f.d[nd.start:nd.end])
+	}
+	return 0
 }
 
 // symMember is strMember for values that recur from body to body (kinds, API versions,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -692,8 +693,20 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 		case "apiVersion":
 			m.APIVersion, i, err = anyString(raw, next)
 		case "metadata":
-			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target}
+			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target,
+				Rollout: rollout{ObservedGeneration: m.Rollout.ObservedGeneration}}
 			i, err = scanMetadata(raw, next, &m, annotation)
+		case "status":
+			m.Rollout.ObservedGeneration = 0
+			i, err = scanMembers(raw, next, 1, func(key []byte, d []byte, vi int) (int, bool, error) {
+				if string(key) != "observedGeneration" {
+					return 0, false, nil
+				}
+				var end int
+				var err error
+				m.Rollout.ObservedGeneration, end, err = anyInt(d, vi)
+				return end, true, err
+			})
 		case "spec":
 			// A Pod's node (spec.nodeName). The apiserver writes kind first, so the spec of
 			// any other kind is skipped whole, as before.
@@ -744,6 +757,72 @@ func scanMember(d []byte, i, depth int, name string, dst *string) (int, error) {
 	}
 }
 
+// scanMembers walks the object at d[i] (at nesting depth): read is given each member's key and
+// value offset, and reads the value (returning the offset after it and true) or leaves it to be
+// skipped (false). A value that is not an object is skipped.
+func scanMembers(d []byte, i, depth int, read func(key, d []byte, vi int) (int, bool, error)) (int, error) {
+	if d[i] != '{' {
+		return skipValue(d, i, depth)
+	}
+	i++
+	for first := true; ; first = false {
+		key, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		end, ok, err := read(key, d, next)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			i = end
+		} else if i, err = skipValue(d, next, depth+1); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// stringMembers reads the string members a and b (the last one counts; a value of another
+// type counts as "") into da and db, for scanMembers.
+func stringMembers(a string, da *string, b string, db *string) func(key, d []byte, vi int) (int, bool, error) {
+	return func(key, d []byte, vi int) (int, bool, error) {
+		var dst *string
+		switch string(key) {
+		case a:
+			dst = da
+		case b:
+			dst = db
+		default:
+			return 0, false, nil
+		}
+		v, end, err := anyString(d, vi)
+		*dst = v
+		return end, true, err
+	}
+}
+
+// anyInt reads a value that counts only when it is an integer (0 otherwise).
+func anyInt(d []byte, i int) (int64, int, error) {
+	end, err := skipValue(d, i, 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	if c := d[i]; c == '-' || (c >= '0' && c <= '9') {
+		return parseInt(d[i:end]), end, nil
+	}
+	return 0, end, nil
+}
+
+// parseInt is the integer a JSON number's text spells, 0 when it is not one (a fraction, an
+// exponent, out of range), as strconv.ParseInt.
+func parseInt(b []byte) int64 {
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // anyString reads a value that counts only when it is a string.
 func anyString(d []byte, i int) (string, int, error) {
 	if d[i] == '"' {
@@ -776,8 +855,13 @@ func scanMetadata(d []byte, i int, m *objectMeta, annotation string) (int, error
 			m.Owner = ownerRef{}
 			i, err = scanOwners(d, next, &m.Owner)
 		case "annotations":
-			m.TraceContext = ""
-			i, err = scanMember(d, next, 2, annotation, &m.TraceContext)
+			m.TraceContext, m.Rollout.Revision = "", ""
+			i, err = scanMembers(d, next, 2, stringMembers(annotation, &m.TraceContext, annotationRevision, &m.Rollout.Revision))
+		case "labels":
+			m.Rollout.TemplateHash, m.Rollout.RevisionHash = "", ""
+			i, err = scanMembers(d, next, 2, stringMembers(labelTemplateHash, &m.Rollout.TemplateHash, labelRevisionHash, &m.Rollout.RevisionHash))
+		case "generation":
+			m.Rollout.Generation, i, err = anyInt(d, next)
 		default:
 			i, err = skipValue(d, next, 2)
 		}

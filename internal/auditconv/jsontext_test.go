@@ -61,8 +61,19 @@ func (s *jtScanner) scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 		case "apiVersion":
 			m.APIVersion, err = s.str()
 		case "metadata":
-			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target}
+			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target,
+				Rollout: rollout{ObservedGeneration: m.Rollout.ObservedGeneration}}
 			err = s.metadata(&m, annotation)
+		case "status":
+			m.Rollout.ObservedGeneration = 0
+			err = s.members(func(key string) (bool, error) {
+				if key != "observedGeneration" {
+					return false, nil
+				}
+				var err error
+				m.Rollout.ObservedGeneration, err = s.int()
+				return true, err
+			})
 		case "spec":
 			m.NodeName = ""
 			if m.Kind == "Pod" || m.Kind == "" {
@@ -106,6 +117,59 @@ func (s *jtScanner) str() (string, error) {
 	}
 	tok, err := s.dec.ReadToken()
 	return tok.String(), err
+}
+
+// members walks an object: read reads a member's value (true) or leaves it to be skipped.
+func (s *jtScanner) members(read func(key string) (bool, error)) error {
+	if s.dec.PeekKind() != '{' {
+		return s.dec.SkipValue()
+	}
+	if _, err := s.dec.ReadToken(); err != nil {
+		return err
+	}
+	for s.dec.PeekKind() != '}' {
+		key, err := s.dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		ok, err := read(key.String())
+		if err == nil && !ok {
+			err = s.dec.SkipValue()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := s.dec.ReadToken()
+	return err
+}
+
+// strings reads the string members a and b into da and db, for members.
+func (s *jtScanner) strings(a string, da *string, b string, db *string) func(string) (bool, error) {
+	return func(key string) (bool, error) {
+		var err error
+		switch key {
+		case a:
+			*da, err = s.str()
+		case b:
+			*db, err = s.str()
+		default:
+			return false, nil
+		}
+		return true, err
+	}
+}
+
+// int reads a value that counts only when it is an integer.
+func (s *jtScanner) int() (int64, error) {
+	if s.dec.PeekKind() != '0' {
+		return 0, s.dec.SkipValue()
+	}
+	tok, err := s.dec.ReadToken()
+	if err != nil {
+		return 0, err
+	}
+	return parseInt([]byte(tok.String())), nil
 }
 
 // member reads the string member name of an object (the last one counts); anything else is skipped.
@@ -159,8 +223,13 @@ func (s *jtScanner) metadata(m *objectMeta, annotation string) error {
 			m.Owner = ownerRef{}
 			err = s.owners(&m.Owner)
 		case "annotations":
-			m.TraceContext = ""
-			err = s.member(annotation, &m.TraceContext)
+			m.TraceContext, m.Rollout.Revision = "", ""
+			err = s.members(s.strings(annotation, &m.TraceContext, annotationRevision, &m.Rollout.Revision))
+		case "labels":
+			m.Rollout.TemplateHash, m.Rollout.RevisionHash = "", ""
+			err = s.members(s.strings(labelTemplateHash, &m.Rollout.TemplateHash, labelRevisionHash, &m.Rollout.RevisionHash))
+		case "generation":
+			m.Rollout.Generation, err = s.int()
 		default:
 			err = s.dec.SkipValue()
 		}

@@ -3,6 +3,7 @@ package auditconv
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // A body parsed into a tree: map[string]any, []any, string, json.Number, bool or nil. Numbers
@@ -32,6 +33,36 @@ type objectMeta struct {
 	TraceContext string
 	// NodeName is a Pod's spec.nodeName; Target is a Binding's target.name.
 	NodeName, Target string
+	// Rollout is what the body says of the object's intended state and its revision.
+	Rollout rollout
+}
+
+// rollout is what a body says of the rollout it belongs to (docs/span-model.md, Rollouts):
+// metadata.generation and status.observedGeneration (0 when absent or not an integer), the
+// deployment.kubernetes.io/revision annotation, and the pod-template-hash and
+// controller-revision-hash labels (the template a ReplicaSet, or a Pod of a ReplicaSet,
+// StatefulSet or DaemonSet, was made from).
+type rollout struct {
+	Generation, ObservedGeneration int64
+	Revision                       string
+	TemplateHash, RevisionHash     string
+}
+
+// Keys of the annotation and labels rollout reads.
+const (
+	annotationRevision = "deployment.kubernetes.io/revision"
+	labelTemplateHash  = "pod-template-hash"
+	labelRevisionHash  = "controller-revision-hash"
+)
+
+// treeInt is an integer member of t, 0 when absent or not an integer.
+func treeInt(t tree, key string) int64 {
+	n, _ := t[key].(json.Number)
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 type ownerRef struct {
@@ -48,6 +79,13 @@ func metaOf(t tree, annotation string) objectMeta {
 		UID:             str(md, "uid"),
 		ResourceVersion: str(md, "resourceVersion"),
 		TraceContext:    str(child(md, "annotations"), annotation),
+		Rollout: rollout{
+			Generation:         treeInt(md, "generation"),
+			ObservedGeneration: treeInt(child(t, "status"), "observedGeneration"),
+			Revision:           str(child(md, "annotations"), annotationRevision),
+			TemplateHash:       str(child(md, "labels"), labelTemplateHash),
+			RevisionHash:       str(child(md, "labels"), labelRevisionHash),
+		},
 	}
 	if m.Kind == "Binding" {
 		m.Target = str(child(t, "target"), "name")

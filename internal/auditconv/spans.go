@@ -32,41 +32,28 @@ func fillObject(o *model.Object, m objectMeta) {
 	}
 }
 
-// spanName is "<actor> <verb>[ <subresource>][ (<status text>)]".
-func spanName(ev *Event, code int, failed bool) string {
-	var b strings.Builder
-	b.WriteString(shortActor(ev.User.Username))
-	b.WriteByte(' ')
-	b.WriteString(ev.Verb)
-	if ev.ObjectRef.Subresource != "" {
-		b.WriteByte(' ')
-		b.WriteString(ev.ObjectRef.Subresource)
+// spanName is "<verb> <resource>[/<subresource>]" (docs/span-model.md, Span names): what was
+// done to which kind of object, a small fixed set per resource. Who did it, to which object,
+// and how it ended are attributes and the status, never the name: OpenTelemetry asks for names
+// of low cardinality, and backends keep one operation per name.
+func spanName(ev *Event) string {
+	ref := ev.ObjectRef
+	if ref == nil { // keep drops events without an object; a name without one is the verb
+		return validText(ev.Verb)
 	}
-	if failed {
-		b.WriteString(" (")
-		b.WriteString(statusText(ev, code))
-		b.WriteByte(')')
+	n := len(ev.Verb) + 1 + len(ref.Resource)
+	if ref.Subresource != "" {
+		n += 1 + len(ref.Subresource)
 	}
-	return validText(b.String())
-}
-
-// shortActor names who made a request the way people say it: the service account's name for
-// controllers (system:serviceaccount:kube-system:replicaset-controller → replicaset-controller),
-// the component for system users (system:kube-scheduler → kube-scheduler), anyone else as is.
-func shortActor(user string) string {
-	if rest, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
-		if i := strings.LastIndexByte(rest, ':'); i >= 0 && i+1 < len(rest) {
-			return rest[i+1:]
-		}
-		return rest
+	b := make([]byte, 0, n)
+	b = append(b, ev.Verb...)
+	b = append(b, ' ')
+	b = append(b, ref.Resource...)
+	if ref.Subresource != "" {
+		b = append(b, '/')
+		b = append(b, ref.Subresource...)
 	}
-	if rest, ok := strings.CutPrefix(user, "system:"); ok && rest != "" {
-		return rest
-	}
-	if user == "" {
-		return "anonymous"
-	}
-	return user
+	return validText(string(b))
 }
 
 func statusText(ev *Event, code int) string {
@@ -211,6 +198,19 @@ func validText(s string) string {
 		s = s[n:]
 	}
 	return b.String()
+}
+
+// put writes what the body said of the rollout onto the span (docs/span-model.md, Rollouts).
+func (r *rollout) put(attrs pcommon.Map) {
+	if r.Generation > 0 {
+		attrs.PutInt(model.AttrObjectGeneration, r.Generation)
+	}
+	if r.ObservedGeneration > 0 {
+		attrs.PutInt(model.AttrObjectObservedGeneration, r.ObservedGeneration)
+	}
+	putNonEmpty(attrs, model.AttrObjectRevision, r.Revision)
+	putNonEmpty(attrs, model.AttrObjectTemplateHash, r.TemplateHash)
+	putNonEmpty(attrs, model.AttrObjectRevisionHash, r.RevisionHash)
 }
 
 func putNonEmpty(m pcommon.Map, key, value string) {

@@ -12,7 +12,8 @@ const (
 	AttrServiceName = string(semconv.ServiceNameKey)
 )
 
-// Object identity, on every span a receiver emits (docs/design.md, Object identity).
+// Object identity, on the Resource of every span a component emits (docs/span-model.md,
+// Resource); the owner's, on the span.
 const (
 	AttrObjectAPIGroup   = "k8s.object.api_group"
 	AttrObjectAPIVersion = "k8s.object.api_version"
@@ -29,7 +30,14 @@ const (
 	// owner reference: the object is a root, and the processor never holds it for owner_wait.
 	AttrOwnerNone             = "k8s.object.owner.none"
 	AttrObjectResourceVersion = "k8s.object.resource_version"
-	AttrObjectNewRV           = "k8s.object.new_resource_version"
+	// Rollouts (docs/span-model.md, Rollouts): what the body of a write says of the object's
+	// intended state and the revision it belongs to. Integers: generation, observed_generation.
+	AttrObjectGeneration         = "k8s.object.generation"
+	AttrObjectObservedGeneration = "k8s.object.observed_generation"
+	AttrObjectRevision           = "k8s.object.revision"
+	AttrObjectTemplateHash       = "k8s.object.pod_template_hash"
+	AttrObjectRevisionHash       = "k8s.object.controller_revision_hash"
+	AttrObjectNewRV              = "k8s.object.new_resource_version"
 )
 
 // AttrSpanType says which kind of span this is; its values are the SpanType* constants.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,27 +125,66 @@ func TestAttributesRoundTrip(t *testing.T) {
 		Owner: Owner{APIVersion: "apps/v1", Kind: "Deployment", Name: "demo", UID: "d-uid"},
 	}
 	res, attrs := pcommon.NewMap(), pcommon.NewMap()
-	res.PutStr(AttrClusterName, "c1")
-	o.PutAttributes(attrs)
-	if v, _ := attrs.Get(AttrObjectAPIVersion); v.Str() != "apps/v1" {
+	o.PutResource(res)
+	o.PutOwner(attrs)
+	if v, _ := res.Get(AttrObjectAPIVersion); v.Str() != "apps/v1" {
 		t.Fatalf("api_version = %q", v.Str())
+	}
+	if v, _ := res.Get(AttrServiceName); v.Str() != "ReplicaSet" {
+		t.Fatalf("service.name = %q", v.Str())
+	}
+	if _, ok := attrs.Get(AttrObjectName); ok {
+		t.Fatal("identity goes on the Resource, not on the span")
+	}
+	if _, ok := res.Get(AttrOwnerUID); ok {
+		t.Fatal("the owner goes on the span, not on the Resource")
 	}
 	got, ok := ObjectFromAttributes(res, attrs)
 	if !ok || got != o {
 		t.Fatalf("round trip = %+v, %v; want %+v", got, ok, o)
 	}
+	attrs.PutStr(AttrObjectUID, "resolved")
+	if got, _ := ObjectFromAttributes(res, attrs); got.UID != "resolved" {
+		t.Fatalf("a span's own k8s.object.uid (resolved by the processor) overrides the Resource's: %q", got.UID)
+	}
 
 	core := Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod", Namespace: "default", Name: "p"}
-	attrs = pcommon.NewMap()
-	core.PutAttributes(attrs)
-	if v, ok := attrs.Get(AttrObjectAPIGroup); !ok || v.Str() != "" {
+	res, attrs = pcommon.NewMap(), pcommon.NewMap()
+	core.PutResource(res)
+	core.PutOwner(attrs)
+	if v, ok := res.Get(AttrObjectAPIGroup); !ok || v.Str() != "" {
 		t.Fatal("the core group must be written as an empty api_group")
 	}
-	if _, ok := attrs.Get(AttrOwnerUID); ok {
-		t.Fatal("no owner attributes without an owner")
+	if attrs.Len() != 0 {
+		t.Fatalf("no owner attributes without an owner: %v", attrs.AsRaw())
 	}
-	if _, ok := ObjectFromAttributes(res, pcommon.NewMap()); ok {
+	core.NoOwner = true
+	core.PutOwner(attrs)
+	if got, _ := ObjectFromAttributes(res, attrs); !got.NoOwner {
+		t.Fatal("owner.none must round-trip")
+	}
+	if _, ok := ObjectFromAttributes(pcommon.NewMap(), pcommon.NewMap()); ok {
 		t.Fatal("a span without identity must not yield an object")
+	}
+}
+
+func TestSchemaVersions(t *testing.T) {
+	if err := CheckSchema(SchemaURL); err != nil {
+		t.Fatalf("this model's own URL: %v", err)
+	}
+	if err := CheckSchema("https://kubetrail.dev/schemas/1.7.2"); err != nil {
+		t.Fatalf("a later minor version is readable: %v", err)
+	}
+	for url, want := range map[string]string{
+		"":                                    "before span model 1.0",
+		"https://kubetrail.dev/schemas/2.0.0": "span model 2.0.0",
+		"https://opentelemetry.io/schemas/1.43.0": "not kubetrail's",
+		"https://kubetrail.dev/schemas/x":         "not kubetrail's",
+	} {
+		err := CheckSchema(url)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckSchema(%q) = %v, want an error saying %q", url, err, want)
+		}
 	}
 }
 
@@ -187,19 +227,35 @@ func TestMapper(t *testing.T) {
 	}
 }
 
-func TestTracesBuilderGroupsByClusterAndKind(t *testing.T) {
+func TestTracesBuilderGroupsByObject(t *testing.T) {
 	b := NewTracesBuilder("scope", "v0")
-	b.AppendSpan("c1", "Pod")
-	b.AppendSpan("c1", "Pod")
-	b.AppendSpan("c1", "Deployment")
-	b.AppendSpan("c2", "Pod")
+	pod := Object{Cluster: "c1", Version: "v1", Resource: "pods", Kind: "Pod", Namespace: "default", Name: "p", UID: "u1"}
+	b.AppendSpan(pod)
+	owned := pod
+	owned.Owner = Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs-uid"}
+	b.AppendSpan(owned) // what a write says of the owner is not identity
+	other := pod
+	other.Name, other.UID = "q", "u2"
+	b.AppendSpan(other)
+	elsewhere := pod
+	elsewhere.Cluster = "c2"
+	b.AppendSpan(elsewhere)
 	td := b.Traces()
 	if td.ResourceSpans().Len() != 3 || td.SpanCount() != 4 {
 		t.Fatalf("resources = %d, spans = %d", td.ResourceSpans().Len(), td.SpanCount())
 	}
 	rs := td.ResourceSpans().At(0)
-	if v, _ := rs.Resource().Attributes().Get(AttrServiceName); v.Str() != "Pod" || rs.ScopeSpans().At(0).Spans().Len() != 2 {
-		t.Fatal("first resource must hold both c1 pods")
+	got := rs.Resource().Attributes().AsRaw()
+	want := map[string]any{
+		AttrClusterName: "c1", AttrServiceName: "Pod", AttrObjectAPIGroup: "", AttrObjectAPIVersion: "v1",
+		AttrObjectResource: "pods", AttrObjectKind: "Pod", AttrNamespaceName: "default", AttrObjectName: "p",
+		AttrObjectUID: "u1", "k8s.pod.name": "p", "k8s.pod.uid": "u1",
+	}
+	if !reflect.DeepEqual(got, want) || rs.ScopeSpans().At(0).Spans().Len() != 2 {
+		t.Fatalf("first resource = %v (%d spans), want %v holding both spans of pod p", got, rs.ScopeSpans().At(0).Spans().Len(), want)
+	}
+	if rs.SchemaUrl() != SchemaURL || rs.ScopeSpans().At(0).SchemaUrl() != SchemaURL {
+		t.Fatalf("schema URLs %q, %q", rs.SchemaUrl(), rs.ScopeSpans().At(0).SchemaUrl())
 	}
 }
 
@@ -225,7 +281,7 @@ func TestSemconvAttributes(t *testing.T) {
 		{Object{Group: "example.com", Kind: "Pod", Name: "not-core"}, map[string]any{}},
 	} {
 		attrs := pcommon.NewMap()
-		tc.obj.PutSemconvAttributes(attrs)
+		tc.obj.putSemconv(attrs)
 		if got := attrs.AsRaw(); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s %s: %v, want %v", tc.obj.Group, tc.obj.Kind, got, tc.want)
 		}

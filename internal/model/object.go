@@ -138,10 +138,30 @@ func SplitAPIVersion(apiVersion string) (group, version string) {
 	return "", apiVersion
 }
 
-// PutAttributes writes the object's identity onto span attributes (docs/design.md, Object identity). Empty optional
-// fields are left out rather than written as empty strings; the API group is always written,
-// since "" is the meaningful name of the core group.
-func (o Object) PutAttributes(attrs pcommon.Map) {
+// Identity is o without what a write says about it (its owner): the key of its Resource.
+func (o Object) Identity() Object {
+	o.Owner, o.NoOwner = Owner{}, false
+	return o
+}
+
+// ServiceName is the service.name of o's spans: its kind, or its resource when the kind is not
+// known.
+func (o Object) ServiceName() string {
+	if o.Kind != "" {
+		return o.Kind
+	}
+	return o.Resource
+}
+
+// PutResource writes the object's identity onto the attributes of its spans' Resource
+// (docs/span-model.md, Resource): the cluster, service.name, the k8s.object.* names, and the
+// semantic-convention names of the kinds that have them (k8s.pod.name, k8s.pod.uid, …). Empty
+// optional fields are left out rather than written as empty strings; the API group is always
+// written, since "" is the meaningful name of the core group.
+func (o Object) PutResource(attrs pcommon.Map) {
+	attrs.EnsureCapacity(11)
+	attrs.PutStr(AttrClusterName, o.Cluster)
+	attrs.PutStr(AttrServiceName, o.ServiceName())
 	attrs.PutStr(AttrObjectAPIGroup, o.Group)
 	putNonEmpty(attrs, AttrObjectAPIVersion, o.APIVersion())
 	putNonEmpty(attrs, AttrObjectResource, o.Resource)
@@ -149,6 +169,13 @@ func (o Object) PutAttributes(attrs pcommon.Map) {
 	putNonEmpty(attrs, AttrNamespaceName, o.Namespace)
 	putNonEmpty(attrs, AttrObjectName, o.Name)
 	putNonEmpty(attrs, AttrObjectUID, o.UID)
+	o.putSemconv(attrs)
+}
+
+// PutOwner writes what the span's write or body said of the object's controlling owner onto
+// the span's attributes: the owner's identity, or k8s.object.owner.none when the body named
+// none. Owners change (adoption, orphaning), so they are the span's, not the Resource's.
+func (o Object) PutOwner(attrs pcommon.Map) {
 	if !o.Owner.IsZero() {
 		putNonEmpty(attrs, AttrOwnerAPIVersion, o.Owner.APIVersion)
 		putNonEmpty(attrs, AttrOwnerKind, o.Owner.Kind)
@@ -159,19 +186,28 @@ func (o Object) PutAttributes(attrs pcommon.Map) {
 	}
 }
 
-// ObjectFromAttributes reads an object's identity back from a span's resource and span
-// attributes. It reports false when the span carries no object identity: neither a UID nor a
-// name with a resource or kind.
+// ObjectFromAttributes reads an object's identity back from a span's Resource, and its owner
+// from the span's attributes. A k8s.object.uid on the span overrides the Resource's: the
+// processor puts it there when it resolved the UID of a request that named none. It reports
+// false when the span carries no object identity: neither a UID nor a name with a resource or
+// kind.
 func ObjectFromAttributes(resource, attrs pcommon.Map) (Object, bool) {
 	var o Object
 	o.Cluster = str(resource, AttrClusterName)
-	o.Group = str(attrs, AttrObjectAPIGroup)
-	_, o.Version = SplitAPIVersion(str(attrs, AttrObjectAPIVersion))
-	o.Resource = str(attrs, AttrObjectResource)
-	o.Kind = str(attrs, AttrObjectKind)
-	o.Namespace = str(attrs, AttrNamespaceName)
-	o.Name = str(attrs, AttrObjectName)
-	o.UID = str(attrs, AttrObjectUID)
+	o.Group = str(resource, AttrObjectAPIGroup)
+	_, o.Version = SplitAPIVersion(str(resource, AttrObjectAPIVersion))
+	o.Resource = str(resource, AttrObjectResource)
+	o.Kind = str(resource, AttrObjectKind)
+	o.Name = str(resource, AttrObjectName)
+	if o.Group != "" || o.Kind != "Namespace" {
+		// A Namespace's k8s.namespace.name is its own name (the semantic conventions'), not a
+		// namespace it is in.
+		o.Namespace = str(resource, AttrNamespaceName)
+	}
+	o.UID = str(resource, AttrObjectUID)
+	if uid := str(attrs, AttrObjectUID); uid != "" {
+		o.UID = uid
+	}
 	o.Owner = Owner{
 		APIVersion: str(attrs, AttrOwnerAPIVersion),
 		Kind:       str(attrs, AttrOwnerKind),
@@ -216,10 +252,10 @@ var semconvKinds = map[[2]string]semconvName{
 	{"batch", "CronJob"}:    {string(semconv.K8SCronJobNameKey), string(semconv.K8SCronJobUIDKey)},
 }
 
-// PutSemconvAttributes writes the semantic-convention names of the object next to the generic
+// putSemconv writes the semantic-convention names of the object next to the generic
 // k8s.object.* ones: k8s.pod.name and k8s.pod.uid for a Pod, k8s.deployment.* for a
 // Deployment, …; a Namespace gets k8s.namespace.name (its own name). Other kinds get nothing.
-func (o Object) PutSemconvAttributes(attrs pcommon.Map) {
+func (o Object) putSemconv(attrs pcommon.Map) {
 	if o.Group == "" && o.Kind == "Namespace" {
 		putNonEmpty(attrs, AttrNamespaceName, o.Name)
 		return

@@ -4,14 +4,16 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
-// TracesBuilder assembles spans into ptrace.Traces with one ResourceSpans per (cluster, kind):
-// service.name is the object's kind (docs/design.md, Object identity), so backends list "Pod", "Deployment", … as
-// services.
+// TracesBuilder assembles spans into ptrace.Traces with one ResourceSpans per object: the
+// Resource carries the object's identity (Object.PutResource), where trace-to-logs and
+// trace-to-metrics links look for it, and service.name is the object's kind
+// (docs/span-model.md), so backends list "Pod", "Deployment", … as services. Resource and
+// scope carry the span model's schema URL.
 type TracesBuilder struct {
 	scopeName    string
 	scopeVersion string
 	td           ptrace.Traces
-	index        map[[2]string]ptrace.SpanSlice
+	index        map[Object]ptrace.SpanSlice
 }
 
 // NewTracesBuilder starts an empty batch whose spans carry the given instrumentation scope.
@@ -20,23 +22,26 @@ func NewTracesBuilder(scopeName, scopeVersion string) *TracesBuilder {
 		scopeName:    scopeName,
 		scopeVersion: scopeVersion,
 		td:           ptrace.NewTraces(),
-		index:        make(map[[2]string]ptrace.SpanSlice),
+		index:        make(map[Object]ptrace.SpanSlice),
 	}
 }
 
-// AppendSpan adds an empty span to the resource of (cluster, kind) and returns it.
-func (b *TracesBuilder) AppendSpan(cluster, kind string) ptrace.Span {
-	k := [2]string{cluster, kind}
-	spans, ok := b.index[k]
+// AppendSpan adds an empty span to the resource of obj's identity and returns it. The owner is
+// not part of the identity: it is what one write or one body said, and goes on the span
+// (Object.PutOwner).
+func (b *TracesBuilder) AppendSpan(obj Object) ptrace.Span {
+	id := obj.Identity()
+	spans, ok := b.index[id]
 	if !ok {
 		rs := b.td.ResourceSpans().AppendEmpty()
-		rs.Resource().Attributes().PutStr(AttrClusterName, cluster)
-		rs.Resource().Attributes().PutStr(AttrServiceName, kind)
+		rs.SetSchemaUrl(SchemaURL)
+		id.PutResource(rs.Resource().Attributes())
 		ss := rs.ScopeSpans().AppendEmpty()
+		ss.SetSchemaUrl(SchemaURL)
 		ss.Scope().SetName(b.scopeName)
 		ss.Scope().SetVersion(b.scopeVersion)
 		spans = ss.Spans()
-		b.index[k] = spans
+		b.index[id] = spans
 	}
 	return spans.AppendEmpty()
 }

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/kubetrail/kubetrail/internal/model"
 	"io"
 	"sort"
 	"strings"
@@ -108,9 +109,20 @@ func (f *Forest) Find(match func(*Node) bool) []*Node {
 	return out
 }
 
-// ByName matches spans by exact name.
+// ByName matches spans by exact label (Label).
 func ByName(name string) func(*Node) bool {
-	return func(n *Node) bool { return n.Span.Name() == name }
+	return func(n *Node) bool { return n.Label() == name }
+}
+
+// Label is how a span is shown: an object span by its object ("Deployment default/demo", from
+// its Resource; its span name is the kind), any other by its name.
+func (n *Node) Label() string {
+	if n.Attr(model.AttrSpanType) == model.SpanTypeObject {
+		if o, ok := model.ObjectFromAttributes(n.Resource.Attributes(), n.Span.Attributes()); ok {
+			return o.DisplayName()
+		}
+	}
+	return n.Span.Name()
 }
 
 // ByAttr matches spans whose string attribute key equals value.
@@ -121,9 +133,12 @@ func ByAttr(key, value string) func(*Node) bool {
 	}
 }
 
-// Attr is a span's attribute as a string, "" when absent.
+// Attr is a span's attribute, or its resource's, as a string, "" when absent.
 func (n *Node) Attr(key string) string {
 	if v, ok := n.Span.Attributes().Get(key); ok {
+		return v.AsString()
+	}
+	if v, ok := n.Resource.Attributes().Get(key); ok {
 		return v.AsString()
 	}
 	return ""
@@ -141,7 +156,7 @@ func (f *Forest) Print(w io.Writer, maxChildren int) {
 		if s.Status().Code() == ptrace.StatusCodeError {
 			status = " ERROR"
 		}
-		fmt.Fprintf(w, "%s%s  [%s %s%s]\n", strings.Repeat("  ", depth), s.Name(), typ, dur, status)
+		fmt.Fprintf(w, "%s%s  [%s %s%s]\n", strings.Repeat("  ", depth), n.Label(), typ, dur, status)
 		for i, c := range n.Children {
 			if maxChildren > 0 && i == maxChildren {
 				fmt.Fprintf(w, "%s… %d more\n", strings.Repeat("  ", depth+1), len(n.Children)-i)

@@ -3,6 +3,8 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"encoding/json"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,18 +101,21 @@ func TestGoldenFixturesThroughTheAuditReceiver(t *testing.T) {
 type tree struct {
 	objects  map[pcommon.SpanID]ptrace.Span
 	byName   map[string][]ptrace.Span
+	names    map[pcommon.SpanID]string // object spans' display names (span names are kinds)
 	children map[pcommon.SpanID][]ptrace.Span
 	activity []ptrace.Span
 }
 
 func buildTree(td ptrace.Traces) tree {
-	tr := tree{objects: map[pcommon.SpanID]ptrace.Span{}, byName: map[string][]ptrace.Span{}, children: map[pcommon.SpanID][]ptrace.Span{}}
+	tr := tree{objects: map[pcommon.SpanID]ptrace.Span{}, byName: map[string][]ptrace.Span{}, names: map[pcommon.SpanID]string{}, children: map[pcommon.SpanID][]ptrace.Span{}}
 	for _, rs := range td.ResourceSpans().All() {
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, s := range ss.Spans().All() {
 				if spanType(s) == model.SpanTypeObject {
 					tr.objects[s.SpanID()] = s
-					tr.byName[s.Name()] = append(tr.byName[s.Name()], s)
+					name := displayName(rs.Resource().Attributes(), s)
+					tr.names[s.SpanID()] = name
+					tr.byName[name] = append(tr.byName[name], s)
 					tr.children[s.ParentSpanID()] = append(tr.children[s.ParentSpanID()], s)
 				} else {
 					tr.activity = append(tr.activity, s)
@@ -140,7 +145,7 @@ func TestFixtureDeploymentIsOneTreePerWindow(t *testing.T) {
 			if c.TraceID() != d.TraceID() {
 				t.Fatalf("%s is under the Deployment but in another trace", c.Name())
 			}
-			rsNames = append(rsNames, c.Name())
+			rsNames = append(rsNames, tr.names[c.SpanID()])
 		}
 		if len(rsNames) != 2 || !strings.HasPrefix(rsNames[0], "ReplicaSet default/demo-") || !strings.HasPrefix(rsNames[1], "ReplicaSet default/demo-") || rsNames[0] == rsNames[1] {
 			t.Fatalf("the Deployment's children must be exactly the two ReplicaSets, got %v", rsNames)
@@ -158,9 +163,9 @@ func TestFixtureDeploymentIsOneTreePerWindow(t *testing.T) {
 				t.Fatalf("%s has no parent object span", name)
 			}
 			// Pod names are <ReplicaSet name>-<suffix>: the parent must be that ReplicaSet.
-			rsName := strings.TrimPrefix(parent.Name(), "ReplicaSet default/")
+			rsName := strings.TrimPrefix(tr.names[parent.SpanID()], "ReplicaSet default/")
 			if !strings.HasPrefix(strings.TrimPrefix(name, "Pod default/"), rsName+"-") || parent.TraceID() != pod.TraceID() {
-				t.Fatalf("%s must sit under its own ReplicaSet, sits under %s", name, parent.Name())
+				t.Fatalf("%s must sit under its own ReplicaSet, sits under %s", name, tr.names[parent.SpanID()])
 			}
 		}
 	}
@@ -215,4 +220,92 @@ func TestFixtureRecreateGivesTwoObjectsPerName(t *testing.T) {
 			t.Fatalf("%s was created twice: want two object spans, got %d", name, len(spans))
 		}
 	}
+}
+
+// TestSpanNamesAreASmallSetPerKind (span model 1.0, docs/span-model.md): over every recorded
+// scenario, through the audit receiver and the processor, and over the Events receiver's
+// recordings, span names are the kind (object spans), "<verb> <resource>[/<subresource>]"
+// (audit spans) or the reason (event spans): no user, node, object name, namespace or number
+// in a name, and a few names per kind. Every ResourceSpans and ScopeSpans carries the span
+// model's schema URL.
+func TestSpanNamesAreASmallSetPerKind(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join(fixturesDir, "*", "audit-webhook"))
+	var all []ptrace.Traces
+	for _, d := range dirs {
+		all = append(all, replayFixture(t, filepath.Base(filepath.Dir(d))))
+	}
+	events, _ := filepath.Glob(filepath.Join("..", "..", "receiver", "k8seventsreceiver", "testdata", "golden", "*.yaml"))
+	for _, path := range events {
+		td, err := golden.ReadTraces(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, td)
+	}
+	if len(dirs) < 5 || len(events) < 5 {
+		t.Fatalf("%d audit and %d Events recordings, want every scenario's", len(dirs), len(events))
+	}
+	byKind := map[string]map[string]bool{}
+	spans := 0
+	for _, td := range all {
+		for _, rs := range td.ResourceSpans().All() {
+			res := rs.Resource().Attributes()
+			kind := attrOr(res, model.AttrServiceName)
+			for _, ss := range rs.ScopeSpans().All() {
+				if rs.SchemaUrl() != model.SchemaURL || ss.SchemaUrl() != model.SchemaURL {
+					t.Fatalf("%s spans with schema URLs %q / %q", kind, rs.SchemaUrl(), ss.SchemaUrl())
+				}
+				for _, s := range ss.Spans().All() {
+					spans++
+					name, a := s.Name(), s.Attributes()
+					if byKind[kind] == nil {
+						byKind[kind] = map[string]bool{}
+					}
+					byKind[kind][name] = true
+					if strings.ContainsAny(name, "0123456789:") {
+						t.Errorf("%s span %q: a number or a user prefix in the name", kind, name)
+					}
+					for _, v := range []string{attrOr(res, model.AttrObjectName), attrOr(res, model.AttrNamespaceName),
+						attrOr(a, model.AttrUserName), attrOr(a, model.AttrNodeName), attrOr(a, model.AttrEventReportingCtrl)} {
+						if v != "" && v != kind && strings.Contains(name, v) {
+							t.Errorf("%s span %q names %q", kind, name, v)
+						}
+					}
+					switch attrOr(a, model.AttrSpanType) {
+					case model.SpanTypeObject:
+						if name != kind {
+							t.Errorf("object span %q of kind %s", name, kind)
+						}
+					case model.SpanTypeAudit:
+						want := attrOr(a, model.AttrAuditVerb) + " " + attrOr(res, model.AttrObjectResource)
+						if sub := attrOr(a, model.AttrAuditSubresource); sub != "" {
+							want += "/" + sub
+						}
+						if name != want {
+							t.Errorf("audit span %q, want %q", name, want)
+						}
+					case model.SpanTypeEvent:
+						if name != attrOr(a, model.AttrEventReason) {
+							t.Errorf("event span %q, reason %q", name, attrOr(a, model.AttrEventReason))
+						}
+					}
+				}
+			}
+		}
+	}
+	for kind, names := range byKind {
+		if len(names) > 16 {
+			t.Errorf("%s has %d span names: %v", kind, len(names), slices.Sorted(maps.Keys(names)))
+		}
+	}
+	if spans < 300 {
+		t.Fatalf("%d spans read, want the recordings'", spans)
+	}
+}
+
+func attrOr(m pcommon.Map, key string) string {
+	if v, ok := m.Get(key); ok {
+		return v.AsString()
+	}
+	return ""
 }

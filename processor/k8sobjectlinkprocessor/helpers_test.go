@@ -133,12 +133,11 @@ func event(obj model.Object, id string, at time.Time) activity {
 }
 
 // batch builds spans exactly as the receivers do (internal/model contract): resource per
-// (cluster, kind), identity attributes, per-object trace and parent, derived span ID.
+// object, identity on it, the owner on the span, per-object trace and parent, derived span ID.
 func batch(acts ...activity) ptrace.Traces {
 	b := model.NewTracesBuilder("test-receiver", "")
 	for _, a := range acts {
-		kind := a.obj.Kind
-		s := b.AppendSpan(a.obj.Cluster, kind)
+		s := b.AppendSpan(a.obj)
 		w := model.WindowStart(a.at, model.DefaultWindow)
 		s.SetTraceID(model.ObjectTraceID(a.obj.Key(), w))
 		s.SetParentSpanID(model.ObjectSpanID(a.obj.Key(), w))
@@ -150,7 +149,7 @@ func batch(acts ...activity) ptrace.Traces {
 		s.SetName(a.name)
 		s.SetStartTimestamp(pcommon.NewTimestampFromTime(a.at))
 		s.SetEndTimestamp(pcommon.NewTimestampFromTime(a.at.Add(time.Millisecond)))
-		a.obj.PutAttributes(s.Attributes())
+		a.obj.PutOwner(s.Attributes())
 		s.Attributes().PutStr(model.AttrSpanType, a.typ)
 		if a.with != nil {
 			a.with(s)
@@ -212,6 +211,15 @@ type outSpan struct {
 	resource pcommon.Map
 }
 
+// name is how a test names the span: an object span by its object ("Deployment default/demo",
+// read from its Resource; its span name is the kind), any other by its span name.
+func (o outSpan) name() string {
+	if spanType(o.span) == model.SpanTypeObject {
+		return displayName(o.resource, o.span)
+	}
+	return o.span.Name()
+}
+
 func (h *harness) spans() []outSpan {
 	var out []outSpan
 	for _, td := range h.sink.AllTraces() {
@@ -224,6 +232,26 @@ func (h *harness) spans() []outSpan {
 		}
 	}
 	return out
+}
+
+// displayName names a span's object as people read it ("Deployment default/demo"), from its
+// Resource: span names are kinds.
+func displayName(res pcommon.Map, s ptrace.Span) string {
+	o, _ := model.ObjectFromAttributes(res, s.Attributes())
+	return o.DisplayName()
+}
+
+// objectOf is the identity of an output span's object, read as a consumer reads it.
+func (h *harness) objectOf(s ptrace.Span) model.Object {
+	h.t.Helper()
+	for _, o := range h.spans() {
+		if o.span.SpanID() == s.SpanID() && o.span.TraceID() == s.TraceID() {
+			obj, _ := model.ObjectFromAttributes(o.resource, o.span.Attributes())
+			return obj
+		}
+	}
+	h.t.Fatalf("span %q is not in the output", s.Name())
+	return model.Object{}
 }
 
 func spanType(s ptrace.Span) string {
@@ -241,10 +269,11 @@ func (h *harness) objectSpans() map[string][]ptrace.Span {
 			continue
 		}
 		if seen[o.span.SpanID()] {
-			h.t.Fatalf("object span %q (%s) emitted twice", o.span.Name(), o.span.SpanID())
+			h.t.Fatalf("object span %q (%s) emitted twice", displayName(o.resource, o.span), o.span.SpanID())
 		}
 		seen[o.span.SpanID()] = true
-		out[o.span.Name()] = append(out[o.span.Name()], o.span)
+		name := displayName(o.resource, o.span)
+		out[name] = append(out[name], o.span)
 	}
 	return out
 }
@@ -273,7 +302,7 @@ func (h *harness) activitySpan(name string) ptrace.Span {
 	h.t.Helper()
 	var found []ptrace.Span
 	for _, o := range h.spans() {
-		if o.span.Name() == name {
+		if o.name() == name {
 			found = append(found, o.span)
 		}
 	}

@@ -87,8 +87,10 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 				one := ptrace.NewTraces()
 				ors := one.ResourceSpans().AppendEmpty()
 				rs.Resource().CopyTo(ors.Resource())
+				ors.SetSchemaUrl(rs.SchemaUrl())
 				oss := ors.ScopeSpans().AppendEmpty()
 				ss.Scope().CopyTo(oss.Scope())
+				oss.SetSchemaUrl(ss.SchemaUrl())
 				s.CopyTo(oss.Spans().AppendEmpty())
 				if len(p.held) >= p.cfg.MaxHeldSpans {
 					if overflow == (ptrace.Traces{}) {

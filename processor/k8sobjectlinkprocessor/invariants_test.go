@@ -68,7 +68,7 @@ func checkInvariants(t *testing.T, out []outSpan, sent map[pcommon.SpanID]bool) 
 			continue
 		}
 		if _, dup := objects[o.span.SpanID()]; dup {
-			t.Fatalf("object span %q emitted twice", o.span.Name())
+			t.Fatalf("object span %q emitted twice", o.name())
 		}
 		objects[o.span.SpanID()] = o.span
 	}
@@ -81,16 +81,16 @@ func checkInvariants(t *testing.T, out []outSpan, sent map[pcommon.SpanID]bool) 
 		p := o.span.ParentSpanID()
 		if p.IsEmpty() {
 			if spanType(o.span) != model.SpanTypeObject {
-				t.Fatalf("activity span %q has no parent", o.span.Name())
+				t.Fatalf("activity span %q has no parent", o.name())
 			}
 			continue
 		}
 		parent, ok := objects[p]
 		if !ok {
-			t.Fatalf("%s span %q has a parent that was never emitted", spanType(o.span), o.span.Name())
+			t.Fatalf("%s span %q has a parent that was never emitted", spanType(o.span), o.name())
 		}
 		if parent.TraceID() != o.span.TraceID() {
-			t.Fatalf("%q is not in the trace of its parent %q", o.span.Name(), parent.Name())
+			t.Fatalf("%q is not in the trace of its parent %q", o.name(), parent.Name())
 		}
 	}
 }

@@ -341,8 +341,10 @@ func copyObjectSpans(td ptrace.Traces) ptrace.Traces {
 				}
 				ors := out.ResourceSpans().AppendEmpty()
 				rs.Resource().CopyTo(ors.Resource())
+				ors.SetSchemaUrl(rs.SchemaUrl())
 				oss := ors.ScopeSpans().AppendEmpty()
 				ss.Scope().CopyTo(oss.Scope())
+				oss.SetSchemaUrl(ss.SchemaUrl())
 				s.CopyTo(oss.Spans().AppendEmpty())
 			}
 		}

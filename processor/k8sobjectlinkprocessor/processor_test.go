@@ -32,8 +32,11 @@ func TestAnObjectsFirstSpanCreatesItsWindowSpan(t *testing.T) {
 	if obj.StartTimestamp().AsTime() != w || obj.EndTimestamp().AsTime() != w.Add(30*time.Minute) {
 		t.Fatalf("object span must cover the window, got %s..%s", obj.StartTimestamp(), obj.EndTimestamp())
 	}
-	if v, _ := obj.Attributes().Get(model.AttrObjectUID); v.Str() != "d-1" {
-		t.Fatal("object span must carry the object's identity")
+	if obj.Name() != "Deployment" {
+		t.Fatalf("an object span is named by its kind, got %q", obj.Name())
+	}
+	if o := h.objectOf(obj); o.UID != "d-1" || o.Name != "demo" || o.Namespace != "default" {
+		t.Fatalf("object span's Resource must carry the object's identity, got %+v", o)
 	}
 	assertChild(t, obj, h.activitySpan("audit a1"))
 }
@@ -174,8 +177,7 @@ func TestDeleteAndRecreateUnderTheSameNameAreTwoObjects(t *testing.T) {
 	}
 	byUID := map[string]ptrace.Span{}
 	for _, s := range spans {
-		v, _ := s.Attributes().Get(model.AttrObjectUID)
-		byUID[v.Str()] = s
+		byUID[h.objectOf(s).UID] = s
 	}
 	assertChild(t, byUID["pod-a1"], h.activitySpan("audit delete-1"))
 	assertChild(t, byUID["pod-a1-second"], h.activitySpan("audit create-2"))
@@ -389,7 +391,7 @@ func TestDuplicateActivitySpansAreDroppedOnce(t *testing.T) {
 	h.consume(audit(deploy, "same", t0.Add(time.Second)), audit(deploy, "other", t0.Add(time.Second)))
 	count := 0
 	for _, o := range h.spans() {
-		if o.span.Name() == "audit same" {
+		if o.name() == "audit same" {
 			count++
 		}
 	}

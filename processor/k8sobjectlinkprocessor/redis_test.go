@@ -200,14 +200,14 @@ func assertOneTree(t *testing.T, spans []outSpan, stream [][]activity) {
 	activities := map[string]int{}
 	for _, o := range spans {
 		if spanType(o.span) == model.SpanTypeObject {
-			if _, dup := objects[o.span.Name()]; dup {
-				t.Fatalf("object span %q emitted more than once across replicas", o.span.Name())
+			if _, dup := objects[o.name()]; dup {
+				t.Fatalf("object span %q emitted more than once across replicas", o.name())
 			}
-			objects[o.span.Name()] = o.span
+			objects[o.name()] = o.span
 			byID[o.span.SpanID()] = o.span
 			continue
 		}
-		activities[o.span.Name()]++
+		activities[o.name()]++
 	}
 	for _, b := range stream {
 		for _, a := range b {
@@ -230,7 +230,7 @@ func assertOneTree(t *testing.T, spans []outSpan, stream [][]activity) {
 		}
 		parent, ok := byID[o.span.ParentSpanID()]
 		if !ok {
-			t.Fatalf("%s has no object span parent", o.span.Name())
+			t.Fatalf("%s has no object span parent", o.name())
 		}
 		assertChild(t, parent, o.span)
 	}
@@ -238,7 +238,7 @@ func assertOneTree(t *testing.T, spans []outSpan, stream [][]activity) {
 
 func rootTrace(t *testing.T, spans []outSpan) pcommon.TraceID {
 	for _, o := range spans {
-		if o.span.Name() == "Deployment default/demo" {
+		if o.name() == "Deployment default/demo" {
 			return o.span.TraceID()
 		}
 	}
@@ -352,7 +352,7 @@ func TestANameRecreatedOnAnotherReplicaResolvesToTheNewUID(t *testing.T) {
 	var second ptrace.Span
 	for _, o := range append(a.spans(), b.spans()...) {
 		if spanType(o.span) == model.SpanTypeObject {
-			if v, _ := o.span.Attributes().Get(model.AttrObjectUID); v.Str() == "pod-a1-second" {
+			if obj, _ := model.ObjectFromAttributes(o.resource, o.span.Attributes()); obj.UID == "pod-a1-second" {
 				second = o.span
 			}
 		}

@@ -730,21 +730,16 @@ func (p *objectLinkProcessor) continuationSpan(b *model.TracesBuilder, c *contin
 
 // appendObjectSpan appends to b an object span of n with the given IDs.
 func (p *objectLinkProcessor) appendObjectSpan(b *model.TracesBuilder, n *node, trace pcommon.TraceID, span, parent pcommon.SpanID) ptrace.Span {
-	kind := n.obj.Kind
-	if kind == "" {
-		kind = n.obj.Resource
-	}
-	s := b.AppendSpan(n.obj.Cluster, kind)
+	s := b.AppendSpan(n.obj)
 	s.SetTraceID(trace)
 	s.SetSpanID(span)
 	s.SetParentSpanID(parent)
-	s.SetName(n.obj.DisplayName())
+	s.SetName(n.obj.ServiceName())
 	s.SetKind(ptrace.SpanKindInternal)
 	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
 	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
 	attrs := s.Attributes()
-	n.obj.PutAttributes(attrs)
-	n.obj.PutSemconvAttributes(attrs)
+	n.obj.PutOwner(attrs)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
 	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
 	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {

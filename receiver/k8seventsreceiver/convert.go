@@ -65,8 +65,7 @@ type converter struct {
 func (c *converter) appendSpan(b *model.TracesBuilder, s spanSpec) {
 	ev := s.ev
 	obj := regardingObject(c.cluster, c.mapper, &ev.Regarding)
-	kind := obj.Kind
-	span := b.AppendSpan(c.cluster, kind)
+	span := b.AppendSpan(obj)
 
 	// A series span sits in the window of its start, like every span.
 	window := model.WindowStart(s.start, c.window)
@@ -90,7 +89,7 @@ func (c *converter) appendSpan(b *model.TracesBuilder, s spanSpec) {
 	attrs := span.Attributes()
 	attrs.EnsureCapacity(22)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeEvent)
-	obj.PutAttributes(attrs)
+	obj.PutOwner(attrs)
 	putStr(attrs, model.AttrEventReason, ev.Reason)
 	putStr(attrs, model.AttrEventAction, ev.Action)
 	putStr(attrs, model.AttrEventType, ev.Type)

@@ -1,6 +1,7 @@
 package k8seventsreceiver
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -54,22 +55,18 @@ func TestConvertEventSpan(t *testing.T) {
 			t.Fatal("trace, parent or span ID is not the derived one")
 		}
 	})
-	t.Run("the resource is the cluster and the regarding kind", func(t *testing.T) {
-		c, _ := rs.Resource().Attributes().Get(model.AttrClusterName)
-		s, _ := rs.Resource().Attributes().Get(model.AttrServiceName)
-		if c.Str() != "prod" || s.Str() != "Pod" {
-			t.Fatalf("resource %v", rs.Resource().Attributes().AsRaw())
+	t.Run("the resource is the regarding object's identity", func(t *testing.T) {
+		want := map[string]any{
+			model.AttrClusterName: "prod", model.AttrServiceName: "Pod", model.AttrObjectAPIGroup: "", model.AttrObjectAPIVersion: "v1",
+			model.AttrObjectResource: "pods", model.AttrObjectKind: "Pod", model.AttrNamespaceName: "default", model.AttrObjectName: "web-1",
+			model.AttrObjectUID: "pod-uid-1", "k8s.pod.name": "web-1", "k8s.pod.uid": "pod-uid-1",
+		}
+		if got := rs.Resource().Attributes().AsRaw(); !reflect.DeepEqual(got, want) || rs.SchemaUrl() != model.SchemaURL {
+			t.Fatalf("resource %v (schema %q), want %v", got, rs.SchemaUrl(), want)
 		}
 	})
 	want := map[string]any{
 		model.AttrSpanType:               model.SpanTypeEvent,
-		model.AttrObjectAPIGroup:         "",
-		model.AttrObjectAPIVersion:       "v1",
-		model.AttrObjectResource:         "pods",
-		model.AttrObjectKind:             "Pod",
-		model.AttrNamespaceName:          "default",
-		model.AttrObjectName:             "web-1",
-		model.AttrObjectUID:              "pod-uid-1",
 		model.AttrEventReason:            "FailedScheduling",
 		model.AttrEventAction:            "Binding",
 		model.AttrEventType:              "Warning",
@@ -245,15 +242,15 @@ func TestConvertClusterScopedAndUnknownKinds(t *testing.T) {
 	node := testEvent("n", "1", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "kwok-node-0", UID: "node-1", Namespace: "default"}
 	})
-	_, span := convertOne(t, node, occurrence(t0))
-	if _, ok := span.Attributes().Get(model.AttrNamespaceName); ok {
+	rs, _ := convertOne(t, node, occurrence(t0))
+	if _, ok := rs.Resource().Attributes().Get(model.AttrNamespaceName); ok {
 		t.Error("a Node Event's span carries a namespace")
 	}
 	crd := testEvent("c", "2", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{APIVersion: "example.com/v1", Kind: "Widget", Namespace: "default", Name: "w", UID: "w-1"}
 	})
-	_, span = convertOne(t, crd, occurrence(t0))
-	attrs := span.Attributes().AsRaw()
+	rs, _ = convertOne(t, crd, occurrence(t0))
+	attrs := rs.Resource().Attributes().AsRaw()
 	if _, ok := attrs[model.AttrObjectResource]; ok || attrs[model.AttrObjectKind] != "Widget" || attrs[model.AttrObjectAPIGroup] != "example.com" {
 		t.Errorf("an unknown kind must keep its kind and group and leave the resource out: %v", attrs)
 	}
@@ -266,8 +263,8 @@ func TestConvertNodeReferenceWithTheNameAsUID(t *testing.T) {
 	ev := testEvent("k", "1", func(ev *eventsv1.Event) {
 		ev.Regarding = corev1.ObjectReference{Kind: "Node", Name: "kwok-node-0", UID: "kwok-node-0"}
 	})
-	_, span := convertOne(t, ev, occurrence(t0))
-	attrs := span.Attributes().AsRaw()
+	rs, span := convertOne(t, ev, occurrence(t0))
+	attrs := rs.Resource().Attributes().AsRaw()
 	if _, ok := attrs[model.AttrObjectUID]; ok {
 		t.Errorf("a UID equal to the name is not a UID: %v", attrs)
 	}

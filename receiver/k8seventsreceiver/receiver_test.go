@@ -238,7 +238,7 @@ func TestReceiverFallsBackToCoreV1(t *testing.T) {
 	eachSpan(sink.AllTraces()[0], func(res pcommon.Map, s ptrace.Span) {
 		note, _ := s.Attributes().Get(model.AttrEventNote)
 		ctrl, _ := s.Attributes().Get(model.AttrEventReportingCtrl)
-		res2, _ := s.Attributes().Get(model.AttrObjectResource)
+		res2, _ := res.Get(model.AttrObjectResource)
 		if s.Name() != "ScalingReplicaSet" || note.Str() != core.Message || ctrl.Str() != "deployment-controller" || res2.Str() != "deployments" {
 			t.Errorf("core/v1 Event converted to %q note=%q controller=%q resource=%q", s.Name(), note.Str(), ctrl.Str(), res2.Str())
 		}

@@ -140,7 +140,7 @@ func checkDeploymentTree(t *testing.T, prefix string, ss Spans, deployUID string
 	rsUIDs := map[string]bool{}
 	for _, rs := range rsSpans {
 		rsUIDs[rs.Attr(model.AttrObjectUID)] = true
-		if rs.Attr(model.AttrObjectKind) != "ReplicaSet" || !strings.HasPrefix(rs.Name, "ReplicaSet default/demo-") {
+		if rs.Attr(model.AttrObjectKind) != "ReplicaSet" || !strings.HasPrefix(rs.Object(), "ReplicaSet default/demo-") {
 			notRS = append(notRS, rs.Name)
 		}
 	}
@@ -234,7 +234,7 @@ func TestObjectLinkJobTree(t *testing.T) {
 	}
 	jobs := ot.childrenOf(cj[0])
 	Check(t, "job: the CronJob's child is Job nightly-manual", len(jobs) > 0 && len(jobs.Values(model.AttrObjectUID)) == 1 &&
-		jobs[0].Name == "Job default/nightly-manual", "children %v", jobs.Names())
+		jobs[0].Name == "Job" && jobs[0].Object() == "Job default/nightly-manual", "children %v", jobs.Names())
 	ot.checkUnder(t, "job: the Job under the CronJob", jobs)
 	var pods Spans
 	uids := map[string]bool{cj[0]: true}

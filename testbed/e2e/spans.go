@@ -41,9 +41,13 @@ type SpanLink struct {
 	Attributes      map[string]any
 }
 
-// Attr returns attribute key as a string ("" when absent; non-strings formatted with %v).
+// Attr returns attribute key of the span, or of its resource when the span has none, as a string
+// ("" when absent; non-strings formatted with %v). The object's identity is on the resource.
 func (s *Span) Attr(key string) string {
 	v, ok := s.Attributes[key]
+	if !ok {
+		v, ok = s.Resource[key]
+	}
 	if !ok {
 		return ""
 	}
@@ -164,6 +168,9 @@ func (ss Spans) NameHasPrefix(prefix string) Spans {
 func (ss Spans) WithAttr(key, value string) Spans {
 	return ss.Where(func(s *Span) bool {
 		_, ok := s.Attributes[key]
+		if !ok {
+			_, ok = s.Resource[key]
+		}
 		return ok && s.Attr(key) == value
 	})
 }
@@ -202,7 +209,11 @@ func (ss Spans) WithEvent(name string) Spans {
 func (ss Spans) Values(key string) []string {
 	set := map[string]bool{}
 	for _, s := range ss {
-		if _, ok := s.Attributes[key]; ok {
+		_, ok := s.Attributes[key]
+		if !ok {
+			_, ok = s.Resource[key]
+		}
+		if ok {
 			set[s.Attr(key)] = true
 		}
 	}

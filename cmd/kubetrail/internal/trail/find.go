@@ -349,6 +349,11 @@ func (f *finder) unknown() error {
 		}
 		rng = f.q.Since.UTC().Format(time.RFC3339) + " to " + until.UTC().Format(time.RFC3339)
 	}
+	if u, ok := f.src.(Unreader); ok {
+		if un := u.Unread(); un.Spans > 0 && len(f.matches("")) == 0 {
+			return fmt.Errorf("%w: %s: %s holds %d spans this kubetrail cannot read and none it can: %w", ErrUnknownObject, t, f.src, un.Spans, un.Err)
+		}
+	}
 	if len(f.found.Spans) == 0 {
 		hint := "check the kind, namespace and name, or widen the range with --since (e.g. --since 24h)"
 		if t.Cluster != "" {

@@ -10,6 +10,9 @@ import (
 
 // JSONNode is the merged tree as `-o json` writes it (documented in docs/cli.md).
 type JSONNode struct {
+	// SpanModel is the span model the tree was read in (model.SpanModelVersion); on the root
+	// only. The JSON's own fields change with the span model's major version.
+	SpanModel string       `json:"span_model,omitempty"`
 	Kind      string       `json:"kind"`
 	Name      string       `json:"name"`
 	Namespace string       `json:"namespace,omitempty"`
@@ -108,5 +111,7 @@ func ToJSON(n *Node) *JSONNode {
 func WriteJSON(w io.Writer, n *Node) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(ToJSON(n))
+	root := ToJSON(n)
+	root.SpanModel = model.SpanModelVersion
+	return enc.Encode(root)
 }

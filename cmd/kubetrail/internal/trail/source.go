@@ -31,6 +31,14 @@ type Source interface {
 	String() string
 }
 
+// Unreader is a Source that left out spans of a span model this tool does not read.
+type Unreader interface {
+	Unread() Unreadable
+}
+
+// Unread implements Unreader.
+func (f *File) Unread() Unreadable { return f.Unreadable }
+
 // ErrUnreachable wraps every failure to talk to a backend.
 var ErrUnreachable = errors.New("backend unreachable")
 
@@ -62,7 +70,9 @@ type File struct {
 	// FirstSkipped is the first one's number (counting from 1), SkipErr why it was refused.
 	Lines, Skipped, FirstSkipped int
 	SkipErr                      error
-	byTrace                      map[pcommon.TraceID][]*Span
+	// Unreadable counts the spans of a span model this tool does not read, left out.
+	Unreadable Unreadable
+	byTrace    map[pcommon.TraceID][]*Span
 }
 
 // maxResponse bounds one answer of the Jaeger query service.
@@ -105,7 +115,7 @@ func ReadFile(path string, r io.Reader) (*File, error) {
 			fs.Skipped++
 			continue
 		}
-		for _, s := range SpansFromTraces(td) {
+		for _, s := range readable(SpansFromTraces(td), &fs.Unreadable) {
 			fs.byTrace[s.TraceID] = append(fs.byTrace[s.TraceID], s)
 		}
 	}
@@ -155,6 +165,8 @@ func overlaps(s *Span, start, end time.Time) bool {
 	return (start.IsZero() || !s.End.Before(start)) && (end.IsZero() || !s.Start.After(end))
 }
 
+// tagsMatch matches tags against the span's and its resource's attributes, as a backend's tag
+// search does.
 func tagsMatch(s *Span, tags map[string]string) bool {
 	for k, v := range tags {
 		if s.Str(k) != v {
@@ -170,6 +182,8 @@ func tagsMatch(s *Span, tags map[string]string) bool {
 type Jaeger struct {
 	Base   string
 	Client *http.Client
+	// unreadable counts the spans its traces held of a span model this tool does not read.
+	unreadable Unreadable
 }
 
 func (j *Jaeger) String() string { return "jaeger=" + j.Base }
@@ -218,8 +232,11 @@ func (j *Jaeger) Trace(ctx context.Context, id pcommon.TraceID) ([]*Span, error)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s%s: decoding OTLP JSON: %w", j.Base, path, err)
 	}
-	return SpansFromTraces(td), nil
+	return readable(SpansFromTraces(td), &j.unreadable), nil
 }
+
+// Unread implements Unreader.
+func (j *Jaeger) Unread() Unreadable { return j.unreadable }
 
 // Search implements Source.
 func (j *Jaeger) Search(ctx context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {

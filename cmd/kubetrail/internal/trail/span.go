@@ -48,6 +48,10 @@ type Span struct {
 	Type    string // model.SpanType*: object, audit, event ("" for foreign spans)
 	Cluster string // the resource's k8s.cluster.name
 	Object  model.Object
+	// Resource holds the resource's attributes (the object's identity) as plain values; Schema
+	// is the resource's schema URL, which names the span model (model.SchemaURL).
+	Resource map[string]any
+	Schema   string
 }
 
 // Event is one span event.
@@ -72,12 +76,52 @@ type Change struct {
 	New  string `json:"new"`
 }
 
+// Unreadable counts the kubetrail spans a source left out because their span model is not one
+// this tool reads (model.CheckSchema); Err says why, for the first of them.
+type Unreadable struct {
+	Spans int
+	Err   error
+}
+
+// readable returns the spans of spans this tool can read: foreign spans (no kubetrail span
+// type) and kubetrail spans of the span model's major version. The others are counted in u.
+// Some backends drop schema URLs (Jaeger's storages that keep its own model): a span without
+// one is read when its identity is on its Resource, where only span model 1.0 and later put
+// it; before 1.0 the identity was on every span.
+func readable(spans []*Span, u *Unreadable) []*Span {
+	out := spans[:0]
+	for _, s := range spans {
+		if s.Type != "" {
+			if s.Schema == "" && !identityOnSpan(s) && s.Resource[model.AttrObjectKind] != nil {
+				out = append(out, s)
+				continue
+			}
+			if err := model.CheckSchema(s.Schema); err != nil {
+				if u.Spans == 0 {
+					u.Err = err
+				}
+				u.Spans++
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// identityOnSpan reports whether the span carries its object's kind or name itself, as spans
+// before span model 1.0 did.
+func identityOnSpan(s *Span) bool {
+	return s.Attrs[model.AttrObjectKind] != nil || s.Attrs[model.AttrObjectName] != nil
+}
+
 // SpansFromTraces flattens td.
 func SpansFromTraces(td ptrace.Traces) []*Span {
 	var out []*Span
 	for _, rs := range td.ResourceSpans().All() {
 		res := rs.Resource().Attributes()
 		cluster := strAttr(res, model.AttrClusterName)
+		resRaw := res.AsRaw()
 		for _, ss := range rs.ScopeSpans().All() {
 			for _, s := range ss.Spans().All() {
 				sp := &Span{
@@ -92,6 +136,8 @@ func SpansFromTraces(td ptrace.Traces) []*Span {
 					StatusMessage: s.Status().Message(),
 					Type:          strAttr(s.Attributes(), model.AttrSpanType),
 					Cluster:       cluster,
+					Resource:      resRaw,
+					Schema:        rs.SchemaUrl(),
 				}
 				if o, ok := model.ObjectFromAttributes(res, s.Attributes()); ok {
 					sp.Object = o
@@ -116,9 +162,14 @@ func strAttr(m pcommon.Map, key string) string {
 	return ""
 }
 
-// Str returns a string attribute ("" when absent).
+// Str returns a string attribute of the span, or of its resource when the span has none ("" when
+// absent).
 func (s *Span) Str(key string) string {
-	switch v := s.Attrs[key].(type) {
+	v, ok := s.Attrs[key]
+	if !ok {
+		v = s.Resource[key]
+	}
+	switch v := v.(type) {
 	case string:
 		return v
 	case nil:
