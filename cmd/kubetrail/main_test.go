@@ -102,25 +102,34 @@ func head(s string, lines int) string {
 var goldenCases = []struct {
 	scenario, target string
 	formats          []string
+	args             []string // more flags; the golden file is named after them
+	name             string   // the golden's name, the scenario's without args
 }{
-	{"deployment", "deployment/demo", []string{"tree", "timeline"}},
-	{"conflict", "deploy/contended", []string{"tree", "timeline", "json"}},
-	{"job", "cronjob/nightly", []string{"tree", "timeline"}},
-	{"unschedulable", "pod/pending", []string{"tree", "timeline", "json"}},
-	{"recreate", "pods/phoenix", []string{"tree"}},
+	{"deployment", "deployment/demo", []string{"tree", "timeline"}, nil, ""},
+	// The rollout of the new image: the deployment scenario patches it in generation 3.
+	{"deployment", "deployment/demo", []string{"tree", "json"}, []string{"--generation", "3"}, "deployment.generation-3"},
+	{"conflict", "deploy/contended", []string{"tree", "timeline", "json"}, nil, ""},
+	{"job", "cronjob/nightly", []string{"tree", "timeline"}, nil, ""},
+	{"unschedulable", "pod/pending", []string{"tree", "timeline", "json"}, nil, ""},
+	{"recreate", "pods/phoenix", []string{"tree"}, nil, ""},
 }
 
 func TestRecordedTracesRenderAsTheGoldenTreeTimelineAndJSON(t *testing.T) {
 	for _, c := range goldenCases {
 		src := "file=" + recordedFile(t, c.scenario)
 		for _, format := range c.formats {
-			t.Run(c.scenario+"/"+format, func(t *testing.T) {
-				code, out, errOut := kubetrail(t, "trace", c.target, "-n", "default", "--cluster", "testbed", "--source", src, "-o", format)
+			name := c.name
+			if name == "" {
+				name = c.scenario
+			}
+			t.Run(name+"/"+format, func(t *testing.T) {
+				args := append([]string{"trace", c.target, "-n", "default", "--cluster", "testbed", "--source", src, "-o", format}, c.args...)
+				code, out, errOut := kubetrail(t, args...)
 				if code != 0 {
 					t.Fatalf("exit %d: %s", code, errOut)
 				}
 				ext := map[string]string{"tree": "tree.txt", "timeline": "timeline.txt", "json": "json"}[format]
-				compareGolden(t, c.scenario+"."+ext, out)
+				compareGolden(t, name+"."+ext, out)
 			})
 		}
 	}
@@ -614,4 +623,41 @@ func TestSpansOfAnEarlierModel(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 	})
+}
+
+// --generation picks one rollout: its spans are those from the write that began it until the
+// next generation's first write, the summary is of that rollout alone, and a generation not in
+// range is an error that lists those that are.
+func TestGenerationSelectsOneRollout(t *testing.T) {
+	src := "file=" + recordedFile(t, "deployment")
+	base := []string{"trace", "deployment/demo", "-n", "default", "--cluster", "testbed", "--source", src, "-o", "json"}
+	code, out, errOut := kubetrail(t, append(base, "--generation", "3")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var root trail.JSONNode
+	if err := json.Unmarshal([]byte(out), &root); err != nil {
+		t.Fatal(err)
+	}
+	if len(root.Generations) != 1 || root.Generations[0].N != 3 || root.Generations[0].Revision != "2" || root.Generations[0].TemplateHash == "" {
+		t.Fatalf("generations %+v, want generation 3 alone, of revision 2", root.Generations)
+	}
+	g := root.Generations[0]
+	spans := spansOf(&root)
+	var newPods int
+	for _, s := range spans {
+		if s.Start.Before(g.Start) || !s.Start.Before(g.End) {
+			t.Errorf("span %s at %s outside generation 3's [%s, %s)", s.Name, s.Start, g.Start, g.End)
+		}
+		if s.Name == "create pods" && s.Attributes[model.AttrObjectTemplateHash] == g.TemplateHash {
+			newPods++
+		}
+	}
+	if newPods == 0 || len(spans) < 20 {
+		t.Fatalf("%d spans, %d Pods created from the new template: want the rollout's", len(spans), newPods)
+	}
+	code, _, errOut = kubetrail(t, append(base, "--generation", "9")...)
+	if code != 1 || !strings.Contains(errOut, "no generation 9") || !strings.Contains(errOut, "1, 2, 3, 4") {
+		t.Fatalf("exit %d, stderr %q: want the generations in range listed", code, errOut)
+	}
 }

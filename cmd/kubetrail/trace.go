@@ -28,6 +28,7 @@ type traceFlags struct {
 	window                          time.Duration
 	output, out, only               string
 	depth                           int
+	generation                      int64
 }
 
 // parseObjectArg parses the flags and the one KIND/NAME argument of a subcommand. An empty kind
@@ -84,6 +85,7 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.StringVar(&f.out, "out", "", "write the output to this file instead of stdout")
 	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all")
 	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
+	fs.Int64Var(&f.generation, "generation", 0, "show the rollout to this metadata.generation of the object: from the first write that carried it until the next generation's (0: every generation)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+cmd+" KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
 		fs.PrintDefaults()
@@ -141,7 +143,25 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		un := u.Unread()
 		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%v)\n", src, un.Spans, un.Err)
 	}
-	root, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only})
+	filter := trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only}
+	var gen *trail.Generation
+	var rollout *trail.Summary
+	if f.generation != 0 {
+		// The generations are the root's, whatever --only and --depth keep.
+		all, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: -1})
+		if err != nil {
+			return err
+		}
+		g, err := trail.FindGeneration(trail.Generations(all), f.generation, target.String())
+		if err != nil {
+			return err
+		}
+		gen, filter = &g, g.Filter(filter)
+		if _, sums := trail.SummarizeGenerations(all, []trail.Generation{g}); len(sums) == 1 {
+			rollout = &sums[0]
+		}
+	}
+	root, err := trail.Merge(found.Spans, target, found.UID, filter)
 	if errors.Is(err, trail.ErrNoSpans) {
 		what := "activity"
 		if f.only != "" {
@@ -162,14 +182,14 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		defer file.Close()
 		w = file
 	}
-	h := trail.Header{Traces: found.Traces, Others: found.Others}
+	h := trail.Header{Traces: found.Traces, Others: found.Others, Generation: gen, Rollout: rollout}
 	switch f.output {
 	case "tree":
 		trail.WriteTree(w, root, h)
 	case "timeline":
 		trail.WriteTimeline(w, root, h)
 	case "json":
-		err = trail.WriteJSON(w, root)
+		err = trail.WriteJSON(w, root, h)
 	case "html":
 		err = trail.WriteHTML(w, root, h)
 	}

@@ -105,7 +105,7 @@ func WriteHTML(w io.Writer, n *Node, h Header) error {
 	var meta strings.Builder
 	writeHeader(&meta, n, h)
 	p := htmlPage{Title: n.Object.DisplayName(), Meta: strings.TrimSpace(meta.String())}
-	if sum, ok := Summarize(n); ok {
+	if sum, ok := h.summary(n); ok {
 		hs := &htmlSummary{Headline: SummaryHeadline(sum), WaitingOn: WaitsLine(sum.WaitingOn), ByRole: WaitsLine(sum.ByRole)}
 		for _, wt := range sum.Waits {
 			hs.Waits = append(hs.Waits, fmt.Sprintf("%s waiting on %s: after %s until %s", FormatDuration(wt.Gap), wt.Before.Span.Actor(), activityLabel(wt.After), activityLabel(wt.Before)))

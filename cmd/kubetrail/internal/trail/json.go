@@ -12,15 +12,17 @@ import (
 type JSONNode struct {
 	// SpanModel is the span model the tree was read in (model.SpanModelVersion); on the root
 	// only. The JSON's own fields change with the span model's major version.
-	SpanModel string       `json:"span_model,omitempty"`
-	Kind      string       `json:"kind"`
-	Name      string       `json:"name"`
-	Namespace string       `json:"namespace,omitempty"`
-	UID       string       `json:"uid,omitempty"`
-	Cluster   string       `json:"cluster"`
-	Windows   []JSONWindow `json:"windows"`
-	Spans     []JSONSpan   `json:"spans"`
-	Children  []*JSONNode  `json:"children"`
+	SpanModel string `json:"span_model,omitempty"`
+	// Generations are the root's rollouts in range (Generations); on the root only.
+	Generations []Generation `json:"generations,omitempty"`
+	Kind        string       `json:"kind"`
+	Name        string       `json:"name"`
+	Namespace   string       `json:"namespace,omitempty"`
+	UID         string       `json:"uid,omitempty"`
+	Cluster     string       `json:"cluster"`
+	Windows     []JSONWindow `json:"windows"`
+	Spans       []JSONSpan   `json:"spans"`
+	Children    []*JSONNode  `json:"children"`
 }
 
 // JSONWindow is one object span: the object in one window.
@@ -108,10 +110,14 @@ func ToJSON(n *Node) *JSONNode {
 }
 
 // WriteJSON writes the tree as indented JSON.
-func WriteJSON(w io.Writer, n *Node) error {
+func WriteJSON(w io.Writer, n *Node, h Header) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	root := ToJSON(n)
 	root.SpanModel = model.SpanModelVersion
+	root.Generations = Generations(n)
+	if h.Generation != nil {
+		root.Generations = []Generation{*h.Generation}
+	}
 	return enc.Encode(root)
 }

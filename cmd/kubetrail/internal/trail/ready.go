@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -190,8 +191,10 @@ type Readiness struct {
 // readiness finds, in acts (in time order), when the tree became ready: the last write after
 // which every object whose readiness the spans tell was ready or being deleted, before the root
 // object's deletion began. ok is false when the spans do not tell: no object's readiness is
-// known, or the tree was not ready when its teardown began or the activity ended.
-func readiness(root *Node, acts []Activity) (r Readiness, ok bool) {
+// known, or the tree was not ready when its teardown began or the activity ended. Only writes
+// in rng count as the moment; the ones before it build the objects' states (a generation's
+// rollout starts from what the earlier ones left), the ones after it are not read.
+func readiness(root *Node, acts []Activity, rng activityRange) (r Readiness, ok bool) {
 	states := map[*Node]*objectState{}
 	var order []*Node
 	treeReady := func() bool {
@@ -214,6 +217,9 @@ func readiness(root *Node, acts []Activity) (r Readiness, ok bool) {
 	was := false
 	for _, a := range acts {
 		s := a.Span
+		if !rng.to.IsZero() && !s.Start.Before(rng.to) {
+			break
+		}
 		if s.Failed() || s.Type != model.SpanTypeAudit || !s.IsWrite() {
 			continue
 		}
@@ -228,6 +234,10 @@ func readiness(root *Node, acts []Activity) (r Readiness, ok bool) {
 		}
 		st.observe(s)
 		now := treeReady()
+		if s.Start.Before(rng.from) {
+			was = false // before the range: only the states count
+			continue
+		}
 		if now && !was {
 			_, _, why := st.ready(a.Node.Object.Kind)
 			if why == "" {
@@ -239,3 +249,6 @@ func readiness(root *Node, acts []Activity) (r Readiness, ok bool) {
 	}
 	return r, was
 }
+
+// activityRange bounds the activity a summary is of: [from, to), zero for unbounded.
+type activityRange struct{ from, to time.Time }

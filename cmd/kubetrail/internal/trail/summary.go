@@ -105,12 +105,32 @@ const maxWaits = 3
 
 // Summarize computes the summary of n's subtree; ok is false when it has no activity.
 func Summarize(n *Node) (Summary, bool) {
-	acts := n.AllActivity()
+	all := n.AllActivity()
+	return summarize(n, all, all, activityRange{})
+}
+
+// SummarizeGenerations computes one summary per generation of the root (Generations), over the
+// activity of the generation's time range; a generation without activity is left out.
+func SummarizeGenerations(n *Node, gens []Generation) ([]Generation, []Summary) {
+	var gs []Generation
+	var sums []Summary
+	all := n.AllActivity()
+	for i, acts := range byGeneration(all, gens) {
+		if sum, ok := summarize(n, acts, all, activityRange{gens[i].Start, gens[i].End}); ok {
+			gs, sums = append(gs, gens[i]), append(sums, sum)
+		}
+	}
+	return gs, sums
+}
+
+// summarize summarizes acts, the activity of rng; all is every activity of the tree, which
+// readiness replays for the objects' states.
+func summarize(n *Node, acts, all []Activity, rng activityRange) (Summary, bool) {
 	if len(acts) == 0 {
 		return Summary{}, false
 	}
 	role := roles(acts)
-	ready, isReady := readiness(n, acts)
+	ready, isReady := readiness(n, all, rng)
 	start := 0
 	for i, a := range acts {
 		if role[a.Span] == RoleUser && a.Span.IsWrite() {

@@ -174,9 +174,35 @@ func WaitsLine(ws []ActorWait) string {
 	return strings.Join(parts, ", ")
 }
 
-// WriteSummary prints the "why is it slow" block.
-func WriteSummary(w io.Writer, n *Node) {
-	sum, ok := Summarize(n)
+// WriteSummary prints the "why is it slow" block: by generation when the root is a workload
+// that went through several rollouts in range (one headline and the waits by role each), else
+// for the whole range.
+func WriteSummary(w io.Writer, n *Node, h Header) {
+	if !rolledOut[n.Object.Kind] || h.Generation != nil {
+		writeSummary(w, n, h)
+		return
+	}
+	if gens, sums := SummarizeGenerations(n, Generations(n)); len(gens) >= 2 {
+		fmt.Fprintf(w, "Why is it slow, by rollout (show one with --generation N):\n")
+		for i, sum := range sums {
+			fmt.Fprintf(w, "  %s: %s\n", gens[i].Label(), SummaryHeadline(sum))
+			if len(sum.ByRole) > 0 {
+				fmt.Fprintf(w, "    waiting on, by role: %s\n", WaitsLine(sum.ByRole))
+			}
+		}
+		fmt.Fprintln(w)
+		return
+	}
+	writeSummary(w, n, h)
+}
+
+// rolledOut are the kinds whose generations are rollouts of Pods: the summary groups by them.
+// Other objects' generations (a Pod's, bumped by its own updates) are not intents worth a
+// summary each; --generation still selects any object's.
+var rolledOut = map[string]bool{"Deployment": true, "StatefulSet": true, "DaemonSet": true, "ReplicaSet": true, "ReplicationController": true}
+
+func writeSummary(w io.Writer, n *Node, h Header) {
+	sum, ok := h.summary(n)
 	if !ok {
 		return
 	}
@@ -202,6 +228,18 @@ type Header struct {
 	Cluster string
 	Traces  []FetchedTrace
 	Others  []string // other UIDs the name had
+	// Generation is the rollout --generation asked for; nil for every generation. Rollout is
+	// its summary, computed over the whole tree (the states its rollout began from).
+	Generation *Generation
+	Rollout    *Summary
+}
+
+// summary is the "why is it slow" of the output: the rollout's, or else n's.
+func (h Header) summary(n *Node) (Summary, bool) {
+	if h.Rollout != nil {
+		return *h.Rollout, true
+	}
+	return Summarize(n)
 }
 
 func writeHeader(w io.Writer, n *Node, h Header) {
@@ -220,13 +258,20 @@ func writeHeader(w io.Writer, n *Node, h Header) {
 	if len(h.Others) > 0 {
 		fmt.Fprintf(w, "(this name also had uid %s in range: show it with --uid)\n", strings.Join(h.Others, ", "))
 	}
+	if g := h.Generation; g != nil {
+		until := "the end of the range"
+		if !g.End.IsZero() {
+			until = clock(g.End) + ", when the next generation began"
+		}
+		fmt.Fprintf(w, "Rollout to %s: from %s until %s\n", g.Label(), clock(g.Start), until)
+	}
 }
 
 // WriteTree prints the indented tree.
 func WriteTree(w io.Writer, n *Node, h Header) {
 	writeHeader(w, n, h)
 	fmt.Fprintln(w)
-	WriteSummary(w, n)
+	WriteSummary(w, n, h)
 	n.Walk(func(x *Node) {
 		ind := strings.Repeat("  ", x.Depth)
 		fmt.Fprintf(w, "%s%s\n", ind, objectLine(x))
@@ -246,7 +291,7 @@ const (
 func WriteTimeline(w io.Writer, n *Node, h Header) {
 	writeHeader(w, n, h)
 	fmt.Fprintln(w)
-	WriteSummary(w, n)
+	WriteSummary(w, n, h)
 	acts := n.AllActivity()
 	if len(acts) == 0 {
 		return
