@@ -30,6 +30,7 @@ const (
 const (
 	annAuthzDecision       = "authorization.k8s.io/decision"
 	annAuthzReason         = "authorization.k8s.io/reason"
+	authzAllow             = "allow"
 	annMutationPrefix      = "mutation.webhook.admission.k8s.io/"
 	annPatchPrefix         = "patch.webhook.admission.k8s.io/"
 	annPolicyFailure       = "validation.policy.admission.k8s.io/validation_failure"
@@ -62,12 +63,13 @@ const (
 // scrub is Converter.scrub.
 func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole bool, scrub func(string) string) {
 	var calls, patches []webhookCall
+	var decision, reason string
 	for _, a := range anns {
 		switch {
 		case a.Key == annAuthzDecision:
-			putNonEmpty(attrs, attrAuthzDecision, a.Value)
+			decision = a.Value
 		case a.Key == annAuthzReason:
-			putNonEmpty(attrs, attrAuthzReason, clipAnnotation(a.Value))
+			reason = a.Value
 		case a.Key == annPolicyFailure:
 			putNonEmpty(attrs, attrAdmissionPolicyFails, clipAnnotation(scrub(a.Value)))
 		case strings.HasPrefix(a.Key, annMutationPrefix):
@@ -107,6 +109,12 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole b
 		}
 	}
 	putPatches(attrs, patches)
+	putNonEmpty(attrs, attrAuthzDecision, decision)
+	if decision != authzAllow {
+		// Why a request was allowed is the same long sentence on every request of a user
+		// (which binding of which role): a tracing reader needs it when it was not.
+		putNonEmpty(attrs, attrAuthzReason, clipAnnotation(reason))
+	}
 	if len(calls) == 0 {
 		return
 	}

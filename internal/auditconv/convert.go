@@ -534,7 +534,7 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	}
 	putNonEmpty(attrs, model.AttrAuditSubresource, ref.Subresource)
 	attrs.PutStr(model.AttrUserName, ev.User.Username)
-	if len(ev.User.Groups) > 0 {
+	if len(ev.User.Groups) > 0 && !impliedGroups(ev.User.Username, ev.User.Groups) {
 		groups := attrs.PutEmptySlice(model.AttrAuditUserGroups)
 		groups.EnsureCapacity(len(ev.User.Groups))
 		for _, g := range ev.User.Groups {

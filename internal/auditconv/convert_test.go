@@ -958,7 +958,7 @@ func TestAnnotationsBecomeAttributes(t *testing.T) {
 	attrs := onlySpan(t, must(convertOne(t, c, ev))).Attributes()
 	for key, want := range map[string]string{
 		"k8s.audit.authorization.decision":        "allow",
-		"k8s.audit.authorization.reason":          `RBAC: allowed by ClusterRoleBinding "admin"`,
+		"k8s.audit.authorization.reason":          "<absent>", // said only when not allowed
 		"k8s.audit.admission.policy_failures":     `[{"message":"no latest tag","policy":"tags","binding":"tags","expressionIndex":0,"validationActions":["Audit"]}]`,
 		"k8s.audit.pod_security.enforce_policy":   "restricted:latest",
 		"k8s.audit.pod_security.audit_violations": `would violate PodSecurity "restricted:latest": privileged`,
@@ -1168,5 +1168,46 @@ func TestStageTimestampIsClamped(t *testing.T) {
 	future.StageTimestamp = future.RequestReceivedTimestamp
 	if td, st := convertOne(t, c, future); td.SpanCount() != 0 || st.dropped[reasonInvalidTimestamp] != 1 {
 		t.Fatalf("an event received two days from now: %d spans, dropped %v", td.SpanCount(), st.dropped)
+	}
+}
+
+// Why a request was allowed is left out (the same sentence on every request of a user); why it
+// was not is kept, whichever order the annotations come in.
+func TestAuthorizationReasonOnlyWhenNotAllowed(t *testing.T) {
+	ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+	for _, order := range [][2]int{{0, 1}, {1, 0}} {
+		ev := event("deny", "create", "alice", ref, 403, withStatus(status{Code: 403, Reason: "Forbidden"}))
+		anns := []annotation{{Key: "authorization.k8s.io/decision", Value: "forbid"}, {Key: "authorization.k8s.io/reason", Value: "no RBAC policy matched"}}
+		ev.Annotations = []annotation{anns[order[0]], anns[order[1]]}
+		attrs := onlySpan(t, must(convertOne(t, testConverter(), ev))).Attributes()
+		if attrStr(attrs, "k8s.audit.authorization.decision") != "forbid" || attrStr(attrs, "k8s.audit.authorization.reason") != "no RBAC policy matched" {
+			t.Fatalf("order %v: %v", order, attrs.AsRaw())
+		}
+	}
+}
+
+// k8s.audit.user.groups is left out when the groups are those the user name implies, and kept
+// when they say more.
+func TestUserGroupsOnlyWhenTheyTellMore(t *testing.T) {
+	for _, tc := range []struct {
+		user   string
+		groups []string
+		kept   bool
+	}{
+		{"system:serviceaccount:kube-system:replicaset-controller", []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}, false},
+		{"system:serviceaccount:kube-system:replicaset-controller", []string{"system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"}, true},
+		{"system:serviceaccount:kube-system:x", []string{"system:serviceaccounts", "system:authenticated", "system:authenticated"}, true},
+		{"system:node:n1", []string{"system:nodes", "system:authenticated"}, false},
+		{"system:kube-scheduler", []string{"system:authenticated"}, false},
+		{"system:kube-scheduler", []string{"system:authenticated", "system:masters"}, true},
+		{"alice", []string{"system:authenticated"}, true},
+		{"kubernetes-admin", []string{"kubeadm:cluster-admins", "system:authenticated"}, true},
+	} {
+		ref := objectReference{Resource: "pods", Namespace: "default", Name: "p", APIVersion: "v1"}
+		ev := event("g", "delete", tc.user, ref, 200, func(ev *Event) { ev.User.Groups = tc.groups })
+		attrs := onlySpan(t, must(convertOne(t, testConverter(), ev))).Attributes()
+		if _, kept := attrs.Get(model.AttrAuditUserGroups); kept != tc.kept {
+			t.Errorf("%s %v: groups kept %v, want %v", tc.user, tc.groups, kept, tc.kept)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package auditconv
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -198,6 +199,40 @@ func validText(s string) string {
 		s = s[n:]
 	}
 	return b.String()
+}
+
+// impliedGroups reports whether groups are exactly those the apiserver gives the user name by
+// itself, so that k8s.audit.user.groups would say nothing user.name does not: a service
+// account's system:serviceaccounts, system:serviceaccounts:<namespace> and
+// system:authenticated; a node's system:nodes and system:authenticated; any other system:
+// user's system:authenticated. A person's groups, or a component's extra ones, are never
+// implied.
+func impliedGroups(user string, groups []string) bool {
+	var want [3]string
+	n := 0
+	switch {
+	case strings.HasPrefix(user, "system:serviceaccount:"):
+		ns, _, ok := strings.Cut(user[len("system:serviceaccount:"):], ":")
+		if !ok {
+			return false
+		}
+		want, n = [3]string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}, 3
+	case strings.HasPrefix(user, "system:node:"):
+		want, n = [3]string{"system:nodes", "system:authenticated"}, 2
+	case strings.HasPrefix(user, "system:"):
+		want, n = [3]string{"system:authenticated"}, 1
+	default:
+		return false
+	}
+	if len(groups) != n {
+		return false
+	}
+	for _, w := range want[:n] { // n distinct names in n groups: the same set
+		if !slices.Contains(groups, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // put writes what the body said of the rollout onto the span (docs/span-model.md, Rollouts).
