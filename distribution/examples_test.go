@@ -151,6 +151,9 @@ func lastCalls(t *testing.T, path string) map[writeKey]int64 {
 	}
 	out := map[writeKey]int64{}
 	for _, rm := range md.ResourceMetrics().All() {
+		if _, ok := rm.Resource().Attributes().Get("k8s.object.name"); ok {
+			t.Fatalf("a metrics resource names an object (series per object): %v", rm.Resource().Attributes().AsRaw())
+		}
 		for _, sm := range rm.ScopeMetrics().All() {
 			for _, m := range sm.Metrics().All() {
 				if m.Name() != "kubetrail.controller.calls" || m.Type() != pmetric.MetricTypeSum {
