@@ -22,37 +22,18 @@ func TestSpanModelDocNamesEveryAttribute(t *testing.T) {
 	dirs := []string{".", "../auditconv", "../../receiver/k8seventsreceiver", "../../receiver/k8sauditreceiver", "../../processor/k8sobjectlinkprocessor"}
 	checked := 0
 	for _, dir := range dirs {
-		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, pkg := range pkgs {
-			for _, f := range pkg.Files {
-				for _, d := range f.Decls {
-					gd, ok := d.(*ast.GenDecl)
-					if !ok || gd.Tok != token.CONST {
-						continue
-					}
-					for _, spec := range gd.Specs {
-						vs := spec.(*ast.ValueSpec)
-						for i, name := range vs.Names {
-							if !modelName(name.Name) || i >= len(vs.Values) {
-								continue
-							}
-							lit, ok := vs.Values[i].(*ast.BasicLit)
-							if !ok || lit.Kind != token.STRING {
-								continue
-							}
-							v, _ := strconv.Unquote(lit.Value)
-							if !strings.HasPrefix(v, "k8s.") && !strings.HasPrefix(v, "kubetrail.") && !strings.HasPrefix(name.Name, "LinkType") {
-								continue
-							}
-							checked++
-							if !strings.Contains(string(doc), "`"+v) && !strings.Contains(string(doc), strings.TrimPrefix(v, "k8s.")) {
-								t.Errorf("%s/%s = %q is not in docs/span-model.md", dir, name.Name, v)
-							}
-						}
-					}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			for name, v := range modelConsts(t, path) {
+				checked++
+				if !strings.Contains(string(doc), "`"+v) {
+					t.Errorf("%s: %s = %q is not in docs/span-model.md", path, name, v)
 				}
 			}
 		}
@@ -60,6 +41,40 @@ func TestSpanModelDocNamesEveryAttribute(t *testing.T) {
 	if checked < 60 {
 		t.Fatalf("checked %d names, want every attribute's", checked)
 	}
+}
+
+// modelConsts returns the span model's names a Go file declares: string constants named Attr…,
+// attr…, Event…, event… or LinkType… whose value is a k8s.* or kubetrail.* name, or a link type.
+func modelConsts(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !modelName(name.Name) || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, _ := strconv.Unquote(lit.Value)
+				if strings.HasPrefix(v, "k8s.") || strings.HasPrefix(v, "kubetrail.") || strings.HasPrefix(name.Name, "LinkType") {
+					out[name.Name] = v
+				}
+			}
+		}
+	}
+	return out
 }
 
 func modelName(n string) bool {
