@@ -737,24 +737,7 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 // (the last one counts; a value of another type counts as ""); anything else, or a value that
 // is not an object, is skipped.
 func scanMember(d []byte, i, depth int, name string, dst *string) (int, error) {
-	if d[i] != '{' {
-		return skipValue(d, i, depth)
-	}
-	i++
-	for first := true; ; first = false {
-		key, next, done, err := objectNext(d, i, first)
-		if err != nil || done {
-			return next, err
-		}
-		if string(key) == name {
-			*dst, i, err = anyString(d, next)
-		} else {
-			i, err = skipValue(d, next, depth+1)
-		}
-		if err != nil {
-			return 0, err
-		}
-	}
+	return scanMembers(d, i, depth, stringMembers(name, dst, name, dst))
 }
 
 // scanMembers walks the object at d[i] (at nesting depth): read is given each member's key and
