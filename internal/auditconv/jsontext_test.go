@@ -174,28 +174,7 @@ func (s *jtScanner) int() (int64, error) {
 
 // member reads the string member name of an object (the last one counts); anything else is skipped.
 func (s *jtScanner) member(name string, dst *string) error {
-	if s.dec.PeekKind() != '{' {
-		return s.dec.SkipValue()
-	}
-	if _, err := s.dec.ReadToken(); err != nil {
-		return err
-	}
-	for s.dec.PeekKind() != '}' {
-		key, err := s.dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		if key.String() == name {
-			*dst, err = s.str()
-		} else {
-			err = s.dec.SkipValue()
-		}
-		if err != nil {
-			return err
-		}
-	}
-	_, err := s.dec.ReadToken()
-	return err
+	return s.members(s.strings(name, dst, name, dst))
 }
 
 func (s *jtScanner) metadata(m *objectMeta, annotation string) error {

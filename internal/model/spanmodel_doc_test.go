@@ -1,14 +1,12 @@
 package model
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kubetrail/kubetrail/internal/enumtest"
 )
 
 // TestSpanModelDocNamesEveryAttribute: docs/span-model.md is the contract, so every attribute,
@@ -47,31 +45,10 @@ func TestSpanModelDocNamesEveryAttribute(t *testing.T) {
 // attr…, Event…, event… or LinkType… whose value is a k8s.* or kubetrail.* name, or a link type.
 func modelConsts(t *testing.T, path string) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, name := range vs.Names {
-				if !modelName(name.Name) || i >= len(vs.Values) {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					continue
-				}
-				v, _ := strconv.Unquote(lit.Value)
-				if strings.HasPrefix(v, "k8s.") || strings.HasPrefix(v, "kubetrail.") || strings.HasPrefix(name.Name, "LinkType") {
-					out[name.Name] = v
-				}
-			}
+	for name, v := range enumtest.StringConsts(t, path) {
+		if modelName(name) && (strings.HasPrefix(v, "k8s.") || strings.HasPrefix(v, "kubetrail.") || strings.HasPrefix(name, "LinkType")) {
+			out[name] = v
 		}
 	}
 	return out
