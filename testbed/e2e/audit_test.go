@@ -136,7 +136,7 @@ func TestConflictAuditSpans(t *testing.T) {
 	Check(t, "bob's two stale writes are 409 spans", len(conflicts) == 2, "bob's spans: %v", audit.WithAttr(model.AttrUserName, "bob").Names())
 	for _, s := range conflicts {
 		Check(t, "a 409 span has status Error", s.StatusCode == "Error", "%s has status %s %q", s, s.StatusCode, s.StatusMessage)
-		Check(t, "a 409 span says Conflict in its status, not its name", strings.HasPrefix(s.StatusMessage, "Conflict") && s.Name == "update deployments", "%s: %q", s, s.StatusMessage)
+		Check(t, "a 409 span says Conflict in its status, not its name", strings.HasPrefix(s.StatusMessage, "Conflict") && s.Name == s.Attr(model.AttrAuditVerb)+" deployments", "%s: %q", s, s.StatusMessage)
 	}
 	ok := audit.WithAttr(model.AttrUserName, "alice").WithAttr(model.AttrHTTPStatusCode, "200")
 	Check(t, "alice's write succeeded", len(ok) == 1, "alice's spans: %v", audit.WithAttr(model.AttrUserName, "alice").Names())

@@ -62,13 +62,13 @@ func newObjectTree(ss Spans) *objectTree {
 		// keyed by name, as the processor keys them.
 		uid := o.Attr(model.AttrObjectUID)
 		if uid == "" {
-			uid = "name:" + o.Resource[model.AttrClusterName].(string) + "/" + o.Name
+			uid = "name:" + o.Resource[model.AttrClusterName].(string) + "/" + o.Object()
 		}
 		if ot.byUID[uid] == nil {
 			ot.byUID[uid] = map[time.Time]*Span{}
 		}
 		if prev, dup := ot.byUID[uid][o.Start]; dup {
-			ot.dupes = append(ot.dupes, fmt.Sprintf("%s@%s (%s, %s)", o.Name, o.Start.Format(time.TimeOnly), prev.SpanID, o.SpanID))
+			ot.dupes = append(ot.dupes, fmt.Sprintf("%s@%s (%s, %s)", o.Object(), o.Start.Format(time.TimeOnly), prev.SpanID, o.SpanID))
 		}
 		ot.byUID[uid][o.Start] = o
 	}
@@ -408,7 +408,7 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	for _, c := range []*Collector{a, b} {
 		for _, s := range readFileExport(t, filepath.Join(env.OutDir, "objectlink-"+c.Name+".jsonl")) {
 			if s.Type() == model.SpanTypeObject && tree[s.Attr(model.AttrObjectUID)] {
-				emitted[s.Name+"@"+s.Start.Format(time.TimeOnly)]++
+				emitted[s.Object()+"@"+s.Start.Format(time.TimeOnly)]++
 				perReplica[c.Name]++
 			}
 		}
