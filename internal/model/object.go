@@ -267,3 +267,20 @@ func (o Object) putSemconv(attrs pcommon.Map) {
 	putNonEmpty(attrs, k.name, o.Name)
 	putNonEmpty(attrs, k.uid, o.UID)
 }
+
+// ShortUser shortens Kubernetes user names: system:serviceaccount:kube-system:deployment-controller
+// is deployment-controller, system:kube-scheduler is kube-scheduler, system:node:n1 is kubelet/n1.
+func ShortUser(u string) string {
+	switch {
+	case strings.HasPrefix(u, "system:serviceaccount:"):
+		parts := strings.Split(u, ":")
+		return parts[len(parts)-1]
+	case strings.HasPrefix(u, "system:node:"):
+		return "kubelet/" + strings.TrimPrefix(u, "system:node:")
+	case strings.HasPrefix(u, "system:"):
+		return strings.TrimPrefix(u, "system:")
+	case u == "":
+		return "?"
+	}
+	return u
+}

@@ -145,7 +145,8 @@ func (n *Node) Attr(key string) string {
 }
 
 // Print writes the forest as an indented outline, at most maxChildren children per node
-// (0 = all), one line per span: name, span type, duration.
+// (0 = all), one line per span: name (an object span's object), span type, duration, and who
+// made an audit span's request.
 func (f *Forest) Print(w io.Writer, maxChildren int) {
 	var walk func(n *Node, depth int)
 	walk = func(n *Node, depth int) {
@@ -156,7 +157,11 @@ func (f *Forest) Print(w io.Writer, maxChildren int) {
 		if s.Status().Code() == ptrace.StatusCodeError {
 			status = " ERROR"
 		}
-		fmt.Fprintf(w, "%s%s  [%s %s%s]\n", strings.Repeat("  ", depth), n.Label(), typ, dur, status)
+		who := ""
+		if typ == model.SpanTypeAudit {
+			who = " by " + model.ShortUser(n.Attr(model.AttrUserName)) // the name says what, not who
+		}
+		fmt.Fprintf(w, "%s%s  [%s %s%s%s]\n", strings.Repeat("  ", depth), n.Label(), typ, dur, who, status)
 		for i, c := range n.Children {
 			if maxChildren > 0 && i == maxChildren {
 				fmt.Fprintf(w, "%s… %d more\n", strings.Repeat("  ", depth+1), len(n.Children)-i)

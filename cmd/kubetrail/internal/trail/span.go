@@ -218,25 +218,9 @@ func (s *Span) Actor() string {
 		}
 		return "?" // an Event without a reporting controller (deprecated core/v1 writers)
 	}
-	return ShortUser(s.Str(model.AttrUserName))
+	return model.ShortUser(s.Str(model.AttrUserName))
 }
 
-// ShortUser shortens Kubernetes user names: system:serviceaccount:kube-system:deployment-controller
-// is deployment-controller, system:kube-scheduler is kube-scheduler, system:node:n1 is kubelet/n1.
-func ShortUser(u string) string {
-	switch {
-	case strings.HasPrefix(u, "system:serviceaccount:"):
-		parts := strings.Split(u, ":")
-		return parts[len(parts)-1]
-	case strings.HasPrefix(u, "system:node:"):
-		return "kubelet/" + strings.TrimPrefix(u, "system:node:")
-	case strings.HasPrefix(u, "system:"):
-		return strings.TrimPrefix(u, "system:")
-	case u == "":
-		return "?"
-	}
-	return u
-}
 
 // IsUser reports whether the actor is a person or an outside client rather than a component of
 // the control plane (whose user names all start with "system:").
