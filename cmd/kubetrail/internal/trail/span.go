@@ -221,7 +221,6 @@ func (s *Span) Actor() string {
 	return model.ShortUser(s.Str(model.AttrUserName))
 }
 
-
 // IsUser reports whether the actor is a person or an outside client rather than a component of
 // the control plane (whose user names all start with "system:").
 func (s *Span) IsUser() bool {
