@@ -166,6 +166,20 @@ func TestAttributesRoundTrip(t *testing.T) {
 	if _, ok := ObjectFromAttributes(pcommon.NewMap(), pcommon.NewMap()); ok {
 		t.Fatal("a span without identity must not yield an object")
 	}
+
+	// A span of a kubetrail before span model 1.0: the identity on the span, the Resource the
+	// cluster and kind only. A processor of this version still reads it (upgrades).
+	oldRes, oldAttrs := pcommon.NewMap(), pcommon.NewMap()
+	oldRes.PutStr(AttrClusterName, "c1")
+	oldRes.PutStr(AttrServiceName, "ReplicaSet")
+	for k, v := range map[string]string{AttrObjectAPIGroup: "apps", AttrObjectAPIVersion: "apps/v1", AttrObjectResource: "replicasets",
+		AttrObjectKind: "ReplicaSet", AttrNamespaceName: "default", AttrObjectName: "demo-6d4b", AttrObjectUID: "rs-uid"} {
+		oldAttrs.PutStr(k, v)
+	}
+	o.PutOwner(oldAttrs)
+	if got, ok := ObjectFromAttributes(oldRes, oldAttrs); !ok || got != o {
+		t.Fatalf("a span before span model 1.0 = %+v, %v; want %+v", got, ok, o)
+	}
 }
 
 func TestSchemaVersions(t *testing.T) {

@@ -188,23 +188,33 @@ func (o Object) PutOwner(attrs pcommon.Map) {
 
 // ObjectFromAttributes reads an object's identity back from a span's Resource, and its owner
 // from the span's attributes. A k8s.object.uid on the span overrides the Resource's: the
-// processor puts it there when it resolved the UID of a request that named none. It reports
-// false when the span carries no object identity: neither a UID nor a name with a resource or
-// kind.
+// processor puts it there when it resolved the UID of a request that named none. A Resource
+// without a kind or resource is read as a span before span model 1.0, identity on the span. It
+// reports false when the span carries no object identity: neither a UID nor a name with a
+// resource or kind.
 func ObjectFromAttributes(resource, attrs pcommon.Map) (Object, bool) {
 	var o Object
 	o.Cluster = str(resource, AttrClusterName)
-	o.Group = str(resource, AttrObjectAPIGroup)
-	_, o.Version = SplitAPIVersion(str(resource, AttrObjectAPIVersion))
-	o.Resource = str(resource, AttrObjectResource)
-	o.Kind = str(resource, AttrObjectKind)
-	o.Name = str(resource, AttrObjectName)
-	if o.Group != "" || o.Kind != "Namespace" {
-		// A Namespace's k8s.namespace.name is its own name (the semantic conventions'), not a
-		// namespace it is in.
-		o.Namespace = str(resource, AttrNamespaceName)
+	id, legacy := resource, false
+	if _, ok := resource.Get(AttrObjectKind); !ok {
+		if _, ok := resource.Get(AttrObjectResource); !ok {
+			// A span of a kubetrail before span model 1.0 carries its identity itself: read it
+			// there, so that a processor of this version nests the spans of older receivers
+			// during an upgrade.
+			id, legacy = attrs, true
+		}
 	}
-	o.UID = str(resource, AttrObjectUID)
+	o.Group = str(id, AttrObjectAPIGroup)
+	_, o.Version = SplitAPIVersion(str(id, AttrObjectAPIVersion))
+	o.Resource = str(id, AttrObjectResource)
+	o.Kind = str(id, AttrObjectKind)
+	o.Name = str(id, AttrObjectName)
+	if o.Group != "" || o.Kind != "Namespace" || legacy {
+		// A Namespace's k8s.namespace.name on the Resource is its own name (the semantic
+		// conventions'), not a namespace it is in.
+		o.Namespace = str(id, AttrNamespaceName)
+	}
+	o.UID = str(id, AttrObjectUID)
 	if uid := str(attrs, AttrObjectUID); uid != "" {
 		o.UID = uid
 	}

@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -640,4 +641,36 @@ func TestResolverIndexesComeBackCleared(t *testing.T) {
 	if r.nodes != nil || r.names != nil || r.order != nil {
 		t.Error("the released resolver still holds its indexes")
 	}
+}
+
+// During an upgrade a processor of span model 1.0 may receive spans of older receivers, whose
+// identity is on every span and whose Resource names only the cluster and kind: it nests them
+// as it nests its own (model.ObjectFromAttributes reads the identity there).
+func TestSpansOfReceiversBeforeSpanModel1AreNested(t *testing.T) {
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	td := batch(audit(deploy, "d", t0.Add(time.Second)), audit(rsA, "rs", t0.Add(2*time.Second)), audit(podA1, "p", t0.Add(3*time.Second)))
+	for _, rs := range td.ResourceSpans().All() {
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, s := range ss.Spans().All() {
+				for k, v := range rs.Resource().Attributes().All() {
+					if k != model.AttrClusterName && k != model.AttrServiceName && !strings.HasPrefix(k, "k8s.pod.") &&
+						!strings.HasPrefix(k, "k8s.replicaset.") && !strings.HasPrefix(k, "k8s.deployment.") {
+						v.CopyTo(s.Attributes().PutEmpty(k))
+					}
+				}
+			}
+		}
+		rs.Resource().Attributes().RemoveIf(func(k string, _ pcommon.Value) bool {
+			return k != model.AttrClusterName && k != model.AttrServiceName
+		})
+		rs.SetSchemaUrl("")
+	}
+	if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+		t.Fatal(err)
+	}
+	d, rs, pod := h.one("Deployment default/demo"), h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1")
+	assertRoot(t, d)
+	assertChild(t, d, rs)
+	assertChild(t, rs, pod)
+	assertChild(t, pod, h.activitySpan("audit p"))
 }
