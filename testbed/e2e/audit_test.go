@@ -101,6 +101,29 @@ func TestDeploymentAuditSpans(t *testing.T) {
 
 	other := demo.Where(func(s *Span) bool { return s.Resource[model.AttrClusterName] != ClusterName })
 	Check(t, "spans carry k8s.cluster.name "+ClusterName, len(other) == 0, "%d spans without it, e.g. %v", len(other), other[:min(1, len(other))])
+
+	// Span model 1.0, read back from Jaeger: a Pod's identity is on its Resource (Jaeger's
+	// process tags), under the semantic conventions' names too, and not on the span.
+	pods := demo.Where(func(s *Span) bool { return s.Resource[model.AttrObjectKind] == "Pod" })
+	badPods := pods.Where(func(s *Span) bool {
+		_, onSpan := s.Attributes[model.AttrObjectName]
+		return onSpan || s.Resource["k8s.pod.name"] != s.Resource[model.AttrObjectName] || s.Resource["k8s.pod.uid"] == nil
+	})
+	Check(t, "a Pod span's Resource in Jaeger carries k8s.pod.name and k8s.pod.uid, and the span no identity", len(pods) > 0 && len(badPods) == 0,
+		"%d Pod spans, %d without, e.g. resource %v", len(pods), len(badPods), firstResource(badPods))
+	schemas := map[string]int{}
+	for _, s := range spans {
+		schemas[s.Schema]++
+	}
+	Check(t, "Jaeger returns the span model's schema URL or none", len(schemas) > 0 && schemas[""]+schemas[model.SchemaURL] == len(spans), "schema URLs %v", schemas)
+	t.Logf("schema URLs as Jaeger returns them: %v", schemas)
+}
+
+func firstResource(ss Spans) map[string]any {
+	if len(ss) == 0 {
+		return nil
+	}
+	return ss[0].Resource
 }
 
 func TestUnschedulableAuditSpans(t *testing.T) {

@@ -21,6 +21,7 @@ type Span struct {
 	Start, End                    time.Time
 	Service                       string         // resource service.name (the Kind)
 	Resource                      map[string]any // resource attributes
+	Schema                        string         // the resource's schema URL
 	Attributes                    map[string]any
 	Events                        []SpanEvent
 	Links                         []SpanLink
@@ -112,7 +113,9 @@ func SpansFromTraces(td ptrace.Traces) Spans {
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
-				out = append(out, spanFrom(spans.At(k), svc, res))
+				s := spanFrom(spans.At(k), svc, res)
+				s.Schema = rs.SchemaUrl()
+				out = append(out, s)
 			}
 		}
 	}

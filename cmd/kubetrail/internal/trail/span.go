@@ -85,7 +85,7 @@ type Unreadable struct {
 
 // readable returns the spans of spans this tool can read: foreign spans (no kubetrail span
 // type) and kubetrail spans of the span model's major version. The others are counted in u.
-// Some backends drop schema URLs (Jaeger's storages that keep its own model): a span without
+// Some backends drop schema URLs (Jaeger 1.76's query API returns none): a span without
 // one is read when its identity is on its Resource, where only span model 1.0 and later put
 // it; before 1.0 the identity was on every span.
 func readable(spans []*Span, u *Unreadable) []*Span {
