@@ -208,15 +208,16 @@ func validText(s string) string {
 // user's system:authenticated. A person's groups, or a component's extra ones, are never
 // implied.
 func impliedGroups(user string, groups []string) bool {
-	var want [3]string
-	n := 0
+	const saGroup = "system:serviceaccounts"
+	var want [3]string // the last one, a service account's namespace group, is matched in parts
+	n, ns := 0, ""
 	switch {
 	case strings.HasPrefix(user, "system:serviceaccount:"):
-		ns, _, ok := strings.Cut(user[len("system:serviceaccount:"):], ":")
-		if !ok {
+		var ok bool
+		if ns, _, ok = strings.Cut(user[len("system:serviceaccount:"):], ":"); !ok {
 			return false
 		}
-		want, n = [3]string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}, 3
+		want, n = [3]string{saGroup, "system:authenticated"}, 2
 	case strings.HasPrefix(user, "system:node:"):
 		want, n = [3]string{"system:nodes", "system:authenticated"}, 2
 	case strings.HasPrefix(user, "system:"):
@@ -224,10 +225,18 @@ func impliedGroups(user string, groups []string) bool {
 	default:
 		return false
 	}
-	if len(groups) != n {
+	if ns != "" {
+		// system:serviceaccounts:<namespace>, compared in parts: no string built per span.
+		if len(groups) != n+1 || !slices.ContainsFunc(groups, func(g string) bool {
+			rest, ok := strings.CutPrefix(g, saGroup+":")
+			return ok && rest == ns
+		}) {
+			return false
+		}
+	} else if len(groups) != n {
 		return false
 	}
-	for _, w := range want[:n] { // n distinct names in n groups: the same set
+	for _, w := range want[:n] { // distinct names, as many as the groups: the same set
 		if !slices.Contains(groups, w) {
 			return false
 		}
