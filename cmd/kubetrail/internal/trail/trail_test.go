@@ -1,6 +1,7 @@
 package trail
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,26 @@ func TestObjectReadinessFollowsTheDiffs(t *testing.T) {
 
 	if _, known, _ := newObjectState().ready("CronJob"); known {
 		t.Fatal("a CronJob's readiness is known")
+	}
+}
+
+// FindGeneration's errors are ErrNoSpans and say what to do: the generations in range, or that
+// none of the spans tells one.
+func TestFindGenerationSaysWhatIsInRange(t *testing.T) {
+	gens := []Generation{{N: 2}, {N: 3}}
+	if g, err := FindGeneration(gens, 3, "Deployment default/web"); err != nil || g.N != 3 {
+		t.Fatalf("generation 3: %+v, %v", g, err)
+	}
+	for _, tc := range []struct {
+		gens []Generation
+		want string
+	}{
+		{gens, "generations in range: 2, 3"},
+		{nil, "no span in range carries k8s.object.generation"},
+	} {
+		_, err := FindGeneration(tc.gens, 7, "Deployment default/web")
+		if !errors.Is(err, ErrNoSpans) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("generations %v: %v, want ErrNoSpans saying %q", tc.gens, err, tc.want)
+		}
 	}
 }
