@@ -178,18 +178,9 @@ func (s *jtScanner) member(name string, dst *string) error {
 }
 
 func (s *jtScanner) metadata(m *objectMeta, annotation string) error {
-	if s.dec.PeekKind() != '{' {
-		return s.dec.SkipValue()
-	}
-	if _, err := s.dec.ReadToken(); err != nil {
-		return err
-	}
-	for s.dec.PeekKind() != '}' {
-		key, err := s.dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		switch key.String() {
+	return s.members(func(key string) (bool, error) {
+		var err error
+		switch key {
 		case "name":
 			m.Name, err = s.str()
 		case "namespace":
@@ -210,14 +201,10 @@ func (s *jtScanner) metadata(m *objectMeta, annotation string) error {
 		case "generation":
 			m.Rollout.Generation, err = s.int()
 		default:
-			err = s.dec.SkipValue()
+			return false, nil
 		}
-		if err != nil {
-			return err
-		}
-	}
-	_, err := s.dec.ReadToken()
-	return err
+		return true, err
+	})
 }
 
 // owners reads the first controlling owner reference.
