@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
+	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
 
@@ -72,9 +73,7 @@ func createDefaultConfig() component.Config {
 	if ka := server.Keepalive.Get(); ka != nil {
 		ka.IdleTimeout = defaultIdleTimeout
 	} else {
-		// Without the keepalive section confighttp reads the flat field, into which its
-		// Unmarshal folds a user's keepalive::idle_timeout.
-		server.IdleTimeout = defaultIdleTimeout //nolint:staticcheck // deprecated, still what ToServer reads here
+		server.Keepalive = configoptional.Some(confighttp.KeepaliveServerConfig{IdleTimeout: defaultIdleTimeout})
 	}
 	return &Config{
 		ServerConfig:        server,

@@ -27,14 +27,13 @@ import (
 // what decides a pass: the assertions are about what the connection says, not when.
 const guard = 10 * time.Second
 
-// idleTimeoutOf is the keep-alive idle timeout confighttp will apply: the keepalive section
-// when it has a value (set programmatically, or with the prioritizing feature gate), else the
-// flat field that Unmarshal folds the section into.
+// idleTimeoutOf is the keep-alive idle timeout confighttp will apply: the keepalive section's,
+// or none (net/http then falls back to the read timeout) when the section is unset.
 func idleTimeoutOf(cfg *Config) time.Duration {
 	if ka := cfg.ServerConfig.Keepalive.Get(); ka != nil {
 		return ka.IdleTimeout
 	}
-	return cfg.ServerConfig.IdleTimeout //nolint:staticcheck // what ToServer reads while the section is unset
+	return 0
 }
 
 func TestDefaultConfigBoundsEveryRead(t *testing.T) {
