@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -30,6 +31,7 @@ const (
 	reasonUnknownFormat   = "unknown_format"
 	reasonMalformedRecord = "malformed_record"
 	reasonNoCluster       = "no_cluster"
+	reasonTruncated       = "truncated"
 	inputConnector        = "connector"
 )
 
@@ -47,6 +49,9 @@ type auditConnector struct {
 	dedup     *dedup // nil when dedup_window is 0
 	now       func() time.Time
 	formats   map[string]metric.MeasurementOption
+
+	shapeLogger      *zap.Logger  // unsampled: dropRecord limits it to a line a minute
+	lastShapeWarning atomic.Int64 // unix nanoseconds of the last shape warning
 }
 
 var _ connector.Logs = (*auditConnector)(nil)
@@ -60,7 +65,7 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 		return zapcore.NewSamplerWithOptions(core, time.Minute, 5, 0)
 	}))
 	c := &auditConnector{
-		cfg: cfg, logger: logger, next: next, telemetry: tb, now: time.Now,
+		cfg: cfg, logger: logger, shapeLogger: set.Logger, next: next, telemetry: tb, now: time.Now,
 		tel: auditconv.Telemetry{
 			FilteredEvents:      tb.K8sAuditFilteredEvents,
 			DroppedEvents:       tb.K8sAuditDroppedEvents,
@@ -162,15 +167,9 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 
 // read decodes one record into the batch and returns how many of its events were duplicates.
 func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats, lr plog.LogRecord, res pcommon.Map) int {
-	d, err := c.rd.read(lr)
+	d, err := c.rd.read(lr, res)
 	if err != nil {
-		reason := reasonMalformedRecord
-		if errors.Is(err, errUnknownFormat) {
-			reason = reasonUnknownFormat
-		}
-		st.Drop(reason, 1)
-		c.logger.Warn("Dropping a log record that holds no readable audit event; the other records of its batch are kept",
-			zap.String("reason", reason), zap.Error(err))
+		c.dropRecord(st, err)
 		return 0
 	}
 	c.telemetry.K8sAuditLogRecords.Add(ctx, 1, c.formats[d.format])
@@ -200,35 +199,61 @@ func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats
 	return dups
 }
 
+// dropRecord counts and logs a record that gave no audit event. A record of an unknown shape
+// is logged once a minute with the shape it had (body type, attribute keys), since one
+// misconfigured receiver sends nothing else; a truncated event names its auditID.
+func (c *auditConnector) dropRecord(st *auditconv.Stats, err error) {
+	var trunc *truncatedError
+	switch {
+	case errors.As(err, &trunc):
+		st.Drop(reasonTruncated, 1)
+		c.logger.Warn("Dropping an audit event that the log service cut short: raise the source's event size limit or take this cluster's events from another path",
+			zap.String("reason", reasonTruncated), zap.String("audit_id", trunc.auditID))
+	case errors.Is(err, errUnknownFormat):
+		st.Drop(reasonUnknownFormat, 1)
+		now, last := c.now().UnixNano(), c.lastShapeWarning.Load()
+		if now-last >= int64(time.Minute) && c.lastShapeWarning.CompareAndSwap(last, now) {
+			c.shapeLogger.Warn("Dropping log records of a shape that holds no audit event the connector reads (logged once a minute; otelcol_k8s_audit_dropped_events{reason=\"unknown_format\"} counts them all): check the receiver's format or encoding setting",
+				zap.String("reason", reasonUnknownFormat), zap.Error(err))
+		}
+	default:
+		st.Drop(reasonMalformedRecord, 1)
+		c.logger.Warn("Dropping a log record that holds no readable audit event; the other records of its batch are kept",
+			zap.String("reason", reasonMalformedRecord), zap.Error(err))
+	}
+}
+
 // becomesSpan reports whether an event is of a stage that can become a span: the other stages
 // of the same request share its auditID and must not count as its duplicates.
 func becomesSpan(ev *auditconv.Event) bool {
 	return ev.Stage == "ResponseComplete" || ev.Stage == "Panic"
 }
 
-// clusterOf is the record's cluster: from cluster_attribute (the record's attributes, then its
-// resource's, then what the envelope names), else the configured cluster; "" when none is a
-// valid cluster name.
+// clusterOf is the record's cluster: the value of cluster_attribute when set and found (the
+// record's attributes, then its resource's), else the configured cluster, else the one the
+// envelope names (an AKS resourceId, a GKE entry's cluster_name); "" when the one chosen is not
+// a valid cluster name. A configured cluster wins over an envelope's, so that these spans meet
+// the k8s_event_spans spans of the same cluster, whatever the provider writes.
 func (c *auditConnector) clusterOf(attrs, res pcommon.Map, envelope string) string {
+	found := ""
 	if name := c.cfg.ClusterAttribute; name != "" {
-		found := ""
 		for _, m := range []pcommon.Map{attrs, res} {
 			if v, ok := m.Get(name); ok {
 				found = clusterOf(firstString(v))
 				break
 			}
 		}
-		if found == "" {
-			found = envelope
-		}
-		if found != "" {
-			if model.ValidClusterName(found) {
-				return found
-			}
-			return ""
-		}
 	}
-	return c.cfg.Cluster
+	if found == "" {
+		found = c.cfg.Cluster
+	}
+	if found == "" {
+		found = envelope
+	}
+	if !model.ValidClusterName(found) {
+		return ""
+	}
+	return found
 }
 
 // firstString is a string attribute's value, or the first element of a slice (the awsfirehose
@@ -244,15 +269,18 @@ func firstString(v pcommon.Value) string {
 }
 
 // clusterOf takes the cluster name out of the values providers put it in: an EKS log group
-// (/aws/eks/<cluster>/cluster), an AKS resource ID (…/managedClusters/<cluster>), or the name.
+// (/aws/eks/<cluster>/cluster), an AKS resource ID (…/managedClusters/<cluster>, lower-cased),
+// or the name.
 func clusterOf(v string) string {
 	if rest, ok := strings.CutPrefix(v, "/aws/eks/"); ok {
 		name, _, _ := strings.Cut(rest, "/")
 		return name
 	}
+	// Azure writes resource IDs upper-case (ARM names are case-insensitive); the cluster's
+	// name, as kubectl and the chart know it, is lower-case.
 	lower := strings.ToLower(v)
 	if i := strings.LastIndex(lower, "/managedclusters/"); i >= 0 {
-		name, _, _ := strings.Cut(v[i+len("/managedclusters/"):], "/")
+		name, _, _ := strings.Cut(lower[i+len("/managedclusters/"):], "/")
 		return name
 	}
 	return v

@@ -1,9 +1,11 @@
 package k8sauditconnector
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -51,18 +53,55 @@ type reader struct {
 	format string
 }
 
-// read decodes a record's audit events. An error wraps errUnknownFormat when the record is of
-// no format the connector reads; any other error is a record of a known format whose audit
-// event cannot be read (malformed_record).
-func (r *reader) read(lr plog.LogRecord) (decoded, error) {
-	data, err := recordBytes(lr.Body())
+// allows reports whether the configured format reads records of format f.
+func (r *reader) allows(f string) bool { return r.format == formatAuto || r.format == f }
+
+// read decodes a record's audit events; res is its resource's attributes. An error wraps
+// errUnknownFormat when the record is of no shape the connector reads, is a *truncatedError
+// for an event a log service cut, and is otherwise a record of a known format whose audit event
+// cannot be read (malformed_record).
+//
+// A record comes in one of the shapes the stock receivers give it (README, "What each receiver
+// delivers"): the document as text or bytes; the document parsed into a map body; or, from the
+// receivers that move every field of a cloud log entry into attributes, an empty body.
+func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
+	body := lr.Body()
+	switch body.Type() {
+	case pcommon.ValueTypeEmpty:
+		attrs := lr.Attributes()
+		if props, ok := attrs.Get(attrAzureProperties); ok && r.allows(formatAKS) {
+			category, _ := attrs.Get(attrAzureCategory)
+			return r.readAKSValue(category.AsString(), props, resourceID(res, attrAzureResourceID))
+		}
+		if _, ok := attrs.Get(attrGCPMethod); ok && r.allows(formatGKE) {
+			return r.readGKEEntry(gkeEntryOfAttributes(lr, res), lr)
+		}
+		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
+	case pcommon.ValueTypeMap:
+		m := body.Map()
+		if props, ok := m.Get("properties"); ok && r.allows(formatAKS) && isAKSMap(m) {
+			category, _ := m.Get("category")
+			return r.readAKSValue(category.AsString(), props, resourceID(res, attrCloudResourceID))
+		}
+		if r.allows(formatGKE) && isAuditLogMap(m) {
+			entry, err := gkeEntryOfPayloadMap(lr, m, res)
+			if err != nil {
+				return decoded{}, err
+			}
+			return r.readGKEEntry(entry, lr)
+		}
+	}
+	data, err := recordBytes(body)
 	if err != nil {
-		return decoded{}, err
+		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
 	}
 	switch r.format {
 	case formatNative:
 		evs, err := r.decode(data)
 		if err != nil {
+			if t := truncated(data); t != nil {
+				return decoded{}, t
+			}
 			if auditconv.IsWrongKind(err) {
 				return decoded{}, fmt.Errorf("%w: %v", errUnknownFormat, err)
 			}
@@ -78,6 +117,9 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 		}
 		if _, tooMany := errors.AsType[*auditconv.TooManyItemsError](err); tooMany {
 			return decoded{}, err // a native EventList, too long
+		}
+		if t := truncated(data); t != nil {
+			return decoded{}, t
 		}
 	}
 	var doc map[string]json.RawMessage
@@ -96,7 +138,7 @@ func (r *reader) read(lr plog.LogRecord) (decoded, error) {
 		evs, cluster, err := r.readGKE(doc, lr)
 		return decoded{events: evs, format: formatGKE, cluster: cluster}, err
 	default:
-		return decoded{}, errUnknownFormat
+		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
 	}
 }
 
@@ -128,16 +170,16 @@ func unquoted(raw json.RawMessage) string {
 }
 
 // aksRecord is one AKS diagnostic record (diagnostic setting categories kube-audit and
-// kube-audit-admin) as Event Hubs and storage accounts carry it: the apiserver's audit event,
-// as JSON text, in properties.log.
+// kube-audit-admin) as Event Hubs and storage accounts carry it: the apiserver's audit event in
+// properties.log, as JSON text or, in some records, as a JSON object.
 type aksRecord struct {
 	Category   string `json:"category"`
 	ResourceID string `json:"resourceId"`
 	Properties struct {
-		Log string `json:"log"`
+		Log json.RawMessage `json:"log"`
 	} `json:"properties"`
 	// Log is properties.log when a receiver handed over the properties alone.
-	Log string `json:"log"`
+	Log json.RawMessage `json:"log"`
 }
 
 // readAKS reads one AKS record, or the {"records": […]} array Azure Monitor sends to Event
@@ -163,24 +205,176 @@ func (r *reader) readAKS(doc map[string]json.RawMessage) (out []auditconv.Event,
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return nil, "", fmt.Errorf("aks: record %d: %w", i, err)
 		}
-		if rec.Category != "" && !strings.HasPrefix(rec.Category, "kube-audit") {
+		if !isAuditCategory(rec.Category) {
 			continue // another category of the same diagnostic setting (kube-apiserver, guard, …)
 		}
 		if cluster == "" {
 			cluster = clusterOf(rec.ResourceID)
 		}
 		log := rec.Properties.Log
-		if log == "" {
+		if len(log) == 0 {
 			log = rec.Log
 		}
-		if log == "" {
-			return nil, "", fmt.Errorf("aks: record %d has no properties.log", i)
-		}
-		evs, err := r.decode([]byte(log))
+		evs, err := r.decodeAKSLog(log)
 		if err != nil {
-			return nil, "", fmt.Errorf("aks: record %d: properties.log: %w", i, err)
+			return nil, "", fmt.Errorf("aks: record %d: %w", i, err)
 		}
 		out = append(out, evs...)
 	}
 	return out, cluster, nil
 }
+
+// isAuditCategory reports whether an AKS record of this category holds an audit event (an
+// empty category: a record handed over without it).
+func isAuditCategory(category string) bool {
+	return category == "" || strings.HasPrefix(category, "kube-audit")
+}
+
+// decodeAKSLog decodes properties.log: the event's JSON as a string, or the event itself.
+func (r *reader) decodeAKSLog(log json.RawMessage) ([]auditconv.Event, error) {
+	log = bytes.TrimSpace(log)
+	switch {
+	case len(log) == 0 || string(log) == "null" || string(log) == `""`:
+		return nil, errors.New("no properties.log")
+	case log[0] == '"':
+		var text string
+		if err := json.Unmarshal(log, &text); err != nil {
+			return nil, fmt.Errorf("properties.log: %w", err)
+		}
+		log = []byte(text)
+	case log[0] != '{':
+		return nil, errors.New("properties.log is neither JSON text nor an object")
+	}
+	evs, err := r.decode(log)
+	if err != nil {
+		return nil, fmt.Errorf("properties.log: %w", err)
+	}
+	return evs, nil
+}
+
+// readAKSValue reads an AKS record that a receiver parsed: the azure_event_hub receiver's
+// default format puts the record's properties in the map attribute azure.properties and its
+// resourceId on the resource (azure.resource.id); with apply_semantic_conventions the body is a
+// map of category, operation.name and properties, and the resource has cloud.resource_id.
+// properties.log is the event as JSON text or, where Azure sent an object, as a map.
+func (r *reader) readAKSValue(category string, props pcommon.Value, resourceID string) (decoded, error) {
+	d := decoded{format: formatAKS, cluster: clusterOf(resourceID)}
+	if !isAuditCategory(category) {
+		return d, nil // another category of the same diagnostic setting
+	}
+	if props.Type() != pcommon.ValueTypeMap {
+		return d, fmt.Errorf("aks: properties is a %s, not a map", props.Type())
+	}
+	log, ok := props.Map().Get("log")
+	if !ok {
+		return d, errors.New("aks: no properties.log")
+	}
+	var raw []byte
+	switch log.Type() {
+	case pcommon.ValueTypeStr:
+		raw = []byte(log.Str())
+	case pcommon.ValueTypeMap:
+		var err error
+		if raw, err = json.Marshal(log.Map().AsRaw()); err != nil {
+			return d, fmt.Errorf("aks: properties.log: %w", err)
+		}
+	default:
+		return d, fmt.Errorf("aks: properties.log is a %s", log.Type())
+	}
+	evs, err := r.decode(raw)
+	if err != nil {
+		return d, fmt.Errorf("aks: properties.log: %w", err)
+	}
+	d.events = evs
+	return d, nil
+}
+
+// isAKSMap reports whether a map body is an AKS record as the Azure semantic-conventions
+// translator writes one: category (or operation.name) beside properties.
+func isAKSMap(m pcommon.Map) bool {
+	_, category := m.Get("category")
+	_, operation := m.Get("operation.name")
+	return category || operation
+}
+
+// resourceID is the resource attribute key's value, or "".
+func resourceID(res pcommon.Map, key string) string {
+	if v, ok := res.Get(key); ok {
+		return v.AsString()
+	}
+	return ""
+}
+
+// truncatedSuffix is what EKS appends to an audit event it cut at CloudWatch Logs' 256 KiB.
+const truncatedSuffix = "[Truncated...]"
+
+// truncatedError is an audit event a log service cut short; auditID is read from what is
+// left, when it holds one.
+type truncatedError struct{ auditID string }
+
+func (e *truncatedError) Error() string {
+	if e.auditID == "" {
+		return "an audit event cut short by the log service (" + truncatedSuffix + "), its auditID not in the part kept"
+	}
+	return "audit event " + e.auditID + " cut short by the log service (" + truncatedSuffix + ")"
+}
+
+// truncated is the error of a document that EKS cut short, or nil.
+func truncated(data []byte) *truncatedError {
+	if !bytes.HasSuffix(bytes.TrimRight(data, " \r\n"), []byte(truncatedSuffix)) {
+		return nil
+	}
+	t := &truncatedError{}
+	if _, rest, ok := bytes.Cut(data, []byte(`"auditID":"`)); ok {
+		if id, _, ok := bytes.Cut(rest, []byte(`"`)); ok && len(id) <= maxAuditIDLen {
+			t.auditID = string(id)
+		}
+	}
+	return t
+}
+
+// maxAuditIDLen bounds an auditID read from a cut event for the log line (the apiserver's are
+// 36-character UUIDs).
+const maxAuditIDLen = 128
+
+// unknownShapeError is a record of no shape the connector reads, with what it looked like.
+type unknownShapeError struct{ shape string }
+
+func (e *unknownShapeError) Error() string { return errUnknownFormat.Error() + ": " + e.shape }
+func (e *unknownShapeError) Unwrap() error { return errUnknownFormat }
+
+// shapeOf says what a record looked like: its body's type and the keys of its attributes, its
+// body map's and its resource's (at most maxShapeKeys each), so that an operator can tell which
+// receiver setting made it.
+func shapeOf(lr plog.LogRecord, res pcommon.Map) string {
+	var b strings.Builder
+	b.WriteString("body " + lr.Body().Type().String())
+	if lr.Body().Type() == pcommon.ValueTypeMap {
+		b.WriteString(" with keys " + keysOf(lr.Body().Map()))
+	}
+	b.WriteString(", attributes " + keysOf(lr.Attributes()))
+	b.WriteString(", resource attributes " + keysOf(res))
+	return b.String()
+}
+
+const maxShapeKeys = 12
+
+func keysOf(m pcommon.Map) string {
+	keys := make([]string, 0, m.Len())
+	for k := range m.All() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) > maxShapeKeys {
+		keys = append(keys[:maxShapeKeys], fmt.Sprintf("… %d more", len(keys)-maxShapeKeys))
+	}
+	return "[" + strings.Join(keys, " ") + "]"
+}
+
+// The attributes of the receivers that move a log entry's fields out of the body.
+const (
+	attrAzureProperties = "azure.properties"  // azure_event_hub, format azure
+	attrAzureCategory   = "azure.category"    // azure_event_hub, format azure
+	attrAzureResourceID = "azure.resource.id" // its resource
+	attrCloudResourceID = "cloud.resource_id" // azure_event_hub with apply_semantic_conventions
+)

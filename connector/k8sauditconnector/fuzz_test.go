@@ -2,8 +2,11 @@ package k8sauditconnector
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
@@ -39,19 +42,44 @@ func FuzzRead(f *testing.F) {
 		lr.Body().SetStr(string(data))
 		for _, format := range []string{formatAuto, formatNative, formatAKS, formatGKE} {
 			r := reader{conv: conv, format: format}
-			d, err := r.read(lr)
+			d, err := r.read(lr, pcommon.NewMap())
 			if err != nil {
 				continue
 			}
 			for _, ev := range d.events {
-				if d.format == formatGKE && (ev.AuditID == "" || ev.ObjectRef == nil) {
-					t.Fatalf("a GKE entry read as an event without auditID or objectRef: %+v", ev)
+				if d.format == formatGKE && ev.AuditID == "" {
+					t.Fatalf("a GKE entry read as an event without auditID: %+v", ev)
+				}
+				if d.format == formatGKE && ev.ObjectRef != nil && (!validResource(ev.ObjectRef.Resource) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Namespace) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Name)) {
+					t.Fatalf("a GKE entry read with an objectRef the apiserver cannot name: %+v", ev.ObjectRef)
 				}
 			}
 		}
 		var doc map[string]json.RawMessage
 		if json.Unmarshal(data, &doc) == nil {
 			_ = detect(doc)
+		}
+	})
+}
+
+// FuzzResourceName: a GKE resourceName is read as an objectRef the apiserver could log, or
+// refused; never a panic, an empty, '.' or '..' segment, or a resource that is no plural.
+func FuzzResourceName(f *testing.F) {
+	for _, s := range []string{"core/v1/namespaces/a/pods/b", "core/v1/namespaces/a/finalize", "core/v1/nodes/n/proxy/x/y", "apps/v1/../x", "core/v1/Secrets/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		ref, err := refOfResourceName(name)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{ref.Namespace, ref.Name, ref.Subresource} {
+			if s == "." || s == ".." || strings.Contains(s, "/") {
+				t.Fatalf("%q read as %+v", name, ref)
+			}
+		}
+		if !validResource(ref.Resource) || ref.APIVersion == "" {
+			t.Fatalf("%q read as %+v", name, ref)
 		}
 	})
 }

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
@@ -21,15 +25,24 @@ type gkeEntry struct {
 	InsertID  string            `json:"insertId"`
 	Timestamp time.Time         `json:"timestamp"`
 	Labels    map[string]string `json:"labels"`
-	Operation *struct {
-		ID    string `json:"id"`
-		First bool   `json:"first"`
-		Last  bool   `json:"last"`
-	} `json:"operation"`
-	Resource struct {
+	Operation *gkeOperation     `json:"operation"`
+	Resource  struct {
 		Labels map[string]string `json:"labels"`
 	} `json:"resource"`
 	ProtoPayload *gkeAuditLog `json:"protoPayload"`
+}
+
+// gkeOperation is a LogEntry's operation: GKE's id is the apiserver's audit ID.
+type gkeOperation struct {
+	ID    string `json:"id"`
+	First bool   `json:"first"`
+	Last  bool   `json:"last"`
+}
+
+// gkeStatus is an AuditLog's google.rpc.Status.
+type gkeStatus struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
 }
 
 // gkeAuditLog is google.cloud.audit.AuditLog as JSON.
@@ -45,10 +58,7 @@ type gkeAuditLog struct {
 		CallerIP                string `json:"callerIp"`
 		CallerSuppliedUserAgent string `json:"callerSuppliedUserAgent"`
 	} `json:"requestMetadata"`
-	Status *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"status"`
+	Status   *gkeStatus      `json:"status"`
 	Request  json.RawMessage `json:"request"`
 	Response json.RawMessage `json:"response"`
 }
@@ -66,7 +76,7 @@ type nativeEvent struct {
 	User                     nativeUser        `json:"user"`
 	SourceIPs                []string          `json:"sourceIPs,omitempty"`
 	UserAgent                string            `json:"userAgent,omitempty"`
-	ObjectRef                nativeObjectRef   `json:"objectRef"`
+	ObjectRef                *nativeObjectRef  `json:"objectRef,omitempty"`
 	ResponseStatus           nativeStatus      `json:"responseStatus"`
 	RequestObject            json.RawMessage   `json:"requestObject,omitempty"`
 	ResponseObject           json.RawMessage   `json:"responseObject,omitempty"`
@@ -112,17 +122,188 @@ func (r *reader) readGKE(doc map[string]json.RawMessage, lr plog.LogRecord) ([]a
 			return nil, "", fmt.Errorf("gke: %w", err)
 		}
 	}
-	ev, err := mapGKE(&entry, lr)
+	d, err := r.readGKEEntry(&entry, lr)
+	return d.events, d.cluster, err
+}
+
+// readGKEEntry maps an entry, however it arrived, onto an audit event and decodes it.
+func (r *reader) readGKEEntry(entry *gkeEntry, lr plog.LogRecord) (decoded, error) {
+	d := decoded{format: formatGKE, cluster: entry.Resource.Labels["cluster_name"]}
+	ev, err := mapGKE(entry, lr)
 	if err != nil {
-		return nil, "", err
+		return d, err
 	}
 	data, err := json.Marshal(ev)
 	if err != nil {
-		return nil, "", err
+		return d, err
 	}
-	evs, err := r.decode(data)
-	return evs, entry.Resource.Labels["cluster_name"], err
+	d.events, err = r.decode(data)
+	return d, err
 }
+
+// The attributes of the googlecloudlogentry_encoding extension's audit-log records
+// (extension/encoding/googlecloudlogentryencodingextension: log_entry.go, internal/auditlog)
+// and of googlecloudpubsub's cloud_logging encoding (v0.131 and before).
+const (
+	attrGCPService       = "gcp.audit.service.name"
+	attrGCPMethod        = "gcp.audit.method.name"
+	attrGCPResourceName  = "gcp.audit.resource.name"
+	attrGCPOperation     = "gcp.operation" // .id, .first, .last; cloud_logging: a map
+	attrGCPLabelPrefix   = "gcp.label."    // the entry's labels, and its resource's
+	attrLogRecordUID     = "log.record.uid"
+	attrUserEmail        = "user.email"
+	attrClientAddress    = "client.address"
+	attrUserAgent        = "user_agent.original"
+	attrRPCErrorCode     = "rpc.jsonrpc.error_code"
+	attrRPCErrorMessage  = "rpc.jsonrpc.error_message"
+	attrRPCStatusCode    = "rpc.response.status_code" // the extension's newer name of the status code
+	attrGCPClusterLegacy = "gcp.cluster_name"         // cloud_logging's resource label
+)
+
+// gkeEntryOfAttributes is the entry the googlecloudlogentry_encoding extension spread over a
+// record's attributes and its resource's (the body is empty; request and response are not
+// carried, so there is no diff and no snapshot).
+func gkeEntryOfAttributes(lr plog.LogRecord, res pcommon.Map) *gkeEntry {
+	attrs := lr.Attributes()
+	str := func(k string) string {
+		if v, ok := attrs.Get(k); ok {
+			return v.AsString()
+		}
+		return ""
+	}
+	entry := &gkeEntry{InsertID: str(attrLogRecordUID), ProtoPayload: &gkeAuditLog{
+		ServiceName: str(attrGCPService), MethodName: str(attrGCPMethod), ResourceName: str(attrGCPResourceName),
+	}}
+	p := entry.ProtoPayload
+	p.AuthenticationInfo.PrincipalEmail = str(attrUserEmail)
+	p.RequestMetadata.CallerIP = str(attrClientAddress)
+	p.RequestMetadata.CallerSuppliedUserAgent = str(attrUserAgent)
+	for _, k := range []string{attrRPCStatusCode, attrRPCErrorCode} {
+		if code, ok := intAttr(attrs, k); ok {
+			p.Status = &gkeStatus{Code: code, Message: str(attrRPCErrorMessage)}
+			break
+		}
+	}
+	if id := str(attrGCPOperation + ".id"); id != "" {
+		entry.Operation = &gkeOperation{ID: id, First: boolAttr(attrs, attrGCPOperation+".first"), Last: boolAttr(attrs, attrGCPOperation+".last")}
+	}
+	for k, v := range attrs.All() {
+		if label, ok := strings.CutPrefix(k, attrGCPLabelPrefix); ok {
+			if entry.Labels == nil {
+				entry.Labels = map[string]string{}
+			}
+			entry.Labels[annotationKey(label)] = v.AsString()
+		}
+	}
+	if v, ok := res.Get(attrGCPLabelPrefix + "cluster_name"); ok {
+		entry.Resource.Labels = map[string]string{"cluster_name": v.AsString()}
+	}
+	if lr.Timestamp() != 0 {
+		entry.Timestamp = lr.Timestamp().AsTime()
+	}
+	return entry
+}
+
+// isAuditLogMap reports whether a map body is a google.cloud.audit.AuditLog of the Kubernetes
+// API, as googlecloudpubsub's cloud_logging encoding (v0.131 and before) left the protoPayload.
+func isAuditLogMap(m pcommon.Map) bool {
+	if t, ok := m.Get("@type"); ok && strings.HasSuffix(t.AsString(), "google.cloud.audit.AuditLog") {
+		return true
+	}
+	service, ok := m.Get("serviceName")
+	_, method := m.Get("methodName")
+	return ok && method && service.AsString() == "k8s.io"
+}
+
+// gkeEntryOfPayloadMap is the entry of a record whose body is the AuditLog (the cloud_logging
+// encoding): insertId in log.record.uid, the operation in the map attribute gcp.operation, the
+// entry's labels as attributes under their own keys, the cluster in the resource's
+// gcp.cluster_name.
+func gkeEntryOfPayloadMap(lr plog.LogRecord, m pcommon.Map, res pcommon.Map) (*gkeEntry, error) {
+	raw, err := json.Marshal(m.AsRaw())
+	if err != nil {
+		return nil, fmt.Errorf("gke: %w", err)
+	}
+	entry := &gkeEntry{ProtoPayload: new(gkeAuditLog)}
+	if err := json.Unmarshal(raw, entry.ProtoPayload); err != nil {
+		return nil, fmt.Errorf("gke: %w", err)
+	}
+	for k, v := range lr.Attributes().All() {
+		switch {
+		case k == attrLogRecordUID:
+			entry.InsertID = v.AsString()
+		case k == attrGCPOperation && v.Type() == pcommon.ValueTypeMap:
+			op := v.Map()
+			entry.Operation = &gkeOperation{First: boolAttr(op, "first"), Last: boolAttr(op, "last")}
+			if id, ok := op.Get("id"); ok {
+				entry.Operation.ID = id.AsString()
+			}
+		case strings.HasPrefix(k, "gcp."):
+		default:
+			if entry.Labels == nil {
+				entry.Labels = map[string]string{}
+			}
+			entry.Labels[k] = v.AsString()
+		}
+	}
+	if v, ok := res.Get(attrGCPClusterLegacy); ok {
+		entry.Resource.Labels = map[string]string{"cluster_name": v.AsString()}
+	}
+	if lr.Timestamp() != 0 {
+		entry.Timestamp = lr.Timestamp().AsTime()
+	}
+	return entry, nil
+}
+
+// intAttr is an attribute's integer value (an int, a whole double or a decimal string).
+func intAttr(m pcommon.Map, k string) (int, bool) {
+	v, ok := m.Get(k)
+	if !ok {
+		return 0, false
+	}
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return int(v.Int()), true
+	case pcommon.ValueTypeDouble:
+		return int(v.Double()), v.Double() == math.Trunc(v.Double()) && math.Abs(v.Double()) < 1<<31
+	case pcommon.ValueTypeStr:
+		n, err := strconv.Atoi(v.Str())
+		return n, err == nil
+	default:
+		return 0, false
+	}
+}
+
+func boolAttr(m pcommon.Map, k string) bool {
+	v, ok := m.Get(k)
+	return ok && v.Type() == pcommon.ValueTypeBool && v.Bool()
+}
+
+// annotationKey is the audit annotation key of a label as the googlecloudlogentry extension
+// wrote it (in snake case: `-` as `_`; before its 2026-03 fix `k8s` as `k8_s`; a digit's
+// underscore before a letter dropped), for the annotations the conversion reads; any other
+// label keeps the extension's key.
+func annotationKey(label string) string {
+	label = strings.ReplaceAll(label, "k8_s.", "k8s.")
+	prefix, name, ok := strings.Cut(label, "/")
+	if !ok {
+		return label
+	}
+	switch prefix {
+	case "pod_security.kubernetes.io", "pod-security.kubernetes.io":
+		return "pod-security.kubernetes.io/" + strings.ReplaceAll(name, "_", "-")
+	case "apiserver.latency.k8s.io":
+		return prefix + "/" + strings.ReplaceAll(name, "_", "-")
+	case "mutation.webhook.admission.k8s.io", "patch.webhook.admission.k8s.io":
+		if m := admissionRound.FindStringSubmatch(name); m != nil {
+			return prefix + "/round_" + m[1] + "_index_" + m[2]
+		}
+	}
+	return label
+}
+
+// admissionRound reads round_<r>_index_<i> in each of the extension's spellings.
+var admissionRound = regexp.MustCompile(`^round_?(\d+)_?index_?(\d+)$`)
 
 // mapGKE maps the entry's fields onto an audit event.
 func mapGKE(entry *gkeEntry, lr plog.LogRecord) (*nativeEvent, error) {
@@ -137,17 +318,27 @@ func mapGKE(entry *gkeEntry, lr plog.LogRecord) (*nativeEvent, error) {
 	if p.MethodName == "" || verb == "" {
 		return nil, errors.New("gke: no methodName")
 	}
-	ref, err := refOfResourceName(p.ResourceName)
-	if err != nil {
-		return nil, err
-	}
 	ev := &nativeEvent{
 		Kind: "Event", APIVersion: "audit.k8s.io/v1", Level: "Metadata",
-		Stage: "ResponseComplete", Verb: verb, ObjectRef: ref,
-		RequestURI:  requestURI(ref),
+		Stage: "ResponseComplete", Verb: verb,
 		User:        nativeUser{Username: p.AuthenticationInfo.PrincipalEmail},
 		UserAgent:   p.RequestMetadata.CallerSuppliedUserAgent,
 		Annotations: entry.Labels,
+	}
+	if isNonResource(p.MethodName) {
+		// io.k8s.<verb> on a path (readyz, api/v1, openapi/v2): no object, as the apiserver
+		// logs a non-resource request; the conversion files it as filtered{non_resource}.
+		uri, err := nonResourcePath(p.ResourceName)
+		if err != nil {
+			return nil, err
+		}
+		ev.RequestURI = uri
+	} else {
+		ref, err := refOfResourceName(p.ResourceName)
+		if err != nil {
+			return nil, err
+		}
+		ev.ObjectRef, ev.RequestURI = &ref, requestURI(ref)
 	}
 	if ip := p.RequestMetadata.CallerIP; ip != "" {
 		ev.SourceIPs = []string{ip}
@@ -189,12 +380,50 @@ func mapGKE(entry *gkeEntry, lr plog.LogRecord) (*nativeEvent, error) {
 	return ev, nil
 }
 
+// isNonResource reports whether a methodName is of a non-resource request: io.k8s.<verb>, with
+// no group, version and resource between.
+func isNonResource(method string) bool { return strings.Count(method, ".") <= 2 }
+
+// nonResourcePath is the request path of a non-resource request's resourceName (readyz,
+// api/v1, openapi/v2).
+func nonResourcePath(name string) (string, error) {
+	if _, err := segments(name); err != nil {
+		return "", err
+	}
+	return "/" + strings.Trim(name, "/"), nil
+}
+
+// segments splits a resourceName at '/', refusing an empty, '.' or '..' segment (the apiserver
+// routes no such path; a name built of them would be a garbage identity).
+func segments(name string) ([]string, error) {
+	if name == "" {
+		return nil, errors.New("gke: empty resourceName")
+	}
+	seg := strings.Split(name, "/")
+	for _, s := range seg {
+		if s == "" || s == "." || s == ".." {
+			return nil, fmt.Errorf("gke: resourceName %q has an empty, '.' or '..' segment", name)
+		}
+	}
+	return seg, nil
+}
+
+// namespaceSubresources are the subresources of a Namespace, which GKE writes as
+// core/v1/namespaces/<name>/<subresource>, the shape of a list of <subresource> in namespace
+// <name>.
+var namespaceSubresources = map[string]bool{"finalize": true, "status": true}
+
 // refOfResourceName reads an objectRef from an AuditLog resourceName:
-// <group>/<version>[/namespaces/<namespace>]/<resource>[/<name>[/<subresource>]], the core
-// group written "core".
+// <group>/<version>[/namespaces/<namespace>]/<resource>[/<name>[/<subresource>[/<path>]]], the
+// core group written "core", as the apiserver's objectRef names the request: a Namespace's
+// finalize and status are subresources of the Namespace, and a proxy subresource's path is not
+// part of the object. A resource must be a lower-case plural as the apiserver serves it.
 func refOfResourceName(name string) (nativeObjectRef, error) {
-	seg := strings.Split(strings.Trim(name, "/"), "/")
-	if len(seg) < 3 || seg[0] == "" || seg[1] == "" {
+	seg, err := segments(name)
+	if err != nil {
+		return nativeObjectRef{}, err
+	}
+	if len(seg) < 3 {
 		return nativeObjectRef{}, fmt.Errorf("gke: resourceName %q is not <group>/<version>/…/<resource>", name)
 	}
 	ref := nativeObjectRef{APIGroup: seg[0], APIVersion: seg[1]}
@@ -202,13 +431,20 @@ func refOfResourceName(name string) (nativeObjectRef, error) {
 		ref.APIGroup = ""
 	}
 	rest := seg[2:]
-	if len(rest) >= 3 && rest[0] == "namespaces" {
+	switch {
+	case len(rest) == 3 && rest[0] == "namespaces" && namespaceSubresources[rest[2]] && ref.APIGroup == "":
+		ref.Resource, ref.Name, ref.Subresource = rest[0], rest[1], rest[2]
+		return ref, nil
+	case len(rest) >= 3 && rest[0] == "namespaces":
 		ref.Namespace, rest = rest[1], rest[2:]
 	}
-	if len(rest) > 3 {
+	if len(rest) > 3 && rest[2] != "proxy" {
 		return nativeObjectRef{}, fmt.Errorf("gke: resourceName %q has more segments than resource/name/subresource", name)
 	}
 	ref.Resource = rest[0]
+	if !validResource(ref.Resource) {
+		return nativeObjectRef{}, fmt.Errorf("gke: resourceName %q: %q is not a resource (a lower-case plural)", name, ref.Resource)
+	}
 	if len(rest) > 1 {
 		ref.Name = rest[1]
 	}
@@ -216,6 +452,19 @@ func refOfResourceName(name string) (nativeObjectRef, error) {
 		ref.Subresource = rest[2]
 	}
 	return ref, nil
+}
+
+// validResource reports whether s can be a resource's plural name: a DNS label, lower case.
+func validResource(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // requestURI is the path the request was made on, rebuilt from the objectRef (GKE does not

@@ -15,7 +15,7 @@ var recordedReasons = map[string][]string{
 		auditconv.ReasonExcludedResource, auditconv.ReasonExcludedUserAgent, auditconv.ReasonDryRun,
 	},
 	"dropped_reason": {
-		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord,
+		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord, reasonTruncated,
 		reasonNoCluster, auditconv.ReasonConsumerPermanent,
 	},
 	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},
