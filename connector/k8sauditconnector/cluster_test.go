@@ -3,10 +3,12 @@ package k8sauditconnector
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -120,5 +122,65 @@ func TestARecordOfTooManyEventsIsRefused(t *testing.T) {
 	}
 	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reasonMalformedRecord); n != 1 {
 		t.Fatalf("malformed_record drops = %d, want 1", n)
+	}
+}
+
+// The request of issue 30: one gzipped OTLP request of 6.5 KB held 200 records, each an
+// EventList of 10,000 `{}`, and cost +2.97 GB decoded. Now one call holds at most
+// max_in_flight_bytes decoded: the records that fit become spans, the rest are refused for good
+// (request_too_large), and the call allocates a small multiple of the bound, not gigabytes.
+func TestACallHoldsAtMostMaxInFlightBytes(t *testing.T) {
+	const bound = 4 << 20
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, func(cfg *Config) { cfg.MaxInFlightBytes = bound })
+	empties := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Repeat("{},", 9_999) + `{}]}`
+	bodies := []func(pcommon.Value){str([]byte(auditconvtest.EventList("first")))}
+	for range 200 {
+		bodies = append(bodies, str([]byte(empties)))
+	}
+	ld := logsOf(bodies...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := c.ConsumeLogs(context.Background(), ld)
+	runtime.ReadMemStats(&after)
+	if err == nil || !consumererror.IsPermanent(err) {
+		t.Fatalf("ConsumeLogs: %v, want a permanent refusal", err)
+	}
+	if sink.SpanCount() != 1 {
+		t.Fatalf("%d spans, want the first record's one", sink.SpanCount())
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", reasonRequestTooLarge); n != 200 {
+		t.Fatalf("request_too_large = %d, want the 200 records past the bound", n)
+	}
+	// Allocated in all (an upper bound of the peak): the unbounded call allocated 4 GB here.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*bound {
+		t.Fatalf("the call allocated %d MiB, over 16 times max_in_flight_bytes", alloc>>20)
+	}
+	if c.inFlight.InUse() != 0 {
+		t.Fatalf("%d bytes still held after the call", c.inFlight.InUse())
+	}
+}
+
+// A call that finds max_in_flight_bytes held by other calls is refused whole with a retryable
+// error, counted, and goes through once they are done.
+func TestACallFindingTheBudgetHeldIsRetried(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	others := c.inFlight.Max() - 1024
+	if !c.inFlight.Acquire(others) {
+		t.Fatal("could not hold the budget")
+	}
+	ld := logsOf(str([]byte(auditconvtest.EventList("a", "b"))))
+	err := c.ConsumeLogs(context.Background(), ld)
+	if err == nil || consumererror.IsPermanent(err) {
+		t.Fatalf("ConsumeLogs while the budget is held: %v, want a retryable error", err)
+	}
+	if sink.SpanCount() != 0 || auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_in_flight_refused", "") != 1 {
+		t.Fatalf("%d spans handed on, refusals counted %d; want none and 1", sink.SpanCount(), auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_in_flight_refused", ""))
+	}
+	c.inFlight.Release(others)
+	if err := c.ConsumeLogs(context.Background(), ld); err != nil || sink.SpanCount() != 2 {
+		t.Fatalf("the retry: %v, %d spans; want both events' spans", err, sink.SpanCount())
 	}
 }

@@ -17,6 +17,9 @@ const (
 	formatGKE    = "gke"
 )
 
+// minInFlightBytes is the least max_in_flight_bytes: room for a few decoded events.
+const minInFlightBytes = 64 << 10
+
 // Config configures the k8s_audit connector.
 type Config struct {
 	// Cluster names the cluster of every record, unless ClusterAttribute finds one.
@@ -36,6 +39,13 @@ type Config struct {
 	// DedupMaxBytes bounds the estimated bytes of the remembered auditIDs; the oldest leave
 	// first.
 	DedupMaxBytes int64 `mapstructure:"dedup_max_bytes"`
+
+	// MaxInFlightBytes bounds the estimated memory of the audit events that the ConsumeLogs calls in
+	// flight hold decoded (each event about 2 KiB, as the receiver's max_in_flight_bytes
+	// counts them, plus map bodies encoded again). A call that alone would pass it converts what
+	// fits and refuses the rest for good, counted as request_too_large; a call that finds it
+	// spent by others is refused whole with a retryable error.
+	MaxInFlightBytes int64 `mapstructure:"max_in_flight_bytes"`
 
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
 	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
@@ -65,6 +75,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.DedupWindow > 0 && cfg.DedupMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("dedup_max_bytes: must be positive while dedup_window is, got %d (dedup_window: 0 turns deduplication off)", cfg.DedupMaxBytes))
+	}
+	if cfg.MaxInFlightBytes < minInFlightBytes {
+		errs = append(errs, fmt.Errorf("max_in_flight_bytes: must be at least %d (a few events), got %d", minInFlightBytes, cfg.MaxInFlightBytes))
 	}
 	if err := cfg.Conversion.Validate(); err != nil {
 		errs = append(errs, err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/bytebudget"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -32,6 +33,7 @@ const (
 	reasonMalformedRecord = "malformed_record"
 	reasonNoCluster       = "no_cluster"
 	reasonTruncated       = "truncated"
+	reasonRequestTooLarge = "request_too_large"
 	inputConnector        = "connector"
 )
 
@@ -47,6 +49,7 @@ type auditConnector struct {
 	conv      *auditconv.Converter
 	rd        reader
 	dedup     *dedup // nil when dedup_window is 0
+	inFlight  *bytebudget.Budget
 	now       func() time.Time
 	formats   map[string]metric.MeasurementOption
 
@@ -77,7 +80,8 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 			DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
 			ReceiveLag:          tb.K8sAuditReceiveLag,
 		},
-		formats: map[string]metric.MeasurementOption{},
+		formats:  map[string]metric.MeasurementOption{},
+		inFlight: bytebudget.New(cfg.MaxInFlightBytes),
 	}
 	for _, f := range []string{formatNative, formatAKS, formatGKE} {
 		c.formats[f] = metric.WithAttributeSet(attribute.NewSet(attribute.String("format", f)))
@@ -116,14 +120,53 @@ type batch struct {
 	pending  map[string]bool
 }
 
+// errInFlightSpent refuses a call while other calls hold max_in_flight_bytes: retryable, so
+// that the sender (an OTLP client, the kafka receiver) tries again when they are done.
+var errInFlightSpent = errors.New("k8s_audit connector: max_in_flight_bytes is held by other calls; retry later")
+
+// callBudget is what one ConsumeLogs call holds of the in-flight budget.
+type callBudget struct {
+	budget *bytebudget.Budget
+	held   int64
+	alone  bool // the last refusal: the call alone would pass the whole budget
+}
+
+// charge reserves n bytes more for the call, or reports false.
+func (cb *callBudget) charge(n int64) bool {
+	if cb.held+n > cb.budget.Max() {
+		cb.alone = true
+		return false
+	}
+	if !cb.budget.Acquire(n) {
+		cb.alone = false
+		return false
+	}
+	cb.held += n
+	return true
+}
+
 // ConsumeLogs converts the records' audit events into spans and hands them on in one call. Its
 // error is the next consumer's, unchanged, so that a source that can redeliver (Kafka, Pub/Sub)
 // does; a record that cannot be read is counted and logged, and the rest go on.
+//
+// What the call holds decoded is charged to max_in_flight_bytes: a call that alone would pass
+// it converts the records that fit, hands their spans on and refuses the rest with a permanent
+// error (counted as request_too_large); a call that finds the budget held by others is refused
+// whole, before anything is handed on, with a retryable error.
 func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err error) {
 	received := c.now()
 	var st auditconv.Stats
 	b := batch{events: map[string][]auditconv.Event{}, pending: map[string]bool{}}
-	duplicates := 0
+	cb := &callBudget{budget: c.inFlight}
+	rd := c.rd
+	rd.charge = func(n int64) bool {
+		if !cb.charge(n) {
+			return false
+		}
+		c.telemetry.K8sAuditInFlightBytes.Add(ctx, n)
+		return true
+	}
+	duplicates, refused := 0, 0
 	n := 0
 	defer func() {
 		if p := recover(); p != nil {
@@ -131,6 +174,8 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 			err = consumererror.NewPermanent(fmt.Errorf("converting audit events: panic: %v", p))
 			st.Drop(auditconv.ReasonInvalidEvent, len(b.ids))
 		}
+		c.inFlight.Release(cb.held)
+		c.telemetry.K8sAuditInFlightBytes.Add(ctx, -cb.held)
 		st.Record(ctx, c.tel)
 		if duplicates > 0 {
 			c.telemetry.K8sAuditDuplicateEvents.Add(ctx, int64(duplicates))
@@ -140,7 +185,22 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 		res := rl.Resource().Attributes()
 		for _, sl := range rl.ScopeLogs().All() {
 			for _, lr := range sl.LogRecords().All() {
-				duplicates += c.read(ctx, &b, &st, lr, res)
+				if refused > 0 {
+					refused++
+					st.Drop(reasonRequestTooLarge, 1)
+					continue
+				}
+				dups, over := c.read(ctx, &rd, &b, &st, lr, res)
+				duplicates += dups
+				switch {
+				case over && cb.alone:
+					refused = 1
+					st.Drop(reasonRequestTooLarge, 1)
+				case over:
+					st, duplicates = auditconv.Stats{}, 0 // all of it comes again
+					c.telemetry.K8sAuditInFlightRefused.Add(ctx, 1)
+					return errInFlightSpent
+				}
 			}
 		}
 	}
@@ -162,15 +222,24 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 	if c.dedup != nil {
 		c.dedup.remember(b.ids)
 	}
+	if refused > 0 {
+		c.logger.Warn("Refusing log records past what one call may hold decoded: send smaller batches, or raise max_in_flight_bytes",
+			zap.Int("records", refused), zap.Int64("max_in_flight_bytes", c.inFlight.Max()))
+		return consumererror.NewPermanent(fmt.Errorf("k8s_audit connector: %d log records past max_in_flight_bytes (%d bytes decoded) refused", refused, c.inFlight.Max()))
+	}
 	return nil
 }
 
-// read decodes one record into the batch and returns how many of its events were duplicates.
-func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats, lr plog.LogRecord, res pcommon.Map) int {
-	d, err := c.rd.read(lr, res)
+// read decodes one record into the batch and returns how many of its events were duplicates,
+// and whether it was refused for want of in-flight room (the call's budget says why).
+func (c *auditConnector) read(ctx context.Context, rd *reader, b *batch, st *auditconv.Stats, lr plog.LogRecord, res pcommon.Map) (dups int, over bool) {
+	d, err := rd.read(lr, res)
+	if errors.Is(err, auditconv.ErrOverBudget) {
+		return 0, true
+	}
 	if err != nil {
 		c.dropRecord(st, err)
-		return 0
+		return 0, false
 	}
 	c.telemetry.K8sAuditLogRecords.Add(ctx, 1, c.formats[d.format])
 	cluster := c.clusterOf(lr.Attributes(), res, d.cluster)
@@ -178,9 +247,8 @@ func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats
 		st.Drop(reasonNoCluster, max(len(d.events), 1))
 		c.logger.Warn("Dropping audit events whose cluster is unknown or not a valid cluster name",
 			zap.String("cluster_attribute", c.cfg.ClusterAttribute), zap.Int("events", len(d.events)))
-		return 0
+		return 0, false
 	}
-	dups := 0
 	for _, ev := range d.events {
 		if c.dedup != nil && ev.AuditID != "" && becomesSpan(&ev) {
 			key := cluster + "/" + ev.AuditID
@@ -196,7 +264,7 @@ func (c *auditConnector) read(ctx context.Context, b *batch, st *auditconv.Stats
 		}
 		b.events[cluster] = append(b.events[cluster], ev)
 	}
-	return dups
+	return dups, false
 }
 
 // dropRecord counts and logs a record that gave no audit event. A record of an unknown shape

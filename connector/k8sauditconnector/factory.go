@@ -19,6 +19,10 @@ const (
 	// 16 MiB remembers about 120,000 audit IDs (36-byte UUIDs, about 140 bytes each with the
 	// entry), two minutes of a busy cluster's writes at 1,000 a second, ten at 200.
 	defaultDedupMaxBytes = 16 << 20
+	// 128 MiB of decoded events (about 2 KiB each: some 65,000 events) across the calls in
+	// flight: sixteen CloudWatch pages of 4,000 events, or an OTLP batch of 8,192 records of
+	// EventLists eight events long, while a request of tiny events cannot reach gigabytes.
+	defaultMaxInFlightBytes = 128 << 20
 )
 
 // NewFactory returns the factory of the k8s_audit connector.
@@ -31,10 +35,11 @@ func NewFactory() connector.Factory {
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		Format:        formatAuto,
-		DedupWindow:   defaultDedupWindow,
-		DedupMaxBytes: defaultDedupMaxBytes,
-		Conversion:    auditconv.DefaultSettings(),
+		Format:           formatAuto,
+		DedupWindow:      defaultDedupWindow,
+		DedupMaxBytes:    defaultDedupMaxBytes,
+		MaxInFlightBytes: defaultMaxInFlightBytes,
+		Conversion:       auditconv.DefaultSettings(),
 	}
 }
 

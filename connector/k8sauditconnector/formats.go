@@ -26,7 +26,7 @@ func recordBytes(body pcommon.Value) ([]byte, error) {
 	case pcommon.ValueTypeBytes:
 		return body.Bytes().AsRaw(), nil
 	case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:
-		return json.Marshal(body.AsRaw())
+		return json.Marshal(body.AsRaw()) // charged by read
 	default:
 		return nil, fmt.Errorf("%w: a %s body", errUnknownFormat, body.Type())
 	}
@@ -51,6 +51,9 @@ const maxEventsPerRecord = 10_000
 type reader struct {
 	conv   *auditconv.Converter
 	format string
+	// charge, when set, is asked for room for what decoding holds (auditconv.DecodeLimits);
+	// each ConsumeLogs call reads with its own copy charging its share of max_in_flight_bytes.
+	charge func(bytes int64) bool
 }
 
 // allows reports whether the configured format reads records of format f.
@@ -95,6 +98,9 @@ func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
 	if err != nil {
 		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
 	}
+	if t := body.Type(); (t == pcommon.ValueTypeMap || t == pcommon.ValueTypeSlice) && r.charge != nil && !r.charge(int64(len(data))) {
+		return decoded{}, auditconv.ErrOverBudget // a parsed body, encoded again
+	}
 	switch r.format {
 	case formatNative:
 		evs, err := r.decode(data)
@@ -115,8 +121,8 @@ func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
 		if err == nil {
 			return decoded{events: evs, format: formatNative}, nil
 		}
-		if _, tooMany := errors.AsType[*auditconv.TooManyItemsError](err); tooMany {
-			return decoded{}, err // a native EventList, too long
+		if _, tooMany := errors.AsType[*auditconv.TooManyItemsError](err); tooMany || errors.Is(err, auditconv.ErrOverBudget) {
+			return decoded{}, err // a native EventList, too long, or past the call's budget
 		}
 		if t := truncated(data); t != nil {
 			return decoded{}, t
@@ -144,7 +150,7 @@ func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
 
 // decode decodes a native Event or EventList of at most maxEventsPerRecord events.
 func (r *reader) decode(data []byte) ([]auditconv.Event, error) {
-	return r.conv.DecodeBodyLimited(data, nil, auditconv.DecodeLimits{MaxItems: maxEventsPerRecord})
+	return r.conv.DecodeBodyLimited(data, nil, auditconv.DecodeLimits{MaxItems: maxEventsPerRecord, Charge: r.charge})
 }
 
 // detect names the envelope of a JSON object that is not a native audit event, or "".

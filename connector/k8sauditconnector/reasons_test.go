@@ -15,7 +15,7 @@ var recordedReasons = map[string][]string{
 		auditconv.ReasonExcludedResource, auditconv.ReasonExcludedUserAgent, auditconv.ReasonDryRun,
 	},
 	"dropped_reason": {
-		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord, reasonTruncated,
+		auditconv.ReasonInvalidEvent, auditconv.ReasonInvalidTimestamp, reasonUnknownFormat, reasonMalformedRecord, reasonTruncated, reasonRequestTooLarge,
 		reasonNoCluster, auditconv.ReasonConsumerPermanent,
 	},
 	"diff_skipped_reason": {auditconv.ReasonDiffBaseNotSeen, auditconv.ReasonDiffOutOfOrder},

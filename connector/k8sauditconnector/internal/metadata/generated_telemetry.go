@@ -35,6 +35,8 @@ type TelemetryBuilder struct {
 	K8sAuditDroppedEvents       metric.Int64Counter
 	K8sAuditDuplicateEvents     metric.Int64Counter
 	K8sAuditFilteredEvents      metric.Int64Counter
+	K8sAuditInFlightBytes       metric.Int64UpDownCounter
+	K8sAuditInFlightRefused     metric.Int64Counter
 	K8sAuditLogRecords          metric.Int64Counter
 	K8sAuditReceiveLag          metric.Float64Histogram
 	K8sAuditTraceContextInvalid metric.Int64Counter
@@ -121,6 +123,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_audit_filtered_events",
 		metric.WithDescription("Audit events not turned into spans by configuration or by design (stage, verb, exclusions, dry runs), by reason. [Alpha]"),
 		metric.WithUnit("{events}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditInFlightBytes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_k8s_audit_in_flight_bytes",
+		metric.WithDescription("Estimated bytes of the audit events the ConsumeLogs calls in flight hold decoded (bounded by max_in_flight_bytes). [Alpha]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditInFlightRefused, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_in_flight_refused",
+		metric.WithDescription("ConsumeLogs calls refused whole with a retryable error because other calls held max_in_flight_bytes (the sender retries them). [Alpha]"),
+		metric.WithUnit("{calls}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditLogRecords, err = builder.meter.Int64Counter(

@@ -28,6 +28,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditDroppedEvents.Add(context.Background(), 1)
 	tb.K8sAuditDuplicateEvents.Add(context.Background(), 1)
 	tb.K8sAuditFilteredEvents.Add(context.Background(), 1)
+	tb.K8sAuditInFlightBytes.Add(context.Background(), 1)
+	tb.K8sAuditInFlightRefused.Add(context.Background(), 1)
 	tb.K8sAuditLogRecords.Add(context.Background(), 1)
 	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
@@ -56,6 +58,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditFilteredEvents(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditInFlightBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditInFlightRefused(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditLogRecords(t, testTel,
