@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+
+	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 )
 
 // usage is the command's help; prog is how it was invoked: "kubetrail", or "kubectl trail" as a
@@ -88,10 +90,11 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		fmt.Fprintf(stderr, "%s: %s\n", prog, trail.Escape(err.Error()))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		// An error may quote what a backend answered or what a file held.
+		fmt.Fprintf(stderr, "%s: %s\n", prog, trail.Escape(err.Error()))
 		return 1
 	}
 }

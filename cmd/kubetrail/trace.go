@@ -112,8 +112,8 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	}
 	if file, ok := src.(*trail.File); ok && file.Skipped > 0 {
 		// A file exporter killed mid-write leaves its last line cut short: show the rest.
-		fmt.Fprintf(stderr, "warning: %s: skipped %d of %d lines that are not OTLP JSON trace data, first line %d (%v); showing the spans of the others\n",
-			file.Path, file.Skipped, file.Lines, file.FirstSkipped, file.SkipErr)
+		fmt.Fprintf(stderr, "warning: %s: skipped %d of %d lines that are not OTLP JSON trace data, first line %d (%s); showing the spans of the others\n",
+			file.Path, file.Skipped, file.Lines, file.FirstSkipped, trail.Escape(fmt.Sprint(file.SkipErr)))
 	}
 	t0 := now()
 	var since, until time.Time
@@ -141,7 +141,7 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if u, ok := src.(trail.Unreader); ok && u.Unread().Spans > 0 {
 		// A window written across an upgrade holds spans of both models: show what can be read.
 		un := u.Unread()
-		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%v)\n", src, un.Spans, un.Err)
+		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%s)\n", src, un.Spans, trail.Escape(fmt.Sprint(un.Err)))
 	}
 	filter := trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only}
 	var gen *trail.Generation

@@ -99,6 +99,13 @@ func (o Object) DisplayName() string {
 	return kind + " " + o.Namespace + "/" + o.Name
 }
 
+// MaxOwnerDepth bounds an ownership chain: an object has at most this many owners above it.
+// Real chains are two or three deep (CronJob → Job → Pod); anything deeper is a loop a cycle
+// check missed or garbage. The processor makes the top of a longer chain a root, and
+// `kubetrail trace` shows no deeper level of a tree read from a backend (which anyone who can
+// write spans to it shapes).
+const MaxOwnerDepth = 16
+
 // OwnerObject returns the identity of o's controlling owner, and false when none is known.
 // Owner references carry a UID but no resource name, so the resource comes from the mapper and
 // stays empty when no mapper knows the kind (a guessed plural would be wrong for irregular kinds

@@ -18,9 +18,9 @@ import (
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
-// maxDepth bounds an ownership chain. Real chains are two or three deep (CronJob → Job → Pod);
-// anything deeper is a loop the cycle check missed or garbage, and its top becomes a root.
-const maxDepth = 16
+// maxDepth bounds an ownership chain (model.MaxOwnerDepth, which the CLI shares): the top of a
+// deeper chain becomes a root.
+const maxDepth = model.MaxOwnerDepth
 
 // maxRounds bounds the store round trips of one batch: one local round, then one remote
 // round per ownership level that is new in the window.

@@ -23,6 +23,9 @@ type JSONNode struct {
 	Windows     []JSONWindow `json:"windows"`
 	Spans       []JSONSpan   `json:"spans"`
 	Children    []*JSONNode  `json:"children"`
+	// OwnedNotShown counts the objects this one owns that are left out because they sit
+	// deeper than model.MaxOwnerDepth below the root (Node.Cut).
+	OwnedNotShown int `json:"owned_not_shown,omitempty"`
 }
 
 // JSONWindow is one object span: the object in one window.
@@ -74,7 +77,7 @@ type JSONLink struct {
 // ToJSON converts the tree.
 func ToJSON(n *Node) *JSONNode {
 	j := &JSONNode{Kind: n.Object.Kind, Name: n.Object.Name, Namespace: n.Object.Namespace, UID: n.Object.UID, Cluster: n.Cluster,
-		Windows: []JSONWindow{}, Spans: []JSONSpan{}, Children: []*JSONNode{}}
+		Windows: []JSONWindow{}, Spans: []JSONSpan{}, Children: []*JSONNode{}, OwnedNotShown: n.Cut}
 	for _, w := range n.Windows {
 		jw := JSONWindow{Start: w.Start, End: w.End, TraceID: w.TraceID.String(), SpanID: w.SpanID.String()}
 		for _, l := range w.Links {

@@ -19,6 +19,11 @@ type Node struct {
 	Spans    []*Span // activity, in time order
 	Children []*Node
 	Depth    int
+	// Cut is how many objects this node owns that the tree leaves out because they sit deeper
+	// than model.MaxOwnerDepth below the root: the processor never nests deeper, so such a
+	// chain in a backend is forged or broken, and following it would cost the reader's memory
+	// (and a JSON nesting no decoder reads back).
+	Cut int
 }
 
 // Filter narrows what the tree shows.
@@ -154,6 +159,10 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 				kids = append(kids, c)
 			}
 		}
+		if depth >= model.MaxOwnerDepth {
+			n.Cut = len(kids)
+			return n
+		}
 		for _, c := range kids {
 			child := build(c, depth+1, seen)
 			if f.Only != "" && child.count() == 0 {
@@ -187,6 +196,14 @@ func sortSpans(s []*Span) {
 		}
 		return s[i].SpanID.String() < s[j].SpanID.String()
 	})
+}
+
+// CutBelow is how many owned objects the tree leaves out below the owner-chain bound, in all
+// (Node.Cut).
+func (n *Node) CutBelow() int {
+	c := 0
+	n.Walk(func(x *Node) { c += x.Cut })
+	return c
 }
 
 // count is the number of activity spans in the subtree.

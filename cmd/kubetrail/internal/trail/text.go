@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // FormatDuration prints a duration at a precision a reader needs: µs below a millisecond, ms
@@ -183,14 +185,15 @@ func WriteSummary(w io.Writer, n *Node, h Header) {
 		return
 	}
 	if gens, sums := SummarizeGenerations(n, Generations(n)); len(gens) >= 2 {
-		fmt.Fprintf(w, "Why is it slow, by rollout (show one with --generation N):\n")
+		l := lines{w}
+		l.printf("Why is it slow, by rollout (show one with --generation N):")
 		for i, sum := range sums {
-			fmt.Fprintf(w, "  %s: %s\n", gens[i].Label(), SummaryHeadline(sum))
+			l.printf("  %s: %s", gens[i].Label(), SummaryHeadline(sum))
 			if len(sum.ByRole) > 0 {
-				fmt.Fprintf(w, "    waiting on, by role: %s\n", WaitsLine(sum.ByRole))
+				l.printf("    waiting on, by role: %s", WaitsLine(sum.ByRole))
 			}
 		}
-		fmt.Fprintln(w)
+		l.blank()
 		return
 	}
 	writeSummary(w, n, h)
@@ -206,21 +209,22 @@ func writeSummary(w io.Writer, n *Node, h Header) {
 	if !ok {
 		return
 	}
-	fmt.Fprintf(w, "Why is it slow: %s\n", SummaryHeadline(sum))
-	fmt.Fprintf(w, "  requests in flight %s, waiting between steps %s, waiting for the user's next command %s\n",
+	l := lines{w}
+	l.printf("Why is it slow: %s", SummaryHeadline(sum))
+	l.printf("  requests in flight %s, waiting between steps %s, waiting for the user's next command %s",
 		FormatDuration(sum.Busy), FormatDuration(sum.Total-sum.Busy-sum.UserPause), FormatDuration(sum.UserPause))
 	if len(sum.Waits) > 0 {
-		fmt.Fprintln(w, "  longest waits:")
+		l.printf("  longest waits:")
 		for _, wt := range sum.Waits {
-			fmt.Fprintf(w, "    %8s  waiting on %s: after %s until %s  (%s → %s)\n", FormatDuration(wt.Gap), wt.Before.Span.Actor(),
+			l.printf("    %8s  waiting on %s: after %s until %s  (%s → %s)", FormatDuration(wt.Gap), wt.Before.Span.Actor(),
 				activityLabel(wt.After), activityLabel(wt.Before), clock(wt.After.Span.End), clock(wt.Before.Span.Start))
 		}
 	}
 	if len(sum.WaitingOn) > 0 {
-		fmt.Fprintf(w, "  waiting on, by role: %s\n", WaitsLine(sum.ByRole))
-		fmt.Fprintf(w, "  waiting on, by actor: %s\n", WaitsLine(sum.WaitingOn))
+		l.printf("  waiting on, by role: %s", WaitsLine(sum.ByRole))
+		l.printf("  waiting on, by actor: %s", WaitsLine(sum.WaitingOn))
 	}
-	fmt.Fprintln(w)
+	l.blank()
 }
 
 // Header describes what was read: windows, traces, spans.
@@ -253,30 +257,35 @@ func writeHeader(w io.Writer, n *Node, h Header) {
 		}
 		ws = append(ws, s.Start.UTC().Format("2006-01-02 "+layout)+"–"+s.End.UTC().Format(layout))
 	}
-	fmt.Fprintf(w, "%s in cluster %s: %s, %s, %s %s UTC\n", n.Object.DisplayName(), n.Cluster, plural(spans, "span"), plural(len(h.Traces), "trace"),
+	l := lines{w}
+	l.printf("%s in cluster %s: %s, %s, %s %s UTC", n.Object.DisplayName(), n.Cluster, plural(spans, "span"), plural(len(h.Traces), "trace"),
 		map[bool]string{true: "window", false: "windows"}[len(ws) == 1], strings.Join(ws, ", "))
 	if len(h.Others) > 0 {
-		fmt.Fprintf(w, "(this name also had uid %s in range: show it with --uid)\n", strings.Join(h.Others, ", "))
+		l.printf("(this name also had uid %s in range: show it with --uid)", strings.Join(h.Others, ", "))
 	}
 	if g := h.Generation; g != nil {
 		until := "the end of the range"
 		if !g.End.IsZero() {
 			until = clock(g.End) + ", when the next generation began"
 		}
-		fmt.Fprintf(w, "Rollout to %s: from %s until %s\n", g.Label(), clock(g.Start), until)
+		l.printf("Rollout to %s: from %s until %s", g.Label(), clock(g.Start), until)
 	}
 }
 
 // WriteTree prints the indented tree.
 func WriteTree(w io.Writer, n *Node, h Header) {
+	l := lines{w}
 	writeHeader(w, n, h)
-	fmt.Fprintln(w)
+	l.blank()
 	WriteSummary(w, n, h)
 	n.Walk(func(x *Node) {
 		ind := strings.Repeat("  ", x.Depth)
-		fmt.Fprintf(w, "%s%s\n", ind, objectLine(x))
+		l.printf("%s%s", ind, objectLine(x))
 		for _, s := range x.Spans {
-			fmt.Fprintf(w, "%s  · %s\n", ind, activityLine(s))
+			l.printf("%s  · %s", ind, activityLine(s))
+		}
+		if x.Cut > 0 {
+			l.printf("%s  %s", ind, cutLine(x))
 		}
 	})
 }
@@ -289,8 +298,9 @@ const (
 
 // WriteTimeline prints the activity of the whole tree on one time axis.
 func WriteTimeline(w io.Writer, n *Node, h Header) {
+	l := lines{w}
 	writeHeader(w, n, h)
-	fmt.Fprintln(w)
+	l.blank()
 	WriteSummary(w, n, h)
 	acts := n.AllActivity()
 	if len(acts) == 0 {
@@ -310,36 +320,46 @@ func WriteTimeline(w io.Writer, n *Node, h Header) {
 		c := int(float64(t.Sub(start)) / float64(span) * float64(barWidth))
 		return max(0, min(barWidth-1, c))
 	}
-	fmt.Fprintf(w, "%s → %s (%s), one column = %s\n", clock(start), clock(end), FormatDuration(span), FormatDuration(span/barWidth))
+	l.printf("%s → %s (%s), one column = %s", clock(start), clock(end), FormatDuration(span), FormatDuration(span/barWidth))
 	axis := []rune(strings.Repeat(" ", barWidth))
 	for i := 0; i <= 4; i++ {
 		axis[min(barWidth-1, i*barWidth/4)] = '|'
 	}
-	fmt.Fprintf(w, "%-*s %s\n", labelWidth, "", string(axis))
+	l.printf("%-*s %s", labelWidth, "", string(axis))
 	row := func(label string, from, to time.Time, ch rune) {
 		bar := []rune(strings.Repeat(" ", barWidth))
 		a, b := col(from), col(to)
 		for i := a; i <= b; i++ {
 			bar[i] = ch
 		}
-		fmt.Fprintf(w, "%s %s\n", padRunes(label, labelWidth), strings.TrimRight(string(bar), " "))
+		// Escaped before padding, so that an escaped label keeps the bars in their column.
+		l.printf("%s %s", padRunes(Escape(label), labelWidth), strings.TrimRight(string(bar), " "))
 	}
 	n.Walk(func(x *Node) {
 		ind := strings.Repeat("  ", x.Depth)
 		_, _, first, last := x.Lifetime()
 		if first.IsZero() {
-			fmt.Fprintf(w, "%s\n", padRunes(ind+x.Object.DisplayName(), labelWidth))
-			return
-		}
-		row(ind+x.Object.DisplayName(), first, last, '─')
-		for _, s := range x.Spans {
-			ch := '█'
-			if s.Failed() {
-				ch = '✗'
+			l.printf("%s", padRunes(Escape(ind+x.Object.DisplayName()), labelWidth))
+		} else {
+			row(ind+x.Object.DisplayName(), first, last, '─')
+			for _, s := range x.Spans {
+				ch := '█'
+				if s.Failed() {
+					ch = '✗'
+				}
+				row(ind+"  "+s.Actor()+" "+s.Verb(), s.Start, s.End, ch)
 			}
-			row(ind+"  "+s.Actor()+" "+s.Verb(), s.Start, s.End, ch)
+		}
+		if x.Cut > 0 {
+			l.printf("%s  %s", ind, cutLine(x))
 		}
 	})
+}
+
+// cutLine says that x owns objects the tree does not show (Node.Cut).
+func cutLine(x *Node) string {
+	return fmt.Sprintf("… %s not shown: deeper than %d levels of owners, the bound the processor keeps",
+		plural(x.Cut, "owned object"), model.MaxOwnerDepth)
 }
 
 func padRunes(s string, n int) string {
