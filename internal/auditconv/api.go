@@ -219,9 +219,10 @@ type DecodeLimits struct {
 	MaxItems int
 	// Charge, when set, is asked for room as the estimated memory of the decoded events grows:
 	// EventBytes per event, and each element of their lists (groups, sourceIPs, annotations,
-	// status causes) and of the response bodies indexed while decoding, at least 64 KiB at a
-	// time. When it reports false, decoding stops at once with ErrOverBudget. What it granted
-	// is the caller's to give back.
+	// status causes) and of the response bodies indexed while decoding (ValueBytes each, asked
+	// before the index grows to hold them), at least 64 KiB at a time. When it reports false,
+	// decoding stops at once with ErrOverBudget (ErrValuesOverBudget for an index). What it
+	// granted is the caller's to give back.
 	Charge func(bytes int64) bool
 }
 
@@ -230,8 +231,16 @@ type DecodeLimits struct {
 // the span made of it. A door charges it per item, whatever the item's size.
 const EventBytes = eventBytes
 
+// ValueBytes is what each value (JSON node) of a response body indexed while decoding is charged:
+// its index node, twice over for the node slice's growth.
+const ValueBytes = nodeBytes
+
 // ErrOverBudget says DecodeLimits.Charge refused room for more decoded events.
 var ErrOverBudget = errOverBudget
+
+// ErrValuesOverBudget is the ErrOverBudget (errors.Is holds for both) refused for the values of a
+// response body being indexed, as they are indexed.
+var ErrValuesOverBudget = errValuesOverBudget
 
 // DecodeBodyLimited is DecodeBody within lim: a webhook body cannot make the decoder hold more
 // events, or more memory, than its door allows, whatever its size in bytes.

@@ -157,6 +157,11 @@ var errWrongKind = errors.New("not an audit.k8s.io/v1 EventList or Event")
 // for more decoded events.
 var errOverBudget = errors.New("the decoded events would pass the memory budget")
 
+// errValuesOverBudget is errOverBudget refused for the values of a body being indexed: a body of
+// millions of tiny values (`[0,0,…]`) costs an index node for each of them, many times its
+// bytes.
+var errValuesOverBudget = fmt.Errorf("the values of a body: %w", errOverBudget)
+
 // TooManyItemsError says an EventList had more items than DecodeLimits.MaxItems: decoding
 // stopped at the first item past the limit.
 type TooManyItemsError struct{ Max int }
@@ -200,6 +205,24 @@ type decodeCost struct {
 
 	items             int
 	estimate, charged int64
+	// nodes is how many index nodes of the body being indexed have been charged.
+	nodes int
+}
+
+// nodesHeld charges the index of the response body being indexed (flattenAt) for n nodes, when
+// it has been charged for fewer: before the node storage grows to n, and for the nodes it holds
+// once it is complete. A refusal is errValuesOverBudget. The count starts afresh for the next
+// body.
+func (c *decodeCost) nodesHeld(n int) error {
+	if c == nil || n <= c.nodes {
+		return nil
+	}
+	more := n - c.nodes
+	c.nodes = n
+	if err := c.add(int64(more) * nodeBytes); err != nil {
+		return errValuesOverBudget
+	}
+	return nil
 }
 
 // item counts one more event, failing past maxItems before anything of it is decoded.
@@ -536,12 +559,12 @@ func (ev *Event) body(d []byte, i, depth int, r bodyReader, which bodySet) (int,
 	}
 	ev.delimited &^= which
 	if which == responseBody && r.index && d[i] == '{' && ev.indexWhileDecoding() {
-		f, end, err := flattenAt(d, i, depth, getNodes())
+		f, end, err := flattenAt(d, i, depth, getNodes(), r.cost)
 		if err != nil {
 			return 0, err
 		}
 		ev.respIndex = f
-		return end, r.cost.add(int64(len(f.nodes)) * nodeBytes)
+		return end, nil
 	}
 	return skipValue(d, i, depth)
 }

@@ -25,6 +25,11 @@ type flatBody struct {
 	// base is where d starts in the buffer being indexed, while flattenAt indexes a body in
 	// place in a larger document; offsets are relative to it.
 	base int
+
+	// cost, while flattenAt indexes a body of a webhook request, is charged for the nodes
+	// before their storage grows (see decodeCost.nodes), so that a body of millions of tiny
+	// values is refused before it holds more than the budget grants.
+	cost *decodeCost
 }
 
 // fnode is one value of a flatBody. Children follow their parent: the first at index+1, each
@@ -62,20 +67,27 @@ func flatten(d []byte, nodes []fnode) (f flatBody, ok bool) {
 }
 
 // flattenAt indexes the object at d[i] (nesting depth), a body inside a larger document, and
-// returns it as a flatBody of its own bytes and the offset after it. Its errors are skipValue's.
-func flattenAt(d []byte, i, depth int, nodes []fnode) (flatBody, int, error) {
+// returns it as a flatBody of its own bytes and the offset after it. Its errors are skipValue's,
+// and errValuesOverBudget when cost refuses room for more nodes (cost may be nil).
+func flattenAt(d []byte, i, depth int, nodes []fnode, cost *decodeCost) (flatBody, int, error) {
 	if len(d) > math.MaxInt32 {
 		end, err := skipValue(d, i, depth)
 		putNodes(nodes)
 		return flatBody{}, end, err
 	}
-	f := flatBody{d: d, nodes: nodes[:0], base: i}
+	if cost != nil {
+		cost.nodes = 0
+	}
+	f := flatBody{d: d, nodes: nodes[:0], base: i, cost: cost}
 	end, err := f.add(i, memberKey{at: -1}, depth, inRoot)
+	if err == nil {
+		err = cost.nodesHeld(len(f.nodes))
+	}
 	if err != nil {
 		putNodes(f.nodes)
 		return flatBody{}, 0, err
 	}
-	f.d, f.base = d[i:end:end], 0
+	f.d, f.base, f.cost = d[i:end:end], 0, nil
 	return f, end, nil
 }
 
@@ -89,6 +101,15 @@ func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 	n := fnode{start: int32(i - f.base), key: -1, plainKey: key.plain}
 	if key.at >= 0 {
 		n.key, n.keyEnd = int32(key.at-f.base), int32(key.end-f.base)
+	}
+	if f.cost != nil && len(f.nodes) == cap(f.nodes) {
+		// Charged before the storage grows: the new array and the old one, until it is
+		// collected, are what nodeBytes per node stands for.
+		next := max(2*cap(f.nodes), 256)
+		if err := f.cost.nodesHeld(next); err != nil {
+			return 0, err
+		}
+		f.nodes = slices.Grow(f.nodes, next-len(f.nodes))
 	}
 	f.nodes = append(f.nodes, n)
 	var end int

@@ -14,7 +14,7 @@ var recordedReasons = map[string][]string{
 	"rejected_reason": {
 		reasonMalformedJSON, reasonWrongKind, reasonTooLarge, reasonReadError, reasonBadEncoding,
 		reasonMethod, reasonNotFound, reasonNoCluster, reasonClientNotAllowed, reasonPipelineBusy,
-		reasonPipelineFailure, reasonInFlightBytes, reasonTooManyEvents,
+		reasonPipelineFailure, reasonInFlightBytes, reasonTooManyEvents, reasonTooManyValues,
 	},
 	"filtered_reason": {
 		auditconv.ReasonStage, auditconv.ReasonReadVerb, auditconv.ReasonVerb, auditconv.ReasonNonResource, auditconv.ReasonExcludedResource,

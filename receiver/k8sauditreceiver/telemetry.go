@@ -27,6 +27,9 @@ const (
 	reasonInFlightBytes   = "in_flight_bytes"
 	// reasonTooManyEvents: an EventList with more items than max_events_per_request (413).
 	reasonTooManyEvents = "too_many_events"
+	// reasonTooManyValues: an object body whose values, indexed, would hold more than
+	// max_in_flight_bytes on their own (413).
+	reasonTooManyValues = "too_many_values"
 	// reasonClientNotAllowed: a verified client certificate whose names are not in
 	// allowed_client_names (403).
 	reasonClientNotAllowed = "client_not_allowed"

@@ -321,6 +321,12 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 			return
 		}
 		if errors.Is(err, auditconv.ErrOverBudget) {
+			if alone && errors.Is(err, auditconv.ErrValuesOverBudget) {
+				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyValues, "RequestEntityTooLarge",
+					fmt.Sprintf("indexed, the values of its object bodies would hold more than max_in_flight_bytes (%d bytes, %d per value)",
+						w.inFlight.max, auditconv.ValueBytes))
+				return
+			}
 			if alone {
 				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
 					fmt.Sprintf("decoded, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.max))
