@@ -60,10 +60,13 @@ const (
 //     numbers of seconds under k8s.audit.latency.<stage>, so that a backend can aggregate them.
 //
 // red and whole redact the webhooks' patches (whole: the resource's values are all redacted);
-// scrub is Converter.scrub.
-func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole bool, scrub func(string) string) {
+// scrub is Converter.scrub. Every value is cut at its bound (bounds.go), noted in cut; at most
+// maxWebhooks calls of each kind and maxKeyedAttributes Pod Security and latency attributes
+// each are kept, and a name part longer than maxKeyNameBytes is no attribute.
+func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole bool, scrub func(string) string, cut *cuts) {
 	var calls, patches []webhookCall
 	var decision, reason string
+	var podSecurity, latency int
 	for _, a := range anns {
 		switch {
 		case a.Key == annAuthzDecision:
@@ -71,7 +74,11 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole b
 		case a.Key == annAuthzReason:
 			reason = a.Value
 		case a.Key == annPolicyFailure:
-			putNonEmpty(attrs, attrAdmissionPolicyFails, clipAnnotation(scrub(a.Value)))
+			putNonEmpty(attrs, attrAdmissionPolicyFails, cut.text(attrAdmissionPolicyFails, scrub(a.Value), maxAnnotationValueSize))
+		case strings.HasPrefix(a.Key, annMutationPrefix) && len(calls) == maxWebhooks:
+			cut.note(attrAdmissionWebhooks)
+		case strings.HasPrefix(a.Key, annPatchPrefix) && len(patches) == maxWebhooks:
+			cut.note(attrAdmissionPatchedBy)
 		case strings.HasPrefix(a.Key, annMutationPrefix):
 			var m struct {
 				Webhook string `json:"webhook"`
@@ -81,7 +88,7 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole b
 				continue
 			}
 			round, index := callOrder(a.Key[len(annMutationPrefix):])
-			calls = append(calls, webhookCall{round: round, index: index, webhook: m.Webhook, mutated: m.Mutated})
+			calls = append(calls, webhookCall{round: round, index: index, webhook: cut.text(attrAdmissionWebhooks, m.Webhook, maxTokenBytes), mutated: m.Mutated})
 		case strings.HasPrefix(a.Key, annPatchPrefix):
 			var p struct {
 				Webhook string          `json:"webhook"`
@@ -91,29 +98,32 @@ func putAnnotations(attrs pcommon.Map, anns []annotation, red *redactor, whole b
 				continue
 			}
 			round, index := callOrder(a.Key[len(annPatchPrefix):])
-			patches = append(patches, webhookCall{round: round, index: index, webhook: p.Webhook, patch: webhookPatch(p.Patch, red, whole)})
+			patches = append(patches, webhookCall{round: round, index: index, webhook: cut.text(attrAdmissionPatchedBy, p.Webhook, maxTokenBytes), patch: webhookPatch(p.Patch, red, whole)})
 		case strings.HasPrefix(a.Key, annPodSecurityPrefix):
-			if name := attrName(a.Key[len(annPodSecurityPrefix):]); name != "" {
+			if name := keyName(a.Key[len(annPodSecurityPrefix):]); name != "" && podSecurity < maxKeyedAttributes {
+				podSecurity++
 				v := a.Value
 				if name == "audit_violations" {
 					v = scrub(v)
 				}
-				putNonEmpty(attrs, attrPodSecurityPrefix+name, clipAnnotation(v))
+				key := attrPodSecurityPrefix + name
+				putNonEmpty(attrs, key, cut.text(key, v, maxAnnotationValueSize))
 			}
 		case strings.HasPrefix(a.Key, annLatencyPrefix):
-			name := attrName(a.Key[len(annLatencyPrefix):])
+			name := keyName(a.Key[len(annLatencyPrefix):])
 			d, err := time.ParseDuration(a.Value)
-			if name != "" && err == nil && d >= 0 {
+			if name != "" && err == nil && d >= 0 && latency < maxKeyedAttributes {
+				latency++
 				attrs.PutDouble(attrLatencyPrefix+name, d.Seconds())
 			}
 		}
 	}
 	putPatches(attrs, patches)
-	putNonEmpty(attrs, attrAuthzDecision, decision)
+	putNonEmpty(attrs, attrAuthzDecision, cut.text(attrAuthzDecision, decision, maxShortBytes))
 	if decision != authzAllow {
 		// Why a request was allowed is the same long sentence on every request of a user
 		// (which binding of which role): a tracing reader needs it when it was not.
-		putNonEmpty(attrs, attrAuthzReason, clipAnnotation(reason))
+		putNonEmpty(attrs, attrAuthzReason, cut.text(attrAuthzReason, reason, maxAnnotationValueSize))
 	}
 	if len(calls) == 0 {
 		return
@@ -199,6 +209,15 @@ func callOrder(name string) (round, index int) {
 	return rn, in
 }
 
+// keyName is attrName of an annotation's name part, or "" when it is longer than
+// maxKeyNameBytes: the attribute's name would come from the sender.
+func keyName(s string) string {
+	if len(s) > maxKeyNameBytes {
+		return ""
+	}
+	return attrName(s)
+}
+
 // attrName makes an annotation's name (enforce-policy, etcd) an attribute name segment
 // (enforce_policy): lower-case letters, digits and underscores only; "" when nothing is left.
 func attrName(s string) string {
@@ -212,11 +231,6 @@ func attrName(s string) string {
 		}
 	}
 	return b.String()
-}
-
-func clipAnnotation(s string) string {
-	s, _ = clipText(s, maxAnnotationValueSize)
-	return s
 }
 
 // clipText cuts valid UTF-8 text to at most n bytes on a character boundary, and says whether it

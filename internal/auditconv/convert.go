@@ -192,7 +192,7 @@ func (c *Converter) keep(ev *Event, st *Stats) bool {
 	if ev.Invalid != "" {
 		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event that is not valid; the other events of its batch are kept",
-			zap.String("problem", ev.Invalid), zap.String("audit_id", ev.AuditID))
+			zap.String("problem", ev.Invalid), zap.String("audit_id", LogAuditID(ev.AuditID)))
 		return false
 	}
 	if reason := c.filterReason(ev); reason != "" {
@@ -204,19 +204,29 @@ func (c *Converter) keep(ev *Event, st *Stats) bool {
 		// member after it (a client that writes objectRef last, a duplicate stage) kept it.
 		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event whose body is not valid JSON; the other events of its batch are kept",
-			zap.String("audit_id", ev.AuditID))
+			zap.String("audit_id", LogAuditID(ev.AuditID)))
 		return false
 	}
 	if ev.AuditID == "" || ev.RequestReceivedTimestamp.IsZero() {
 		st.drop(reasonInvalidEvent, 1)
 		c.logger.Warn("Refusing an audit event without auditID or requestReceivedTimestamp",
-			zap.String("audit_id", ev.AuditID))
+			zap.String("audit_id", LogAuditID(ev.AuditID)))
+		return false
+	}
+	if ref := ev.ObjectRef; !validResource(ref.Resource) || !validGroup(ref.APIGroup) {
+		// Not a resource the apiserver serves: its identity would be garbage, and redaction,
+		// which matches resources as the apiserver names them, would not know it.
+		st.drop(reasonInvalidEvent, 1)
+		r, _ := clipText(ref.Resource, maxTokenBytes)
+		g, _ := clipText(ref.APIGroup, maxTokenBytes)
+		c.logger.Warn("Refusing an audit event whose objectRef names no valid resource (a lower-case plural) or API group",
+			zap.String("resource", r), zap.String("api_group", g), zap.String("audit_id", LogAuditID(ev.AuditID)))
 		return false
 	}
 	if t := ev.RequestReceivedTimestamp; t.Before(oldestTimestamp) || t.After(c.now().Add(maxClockSkew)) {
 		st.drop(reasonInvalidTimestamp, 1)
 		c.logger.Warn("Refusing an audit event received at an impossible time",
-			zap.Time("request_received_timestamp", t), zap.String("audit_id", ev.AuditID))
+			zap.Time("request_received_timestamp", t), zap.String("audit_id", LogAuditID(ev.AuditID)))
 		return false
 	}
 	return true
@@ -287,6 +297,7 @@ func (c *Converter) convertEvent(b *model.TracesBuilder, cluster string, ev *Eve
 	c.startSpan(&e, b, cluster)
 	c.putAttributes(&e, st)
 	c.putBodyParts(&e)
+	e.cut.put(e.span.Attributes())
 	e.respBody.release()
 	e.reqBody.release()
 	e.scaleBody.release()
@@ -325,6 +336,9 @@ type eventSpan struct {
 	clamped bool // the stage timestamp was impossible: the span ends when it began
 	// baseRV is the resourceVersion the request was based on.
 	baseRV string
+	// subresource is the objectRef's, bounded; cut lists the attributes cut at their bound.
+	subresource string
+	cut         cuts
 }
 
 // resp, req and scale return the body, or nil when the event has none.
@@ -352,6 +366,7 @@ func (c *Converter) begin(e *eventSpan, cluster string, ev *Event) {
 	}
 	e.failed = e.code >= 400 || ev.Stage == stagePanic
 	e.redact = c.redact.match(ref.APIGroup, ref.Resource, "") || carriesCredentials(ref.APIGroup, ref.Resource)
+	e.subresource = e.cut.text(model.AttrAuditSubresource, ref.Subresource, maxTokenBytes)
 
 	e.obj = c.objectOf(cluster, ref)
 }
@@ -460,6 +475,11 @@ func (c *Converter) responseMeta(e *eventSpan) (objectMeta, bool) {
 // root, its UID from the cache, its kind and version from the mapper.
 func (c *Converter) completeIdentity(e *eventSpan) {
 	obj := &e.obj
+	// Bounded before any key is made of it (the cache's, the shared base's, the trace's).
+	e.cut.boundIdentity(obj)
+	e.respMeta.ResourceVersion = e.cut.text(model.AttrObjectNewRV, e.respMeta.ResourceVersion, maxShortBytes)
+	e.nodeName = e.cut.text(model.AttrNodeName, e.nodeName, maxNameBytes)
+	e.rollout.bound(&e.cut)
 	// A body of the object itself without a controlling owner reference is a definitive
 	// answer: the object is a root.
 	obj.NoOwner = (e.resp() != nil || e.req() != nil) && obj.Owner.IsZero()
@@ -503,7 +523,7 @@ func (c *Converter) startSpan(e *eventSpan, b *model.TracesBuilder, cluster stri
 	span.SetTraceID(model.ObjectTraceID(key, window))
 	span.SetParentSpanID(model.ObjectSpanID(key, window))
 	span.SetSpanID(model.AuditSpanID(ev.AuditID))
-	span.SetName(spanName(ev))
+	span.SetName(spanName(ev.Verb, e.ref.Resource, e.subresource))
 	span.SetKind(ptrace.SpanKindServer)
 	span.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
 	span.SetEndTimestamp(pcommon.NewTimestampFromTime(end))
@@ -525,45 +545,53 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	attrs.EnsureCapacity(n)
 	attrs.PutStr(model.AttrSpanType, model.SpanTypeAudit)
 	e.obj.PutOwner(attrs)
-	attrs.PutStr(model.AttrAuditID, ev.AuditID)
-	attrs.PutStr(model.AttrAuditVerb, ev.Verb)
-	attrs.PutStr(model.AttrAuditLevel, ev.Level)
-	attrs.PutStr(model.AttrAuditStage, ev.Stage)
+	cut := &e.cut
+	attrs.PutStr(model.AttrAuditID, cut.text(model.AttrAuditID, ev.AuditID, MaxAuditIDBytes))
+	attrs.PutStr(model.AttrAuditVerb, ev.Verb) // one of the verbs filterReason keeps
+	attrs.PutStr(model.AttrAuditLevel, cut.text(model.AttrAuditLevel, ev.Level, maxShortBytes))
+	attrs.PutStr(model.AttrAuditStage, ev.Stage) // ResponseComplete or Panic
 	if e.clamped {
 		attrs.PutBool(attrClamped, true)
 	}
-	putNonEmpty(attrs, model.AttrAuditSubresource, ref.Subresource)
-	attrs.PutStr(model.AttrUserName, ev.User.Username)
+	putNonEmpty(attrs, model.AttrAuditSubresource, e.subresource)
+	attrs.PutStr(model.AttrUserName, cut.text(model.AttrUserName, ev.User.Username, maxUserBytes))
 	if len(ev.User.Groups) > 0 && !impliedGroups(ev.User.Username, ev.User.Groups) {
+		n := len(ev.User.Groups)
+		if n > maxGroups {
+			n = maxGroups
+			cut.note(model.AttrAuditUserGroups)
+		}
 		groups := attrs.PutEmptySlice(model.AttrAuditUserGroups)
-		groups.EnsureCapacity(len(ev.User.Groups))
-		for _, g := range ev.User.Groups {
-			groups.AppendEmpty().SetStr(g)
+		groups.EnsureCapacity(n)
+		for _, g := range ev.User.Groups[:n] {
+			groups.AppendEmpty().SetStr(cut.text(model.AttrAuditUserGroups, g, maxUserBytes))
 		}
 	}
 	if ev.ImpersonatedUser != nil {
-		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username)
+		putNonEmpty(attrs, model.AttrAuditImpersonatedUser, cut.text(model.AttrAuditImpersonatedUser, ev.ImpersonatedUser.Username, maxUserBytes))
 	}
-	putNonEmpty(attrs, model.AttrUserAgent, ev.UserAgent)
-	putAnnotations(attrs, ev.Annotations, c.red, e.redact, func(s string) string { return c.scrub(e, s) })
+	putNonEmpty(attrs, model.AttrUserAgent, cut.text(model.AttrUserAgent, ev.UserAgent, maxUserAgentBytes))
+	putAnnotations(attrs, ev.Annotations, c.red, e.redact, func(s string) string { return c.scrub(e, s) }, cut)
 	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
 	e.rollout.put(attrs)
 	if e.traceContext != "" {
 		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)
 	}
 	if len(ev.SourceIPs) > 0 {
-		attrs.PutStr(model.AttrClientAddress, ev.SourceIPs[0])
+		attrs.PutStr(model.AttrClientAddress, cut.text(model.AttrClientAddress, ev.SourceIPs[0], maxClientAddressBytes))
 	}
 	if e.code != 0 {
 		attrs.PutInt(model.AttrHTTPStatusCode, int64(e.code))
 	}
 	if p, _, _ := strings.Cut(ev.RequestURI, "?"); p != "" {
-		attrs.PutStr(model.AttrURLPath, p)
+		attrs.PutStr(model.AttrURLPath, cut.text(model.AttrURLPath, p, maxURLPathBytes))
 	}
 	e.baseRV = ref.ResourceVersion
 	if e.baseRV == "" && ev.Verb == "patch" && hasBody(ev.RequestObject) {
 		e.baseRV = patchPrecondition(ev.RequestObject)
 	}
+	// Bounded before the cache compares or keeps it.
+	e.baseRV = cut.text(model.AttrObjectResourceVersion, e.baseRV, maxShortBytes)
 	putNonEmpty(attrs, model.AttrObjectResourceVersion, e.baseRV)
 	if !e.failed && (e.resp() != nil || e.scale() != nil) {
 		putNonEmpty(attrs, model.AttrObjectNewRV, e.newRV())
@@ -575,7 +603,7 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 func (c *Converter) putBodyParts(e *eventSpan) {
 	ev, span, ts := e.ev, e.span, e.endTS
 	if e.failed {
-		setError(span, ev, e.code, ts, func(s string) string { return c.scrub(e, s) })
+		setError(span, ev, e.code, ts, func(s string) string { return c.scrub(e, s) }, &e.cut)
 	}
 	if ev.Verb == "patch" && hasBody(ev.RequestObject) {
 		putPatch(span, c.red.patchText(ev.RequestObject, e.redact, maskConstant), ts)
@@ -712,7 +740,9 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	}
 	resp, scale, newRV := s.resp(), s.scale(), s.newRV()
 	span, obj := s.span, &s.obj
-	w := write{auditID: ev.AuditID, baseRV: s.baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()}
+	// The history keeps the auditID as the span shows it: bounded (wrote never matches a cut one).
+	auditID, _ := clipText(ev.AuditID, MaxAuditIDBytes)
+	w := write{auditID: auditID, baseRV: s.baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()}
 
 	if ev.Verb == "create" && s.ref.Subresource == "" {
 		// A create is a new object even when the name was used before.
@@ -738,7 +768,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	if s.shared != nil && (ev.Verb == "update" || ev.Verb == "patch") {
 		c.shared.adopt(c.cache, s.shared, e, key, obj.UID, newRV)
 	}
-	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(w.auditID) {
+	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(ev.AuditID) {
 		// The apiserver answers a write that changes nothing with the object as it was, same
 		// resourceVersion. A redelivery has the same auditID; a new auditID is a no-op: it gets
 		// no diff (the last one belongs to the write before) and, having moved no
@@ -971,6 +1001,9 @@ func stillExists(f *flatBody) bool {
 // redelivery (a batch retried, or read from both the webhook and a log file). Callers hold the
 // cache's lock.
 func (e *cacheEntry) wrote(auditID string) bool {
+	if !DedupAuditID(auditID) {
+		return false // malformed: never taken for another request's redelivery
+	}
 	for _, w := range e.history {
 		if w.auditID == auditID {
 			return true
@@ -985,8 +1018,9 @@ func (c *Converter) linkTraceContext(span ptrace.Span, value, auditID string, st
 	tc, reason := model.ParseTraceparent(value)
 	if reason != "" {
 		st.badContext(reason)
+		v, _ := clipText(value, maxShortBytes)
 		c.logger.Debug("Ignoring a malformed trace-context annotation",
-			zap.String("reason", reason), zap.String("value", value), zap.String("audit_id", auditID))
+			zap.String("reason", reason), zap.String("value", v), zap.String("audit_id", LogAuditID(auditID)))
 		return
 	}
 	l := span.Links().AppendEmpty()

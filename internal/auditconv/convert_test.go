@@ -175,6 +175,12 @@ func TestFiltering(t *testing.T) {
 		{"a dry run among other parameters is not a span", nil, event("a", "patch", "alice", pod, 200, withURI("/api/v1/namespaces/default/pods/p?fieldManager=kubectl-client-side-apply&dryRun=All&timeout=10s")), reasonDryRun},
 		{"an empty dryRun parameter is a real write", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/default/pods?dryRun=")), ""},
 		{"dryRun in a path or another parameter's value is a real write", nil, event("a", "create", "alice", pod, 201, withURI("/api/v1/namespaces/dryRun=x/pods?fieldManager=dryRun=All")), ""},
+		{"a resource that is not a lower-case plural is malformed (Secrets is no secrets to redact)", nil, event("a", "create", "alice", objectReference{Resource: "Secrets", Namespace: "default", Name: "s"}, 201), reasonInvalidEvent},
+		{"a resource with a path in it is malformed", nil, event("a", "create", "alice", objectReference{Resource: "secrets/..", Namespace: "default", Name: "s"}, 201), reasonInvalidEvent},
+		{"a resource with a dot is malformed", nil, event("a", "create", "alice", objectReference{Resource: "secrets.v1", Namespace: "default", Name: "s"}, 201), reasonInvalidEvent},
+		{"an API group that is not a lower-case DNS name is malformed", nil, event("a", "update", "x", objectReference{Resource: "deployments", APIGroup: "Apps", Name: "d"}, 200), reasonInvalidEvent},
+		{"an API group with an empty label is malformed", nil, event("a", "update", "x", objectReference{Resource: "widgets", APIGroup: "example..com", Name: "w"}, 200), reasonInvalidEvent},
+		{"a custom resource's plural with a digit and a dash is a resource", nil, event("a", "create", "x", objectReference{Resource: "v2-widgets", APIGroup: "example.com", Name: "w"}, 201), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

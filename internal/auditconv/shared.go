@@ -223,6 +223,7 @@ func (s *sharedBases) read(c *Converter, cluster string, events []Event) *shared
 			continue
 		}
 		obj := c.objectOf(cluster, ref)
+		(*cuts)(nil).boundIdentity(&obj) // the key remember makes of the span's identity
 		k := string(obj.AppendNameKey(buf[:0]))
 		if !seen[k] {
 			seen[k] = true

@@ -37,22 +37,20 @@ func fillObject(o *model.Object, m objectMeta) {
 // done to which kind of object, a small fixed set per resource. Who did it, to which object,
 // and how it ended are attributes and the status, never the name: OpenTelemetry asks for names
 // of low cardinality, and backends keep one operation per name.
-func spanName(ev *Event) string {
-	ref := ev.ObjectRef
-	if ref == nil { // keep drops events without an object; a name without one is the verb
-		return validText(ev.Verb)
-	}
-	n := len(ev.Verb) + 1 + len(ref.Resource)
-	if ref.Subresource != "" {
-		n += 1 + len(ref.Subresource)
+// The verb is one filterReason keeps, the resource a valid one (validResource) and the
+// subresource bounded.
+func spanName(verb, resource, subresource string) string {
+	n := len(verb) + 1 + len(resource)
+	if subresource != "" {
+		n += 1 + len(subresource)
 	}
 	b := make([]byte, 0, n)
-	b = append(b, ev.Verb...)
+	b = append(b, verb...)
 	b = append(b, ' ')
-	b = append(b, ref.Resource...)
-	if ref.Subresource != "" {
+	b = append(b, resource...)
+	if subresource != "" {
 		b = append(b, '/')
-		b = append(b, ref.Subresource...)
+		b = append(b, subresource...)
 	}
 	return validText(string(b))
 }
@@ -72,14 +70,16 @@ func statusText(ev *Event, code int) string {
 
 // setError sets the span's error status and event. Messages and causes go through scrub: a
 // validation error or an admission webhook's denial may quote a value that redaction masks.
-func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp, scrub func(string) string) {
-	reason := scrub(validText(statusText(ev, code)))
+// Reason, message and causes are cut at their bounds (cut) after scrubbing: a value to scrub
+// may sit across the cut.
+func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp, scrub func(string) string, cut *cuts) {
+	reason := cut.text(attrErrorReason, scrub(validText(statusText(ev, code))), maxReasonBytes)
 	msg := reason
 	var st status
 	if ev.ResponseStatus != nil {
 		st = *ev.ResponseStatus
 	}
-	st.Message = scrub(validText(st.Message))
+	st.Message = cut.text(attrErrorMessage, scrub(validText(st.Message)), maxMessageBytes)
 	if st.Message != "" {
 		msg = reason + ": " + st.Message
 	}
@@ -96,8 +96,14 @@ func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp, scrub
 	a.PutStr(attrErrorReason, reason)
 	putNonEmpty(a, attrErrorMessage, st.Message)
 	if st.Details != nil && len(st.Details.Causes) > 0 {
+		list := st.Details.Causes
+		if len(list) > maxCauses {
+			list = list[:maxCauses]
+			cut.note(attrErrorCauses)
+		}
 		causes := a.PutEmptySlice(attrErrorCauses)
-		for _, c := range st.Details.Causes {
+		causes.EnsureCapacity(len(list))
+		for _, c := range list {
 			s := c.Message
 			if c.Field != "" {
 				s = c.Field + ": " + s
@@ -105,7 +111,7 @@ func setError(span ptrace.Span, ev *Event, code int, ts pcommon.Timestamp, scrub
 			if c.Type != "" {
 				s += " (" + c.Type + ")"
 			}
-			causes.AppendEmpty().SetStr(scrub(validText(s)))
+			causes.AppendEmpty().SetStr(cut.text(attrErrorCauses, scrub(validText(s)), maxMessageBytes))
 		}
 	}
 }
@@ -242,6 +248,13 @@ func impliedGroups(user string, groups []string) bool {
 		}
 	}
 	return true
+}
+
+// bound cuts the revision and the hashes at their bound.
+func (r *rollout) bound(cut *cuts) {
+	r.Revision = cut.text(model.AttrObjectRevision, r.Revision, maxShortBytes)
+	r.TemplateHash = cut.text(model.AttrObjectTemplateHash, r.TemplateHash, maxShortBytes)
+	r.RevisionHash = cut.text(model.AttrObjectRevisionHash, r.RevisionHash, maxShortBytes)
 }
 
 // put writes what the body said of the rollout onto the span (docs/span-model.md, Rollouts).
