@@ -3,6 +3,7 @@ package k8sauditreceiver
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,9 +68,11 @@ func (cfg *Config) bodyLimit() int64 {
 
 // largestRequest is the most one webhook request may hold of max_in_flight_bytes: a body of
 // the largest size (and the byte that finds its end), max_events_per_request decoded events
-// and the document's own, and the 64 KiB by which the decoder's charge is rounded up.
+// and the document's own, the 64 KiB by which the decoder's charge is rounded up, and the
+// decoder of the costliest Content-Encoding accepted (decoderBytes).
 func (cfg *Config) largestRequest() int64 {
-	return cfg.bodyLimit() + 1 + int64(cfg.MaxEventsPerRequest+1)*auditconv.EventBytes + bodyChunk
+	_, decoder := costliestDecoder(cfg.ServerConfig.CompressionAlgorithms, cfg.bodyLimit())
+	return cfg.bodyLimit() + 1 + int64(cfg.MaxEventsPerRequest+1)*auditconv.EventBytes + bodyChunk + decoder
 }
 
 const (
@@ -131,8 +134,15 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max_events_per_request: must be positive, got %d", cfg.MaxEventsPerRequest))
 	}
 	if need := cfg.largestRequest(); webhook && cfg.MaxEventsPerRequest >= 1 && cfg.MaxInFlightBytes < need {
-		errs = append(errs, fmt.Errorf("max_in_flight_bytes: %d is less than %d, what a body of max_request_body_size (%d bytes) with max_events_per_request (%d) events holds (its bytes and %d bytes per event): such a body could never be read",
-			cfg.MaxInFlightBytes, need, cfg.bodyLimit(), cfg.MaxEventsPerRequest, auditconv.EventBytes))
+		decoder := ""
+		if name, n := costliestDecoder(cfg.ServerConfig.CompressionAlgorithms, cfg.bodyLimit()); n > 0 {
+			decoder = fmt.Sprintf(", and a %s decoder, %d bytes: compression_algorithms", name, n)
+		}
+		errs = append(errs, fmt.Errorf("max_in_flight_bytes: %d is less than %d, what a body of max_request_body_size (%d bytes) with max_events_per_request (%d) events holds (its bytes and %d bytes per event%s): such a body could never be read",
+			cfg.MaxInFlightBytes, need, cfg.bodyLimit(), cfg.MaxEventsPerRequest, auditconv.EventBytes, decoder))
+	}
+	if webhook {
+		errs = append(errs, validateEncodings(cfg.ServerConfig.CompressionAlgorithms)...)
 	}
 	if cfg.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll_interval: must be positive, got %s", cfg.PollInterval))
@@ -144,3 +154,22 @@ func (cfg *Config) Validate() error {
 }
 
 func (cfg *Config) webhookEnabled() bool { return cfg.ServerConfig.NetAddr.Endpoint != "" }
+
+// validateEncodings checks compression_algorithms: names confighttp decodes (it would fail on
+// any other at the first request that sends it), and "" among them, for the apiserver's
+// uncompressed batches. Null is confighttp's default, every encoding.
+func validateEncodings(encodings []string) []error {
+	if encodings == nil {
+		return nil
+	}
+	var errs []error
+	for i, e := range encodings {
+		if !slices.Contains(knownEncodings, e) {
+			errs = append(errs, fmt.Errorf("compression_algorithms[%d]: %q is not an encoding the webhook can decode (%q)", i, e, knownEncodings))
+		}
+	}
+	if !slices.Contains(encodings, "") {
+		errs = append(errs, errors.New(`compression_algorithms: must list "" (no Content-Encoding): the apiserver's webhook client sends its batches uncompressed, and each would be answered 400`))
+	}
+	return errs
+}

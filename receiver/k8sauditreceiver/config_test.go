@@ -2,6 +2,7 @@ package k8sauditreceiver
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,9 @@ func TestLoadConfig(t *testing.T) {
 				len(cfg.Conversion.RedactAnnotations) != 1 || cfg.Conversion.RedactAnnotations[0] != `(?i)(pass|secret|token|key|credential|auth|cert|private)[^/]*$` {
 				t.Errorf("redact_env_names = %q, redact_annotations = %q", cfg.Conversion.RedactEnvNames, cfg.Conversion.RedactAnnotations)
 			}
+			if !slices.Equal(cfg.ServerConfig.CompressionAlgorithms, []string{"", "gzip"}) {
+				t.Errorf("compression_algorithms = %q, want only none and gzip (the decoders that hold little)", cfg.ServerConfig.CompressionAlgorithms)
+			}
 			if cfg.Conversion.DiffCacheSize != 100_000 || cfg.Conversion.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.Conversion.IncludeReadVerbs ||
 				cfg.Conversion.TraceContextAnnotation != "trace.kubernetes.io/context" {
 				t.Errorf("defaults = %+v", cfg)
@@ -70,6 +74,14 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("allowed_client_names = %v", cfg.AllowedClientNames)
 			}
 		}},
+		{name: "zstd is accepted when listed, its decoder charged", id: component.MustNewIDWithName("k8s_audit", "zstd"), check: func(t *testing.T, cfg *Config) {
+			if name, n := costliestDecoder(cfg.ServerConfig.CompressionAlgorithms, cfg.bodyLimit()); name != "zstd" || n != 21<<20 {
+				t.Errorf("costliest decoder = %s, %d bytes; want zstd, max_request_body_size and 1 MiB", name, n)
+			}
+		}},
+		{name: "an encoding confighttp cannot decode is refused", id: component.MustNewIDWithName("k8s_audit", "unknown_encoding"), wantErr: `compression_algorithms[1]: "br"`},
+		{name: "compression_algorithms without none is refused (the apiserver does not compress)", id: component.MustNewIDWithName("k8s_audit", "no_identity"), wantErr: `compression_algorithms: must list ""`},
+		{name: "snappy's decoder must fit max_in_flight_bytes beside a largest body", id: component.MustNewIDWithName("k8s_audit", "snappy_without_room"), wantErr: "a snappy decoder, 62914560 bytes: compression_algorithms"},
 		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
 			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
 				t.Errorf("webhook = %v, files = %v", cfg.webhookEnabled(), cfg.Files)

@@ -1,7 +1,10 @@
 package k8sauditreceiver
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
 	"runtime/metrics"
@@ -9,6 +12,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golang/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 )
@@ -35,8 +42,10 @@ func readHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// sampleHeap starts sampling after a collection, so that the baseline is what is live.
+// sampleHeap starts sampling after two collections, so that the baseline is what is live, the
+// pools (bodies, chunks, decoders) emptied by the second.
 func sampleHeap() *heapSampler {
+	runtime.GC()
 	runtime.GC()
 	h := &heapSampler{base: readHeap(), stop: make(chan struct{})}
 	h.peak = h.base
@@ -125,5 +134,152 @@ func TestBodiesOfMillionsOfValuesAreRefusedWithinTheBound(t *testing.T) {
 	awaitGauge(t, env, 0)
 	if code, msg := postBody(t, env.url, manyValues(1000)); code != http.StatusOK {
 		t.Fatalf("a body of 1,000 values: status %d (%.200s), want 200", code, msg)
+	}
+}
+
+// bombOf is a body in encoding that inflates to the start of an EventList and then 64 MiB of
+// spaces, past the default max_request_body_size (20 MiB). zstd's frame declares a 16 MiB
+// window, within confighttp's bound (max_request_body_size); lz4's blocks are of the largest
+// size, 4 MiB.
+func bombOf(t *testing.T, encoding string) []byte {
+	t.Helper()
+	head := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[`
+	spaces := bytes.Repeat([]byte(" "), 1<<20)
+	var buf bytes.Buffer
+	var zw io.WriteCloser
+	switch encoding {
+	case "snappy":
+		// The block format declares its decoded length first, and confighttp refuses one
+		// past the limit before decoding: the costliest body is one of exactly the limit.
+		whole := append([]byte(head), bytes.Repeat(spaces, 20)...)
+		return snappy.Encode(nil, whole[:defaultMaxRequestBodySize])
+	case "gzip":
+		zw, _ = gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	case "zstd":
+		w, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithWindowSize(16<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zw = w
+	case "lz4":
+		w := lz4.NewWriter(&buf)
+		if err := w.Apply(lz4.BlockSizeOption(lz4.Block4Mb)); err != nil {
+			t.Fatal(err)
+		}
+		zw = w
+	case "x-snappy-framed":
+		zw = snappy.NewBufferedWriter(&buf)
+	default:
+		t.Fatalf("no bomb for %q", encoding)
+	}
+	_, _ = io.WriteString(zw, head)
+	for range 64 {
+		_, _ = zw.Write(spaces)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// postEncoded posts body with a Content-Encoding on a connection of its own and returns the
+// status, or the error (a reset connection) as -1.
+func postEncoded(url, encoding string, body []byte) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url+"/audit", bytes.NewReader(body))
+	if err != nil {
+		return -1, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", encoding)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 6 * guard}).Do(req)
+	if err != nil {
+		return -1, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// TestOnlyNoneAndGzipAreAcceptedByDefault: a zstd body, whose decoder may hold up to
+// max_request_body_size before a byte reaches the handler, is refused (400, bad_encoding) unless
+// compression_algorithms lists zstd.
+func TestOnlyNoneAndGzipAreAcceptedByDefault(t *testing.T) {
+	env := startWebhook(t, nil)
+	bomb := bombOf(t, "zstd")
+	for _, enc := range []string{"zstd", "lz4", "snappy", "x-snappy-framed", "zlib", "deflate"} {
+		if code, err := postEncoded(env.url, enc, bomb); err != nil || code != http.StatusBadRequest {
+			t.Errorf("%s: status %d (%v), want 400", enc, code, err)
+		}
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonBadEncoding); n != 6 {
+		t.Fatalf("rejected bad_encoding = %d, want 6", n)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = io.WriteString(zw, eventList("gz-1"))
+	_ = zw.Close()
+	if code, err := postEncoded(env.url, "gzip", gz.Bytes()); err != nil || code != http.StatusOK {
+		t.Fatalf("gzip: status %d (%v), want 200", code, err)
+	}
+}
+
+// TestBombsOfEveryEncodingStayWithinTheBound: with each encoding listed in
+// compression_algorithms, clients post at once a body that inflates past
+// max_request_body_size (sixty zstd bombs of 65 KB took +1.2 GB: each decoder's window was
+// outside the bound). Each request is charged its decoder before it is made, so each is
+// answered 413, or 429 when the budget cannot hold its decoder, never reset, and the heap stays
+// within 2.5 times max_in_flight_bytes.
+func TestBombsOfEveryEncodingStayWithinTheBound(t *testing.T) {
+	for _, tc := range []struct {
+		encoding string
+		clients  int
+		refusal  int // the answer when the decoder was made: a body past the limit, or snappy's
+		// block of exactly max_request_body_size (a larger one is refused before it is
+		// decoded), decoded whole and found to be no JSON
+	}{
+		{"zstd", 60, http.StatusRequestEntityTooLarge},
+		{"lz4", 20, http.StatusRequestEntityTooLarge},
+		{"snappy", 20, http.StatusBadRequest},
+		{"x-snappy-framed", 20, http.StatusRequestEntityTooLarge},
+		{"gzip", 20, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.encoding, func(t *testing.T) {
+			var budget int64
+			env := startWebhook(t, func(cfg *Config) {
+				cfg.ServerConfig.MaxRequestBodySize = defaultMaxRequestBodySize
+				cfg.ServerConfig.CompressionAlgorithms = []string{"", tc.encoding}
+				// The default, or what validation asks for when a decoder needs more (snappy).
+				cfg.MaxInFlightBytes = max(cfg.MaxInFlightBytes, cfg.largestRequest())
+				budget = cfg.MaxInFlightBytes
+			})
+			bomb := bombOf(t, tc.encoding)
+			codes := make(chan int, tc.clients)
+			heap := sampleHeap()
+			var wg sync.WaitGroup
+			for range tc.clients {
+				wg.Go(func() {
+					code, err := postEncoded(env.url, tc.encoding, bomb)
+					if err != nil {
+						t.Error(err)
+					}
+					codes <- code
+				})
+			}
+			wg.Wait()
+			peak := heap.over()
+			close(codes)
+			answers := map[int]int{}
+			for code := range codes {
+				answers[code]++
+			}
+			if answers[tc.refusal]+answers[http.StatusTooManyRequests] != tc.clients {
+				t.Errorf("answers %v: want %d, or 429 when the budget has no room", answers, tc.refusal)
+			}
+			t.Logf("answers %v", answers)
+			requireWithin(t, fmt.Sprintf("%d %s bombs of %d KB", tc.clients, tc.encoding, len(bomb)>>10), peak, budget, 2.5)
+			awaitGauge(t, env, 0)
+		})
 	}
 }

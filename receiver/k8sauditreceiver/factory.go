@@ -2,6 +2,7 @@ package k8sauditreceiver
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -70,6 +71,7 @@ func createDefaultConfig() component.Config {
 	server.ReadHeaderTimeout = defaultReadHeaderTimeout
 	server.ReadTimeout = defaultReadTimeout
 	server.WriteTimeout = defaultWriteTimeout
+	server.CompressionAlgorithms = slices.Clone(defaultCompressionAlgorithms)
 	if ka := server.Keepalive.Get(); ka != nil {
 		ka.IdleTimeout = defaultIdleTimeout
 	} else {

@@ -190,7 +190,7 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("creating the webhook server: %w", err)
 	}
 	w.maxBody = sc.MaxRequestBodySize
-	srv.Handler = readsCompressedBodiesWhole(srv.Handler, sc.MaxRequestBodySize)
+	srv.Handler = w.chargesDecoders(srv.Handler, sc.MaxRequestBodySize, sc.CompressionAlgorithms)
 	r.server = srv
 	r.inflight = inflight
 	r.addr = ln.Addr()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/collector/config/confighttp"
@@ -69,6 +70,9 @@ type reservation struct {
 	w    *webhook
 	ctx  context.Context
 	held int64
+	// floor is what the request holds besides its body and events (its decoder, see
+	// chargesDecoders), which shrink leaves.
+	floor int64
 }
 
 // grow reserves n bytes more, or reports false when the budget cannot spare them.
@@ -85,6 +89,15 @@ func (r *reservation) release() {
 	r.w.inFlight.release(r.held)
 	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -r.held)
 	r.held = 0
+}
+
+// shrink gives back what the request holds for its body and events, once they are dropped.
+func (r *reservation) shrink() {
+	if n := r.held - r.floor; n > 0 {
+		r.w.inFlight.release(n)
+		r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -n)
+		r.held = r.floor
+	}
 }
 
 // alone reports whether n bytes more than the request holds would pass the whole budget, even
@@ -262,32 +275,38 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 		tooLarge()
 		return
 	}
-	// What the request holds of max_in_flight_bytes: its body as it arrives, not its declared
-	// length (a sender that declares 20 MiB and sends a byte a second holds 64 KiB), then an
-	// estimate of its decoded events, until the handler returns.
-	res := &reservation{w: w, ctx: ctx}
-	defer res.release()
-	busy := func(what string) {
-		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
-			fmt.Sprintf("%s: %d bytes of bodies and decoded events are held already (max_in_flight_bytes %d), retry",
-				what, w.inFlight.inUse(), w.inFlight.max))
+	// What the request holds of max_in_flight_bytes: its decoder (chargesDecoders made the
+	// reservation then), its body as it arrives, not its declared length (a sender that
+	// declares 20 MiB and sends a byte a second holds 64 KiB), then an estimate of its decoded
+	// events, until the handler returns.
+	res, ok := ctx.Value(reservationKey{}).(*reservation)
+	if !ok {
+		res = &reservation{w: w, ctx: ctx}
+		defer res.release()
 	}
+	busy := func(what string) { w.busy(ctx, rw, what) }
 
 	body := http.MaxBytesReader(rw, req.Body, limit)
 	buf, err := readBody(body, declared, limit, res)
-	defer putBodyBuffer(buf)
 	if errors.Is(err, errBodyOverBudget) {
 		// The rest of the body is read and dropped (no memory held, max_request_body_size
 		// bytes at most, within read_timeout), so that the answer says what the body is: over
 		// the limit, a 413 the sender must not retry (a gzip bomb under a flood of them), else
 		// a 429. Answered mid-body, the connection would be closed with bytes unread and reset
-		// under the client's write, the answer lost.
+		// under the client's write, the answer lost. What was read goes back first, and so
+		// does its share of the budget: a request draining its body holds nothing but its
+		// decoder.
+		putBodyBuffer(buf)
+		buf = nil
+		res.shrink()
 		_, err = io.Copy(io.Discard, body)
 		if err == nil {
 			busy("no room for the body")
 			return
 		}
+	}
+	if buf != nil {
+		defer putBodyBuffer(buf)
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -363,6 +382,14 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	rw.WriteHeader(http.StatusOK)
 }
 
+// busy answers 429 with Retry-After: the request would pass max_in_flight_bytes.
+func (w *webhook) busy(ctx context.Context, rw http.ResponseWriter, what string) {
+	rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
+		fmt.Sprintf("%s: %d bytes of bodies, decoders and decoded events are held already (max_in_flight_bytes %d), retry",
+			what, w.inFlight.inUse(), w.inFlight.max))
+}
+
 // reject answers with a metav1.Status body, which the apiserver's webhook client logs as is.
 func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, reason, statusReason, msg string) {
 	w.r.telemetry.K8sAuditRejectedRequests.Add(ctx, 1, auditconv.WithReason(reason))
@@ -380,50 +407,18 @@ func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, 
 }
 
 // confighttpErrorHandler counts and answers the errors confighttp raises before our handler
-// runs (unsupported or corrupt Content-Encoding).
+// runs (unsupported or corrupt Content-Encoding). A snappy body (block format) that declares a
+// decoded length over max_request_body_size is refused by confighttp with a 400 before it is
+// decoded; it is a 413, as a body of any other encoding that inflates past the limit.
 func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 	return confighttp.WithErrorHandler(func(rw http.ResponseWriter, req *http.Request, msg string, code int) {
 		reason := reasonBadEncoding
+		if code == http.StatusBadRequest && strings.Contains(msg, "decoded size exceeds max request body size") {
+			code = http.StatusRequestEntityTooLarge
+		}
 		if code == http.StatusRequestEntityTooLarge {
 			reason = reasonTooLarge
 		}
 		w.reject(req.Context(), rw, code, reason, "", msg)
 	})
 }
-
-// readsCompressedBodiesWhole wraps the whole server handler, outside confighttp's
-// decompression, so that a compressed body is read to its end (at most limit bytes, as sent)
-// before the answer goes out. The decompressed body stops at max_request_body_size, and
-// confighttp closes the compressed one there: a gzip bomb answered 413 with most of its
-// compressed bytes unread had its connection closed under the client's write and reset, the 413
-// lost. Its bytes are read and dropped, no more than the sender may send anyway; a compressed
-// body longer than limit as sent is still cut there.
-func readsCompressedBodiesWhole(next http.Handler, limit int64) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
-		if req.Header.Get("Content-Encoding") == "" || req.Body == nil || req.Body == http.NoBody {
-			next.ServeHTTP(rw, req)
-			return
-		}
-		raw := &keptOpen{r: req.Body}
-		req.Body = raw
-		next.ServeHTTP(rw, req)
-		if rest := limit + 1 - raw.n; rest > 0 {
-			_, _ = io.Copy(io.Discard, io.LimitReader(raw.r, rest))
-		}
-		_ = raw.r.Close()
-	})
-}
-
-// keptOpen is a request body whose Close waits for readsCompressedBodiesWhole.
-type keptOpen struct {
-	r io.ReadCloser
-	n int64
-}
-
-func (k *keptOpen) Read(p []byte) (int, error) {
-	n, err := k.r.Read(p)
-	k.n += int64(n)
-	return n, err
-}
-
-func (*keptOpen) Close() error { return nil }
