@@ -7,7 +7,7 @@ export GOTOOLCHAIN ?= local
 export GOFLAGS ?= -trimpath
 export KUBETRAIL_CACHE ?= $(HOME)/.cache/kubetrail
 
-OCB_VERSION   := v0.162.0
+OCB_VERSION   := v0.165.0
 OCB           := $(KUBETRAIL_CACHE)/bin/ocb-$(OCB_VERSION)/builder
 HELM_VERSION  := v3.19.0
 export KUBETRAIL_HELM := $(KUBETRAIL_CACHE)/bin/helm-$(HELM_VERSION)/helm
