@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -76,4 +77,76 @@ func TestAuditLogsThroughTheConnector(t *testing.T) {
 	post([]byte("not an audit event"))
 
 	checkOneSpanPerWrite(t, out, expectedAuditIDs(t, bodies), "disttest")
+}
+
+// distribution/examples/audit-from-file.yaml as it ships: the recorded deployment capture as an
+// audit log read by the filelog receiver into the k8s_audit connector. The collector stops, the
+// log gets more lines, is rotated the way the apiserver does it (renamed to audit-<time>.log, a
+// new audit.log) and the collector starts again on the same file_storage: every audited write is
+// exactly one span over both runs (the rest of the rotated file read, nothing read twice).
+func TestAuditFromFileExample(t *testing.T) {
+	requireBinary(t)
+	config := filepath.Join(root, "distribution", "examples", "audit-from-file.yaml")
+	bodies := recordedBodies(t, "deployment")
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "audit.log")
+	appendLines := func(path string, bodies [][]byte) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, b := range bodies {
+			items, err := envelope.Items(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				if _, err := f.Write(append(it, '\n')); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// run starts the example on the log until out holds a span of every write of want, and
+	// stops it (SIGTERM), returning the audit IDs it exported.
+	run := func(name string, want [][]byte) map[string]int {
+		t.Helper()
+		out := filepath.Join(dir, name+".jsonl")
+		healthPort := freePort(t)
+		c := launch(t, config,
+			"KUBETRAIL_AUDIT_LOG_GLOB="+filepath.Join(dir, "audit*.log"),
+			"KUBETRAIL_STORAGE_DIR="+filepath.Join(dir, "storage"),
+			fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
+			"KUBETRAIL_CLUSTER=disttest",
+			"KUBETRAIL_OUT="+out)
+		waitHealthy(t, c, healthPort)
+		checkOneSpanPerWrite(t, out, expectedAuditIDs(t, want), "disttest")
+		if !c.stop() {
+			t.Fatalf("%s: the collector did not stop on SIGTERM\n%s", name, c.logs.String())
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, c.logs.String())
+		}
+		return exportedAuditIDs(t, out)
+	}
+
+	third := len(bodies) / 3
+	appendLines(logPath, bodies[:third])
+	got := run("first", bodies[:third])
+
+	appendLines(logPath, bodies[third:2*third])
+	if err := os.Rename(logPath, filepath.Join(dir, "audit-2026-11-27T01-02-03.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	appendLines(logPath, bodies[2*third:])
+	for id, n := range run("second", bodies[third:]) {
+		got[id] += n
+	}
+	for id := range expectedAuditIDs(t, bodies) {
+		if got[id] != 1 {
+			t.Errorf("audit event %s exported %d times over both runs, want once", id, got[id])
+		}
+	}
 }

@@ -250,7 +250,7 @@ func (c *auditConnector) read(ctx context.Context, rd *reader, b *batch, st *aud
 		return 0, false
 	}
 	for _, ev := range d.events {
-		if c.dedup != nil && ev.AuditID != "" && becomesSpan(&ev) {
+		if c.dedup != nil && auditconv.DedupAuditID(ev.AuditID) && becomesSpan(&ev) {
 			key := cluster + "/" + ev.AuditID
 			if b.pending[key] || c.dedup.seen(key) {
 				dups++

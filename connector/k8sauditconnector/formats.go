@@ -332,16 +332,12 @@ func truncated(data []byte) *truncatedError {
 	}
 	t := &truncatedError{}
 	if _, rest, ok := bytes.Cut(data, []byte(`"auditID":"`)); ok {
-		if id, _, ok := bytes.Cut(rest, []byte(`"`)); ok && len(id) <= maxAuditIDLen {
+		if id, _, ok := bytes.Cut(rest, []byte(`"`)); ok && auditconv.DedupAuditID(string(id)) {
 			t.auditID = string(id)
 		}
 	}
 	return t
 }
-
-// maxAuditIDLen bounds an auditID read from a cut event for the log line (the apiserver's are
-// 36-character UUIDs).
-const maxAuditIDLen = 128
 
 // unknownShapeError is a record of no shape the connector reads, with what it looked like.
 type unknownShapeError struct{ shape string }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 	"github.com/kubetrail/kubetrail/testbed/envelope"
 )
@@ -465,5 +466,25 @@ func TestGKEResourceNames(t *testing.T) {
 			names = append(names, s.Name())
 		}
 		t.Fatalf("spans %v, want one \"update namespaces/finalize\"", names)
+	}
+}
+
+// An auditID over auditconv.MaxAuditIDBytes is no dedup key: a 17 MB one cannot flush the
+// table, and its event is converted like any other.
+func TestAnOversizedAuditIDIsNoDedupKey(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	long := strings.Repeat("a", auditconv.MaxAuditIDBytes+1)
+	ld := logsOf(str([]byte(auditconvtest.EventList(long))), str([]byte(auditconvtest.EventList("short"))))
+	for range 2 {
+		if err := c.ConsumeLogs(context.Background(), ld); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_duplicate_events", ""); n != 1 {
+		t.Fatalf("duplicates %d, want 1: the short ID's redelivery, not the long one's", n)
+	}
+	if sink.SpanCount() != 3 {
+		t.Fatalf("%d spans, want 3 (the long ID's twice, the short one's once)", sink.SpanCount())
 	}
 }
