@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
@@ -53,9 +56,13 @@ const (
 	ReasonSharedWritten = "written"
 	// ReasonSharedSuperseded: Redis already held a newer body of the object than this one.
 	ReasonSharedSuperseded = "superseded"
-	// ReasonSharedTooLarge: a body larger compressed than max_record_bytes was not shared.
+	// ReasonSharedTooLarge: a body larger compressed than max_record_bytes was not shared, or
+	// a record over max_record_bytes in Redis was not read (only its first max_record_bytes+1
+	// bytes were fetched) and the next write of the object replaces it.
 	ReasonSharedTooLarge = "too_large"
-	// ReasonSharedUnreadable: a record in Redis that is not one this component wrote.
+	// ReasonSharedUnreadable: a record in Redis that is not one this component wrote: not of
+	// its format, or of a resourceVersion implausibly far (maxRVLead) ahead of the write that
+	// read it. It is not adopted, and the next write of the object replaces it.
 	ReasonSharedUnreadable = "unreadable"
 	// ReasonSharedFailed: a record not read or not written because Redis did not answer.
 	ReasonSharedFailed = "failed"
@@ -65,18 +72,38 @@ const (
 // key (cluster, group, resource, namespace, name) completes it.
 const sharedKeyPart = "diffbase:"
 
-// setIfNewer writes each record (KEYS[i], resourceVersion ARGV[2i], value ARGV[2i+1], expiry
-// ARGV[1] ms) unless Redis holds one of a newer resourceVersion, and answers 1 (written) or 0 per
-// key. Records start with "<resourceVersion>\n"; versions made only of digits (every etcd-backed
-// apiserver's) compare as numbers, other versions always replace. One call carries a batch's
-// records on a server that holds every key; a Redis Cluster gets one call per key.
+// maxRVLead is how far a shared record's resourceVersion may be ahead of the write that reads it
+// (or of the record that replaces it) and still be taken for a newer write of the object. A
+// resourceVersion is the cluster's etcd revision, one step per write of any object: a record
+// ahead by more than 2^24 would have been written some 16.7 million writes later, half an hour
+// at over 9,000 writes a second, longer than a record lives (the window). Such a record is
+// forged or broken: adopted, it would make every later write of the object out_of_order, on
+// every replica, even after the key expired.
+const maxRVLead = 1 << 24
+
+// setIfNewer writes each record (KEYS[i], resourceVersion ARGV[2i+1], value ARGV[2i+2]; expiry
+// ARGV[1] ms, max_record_bytes ARGV[2]) unless Redis holds one of a newer resourceVersion, and
+// answers 1 (written) or 0 per key. Records start with "<resourceVersion>\n"; versions made only
+// of digits (every etcd-backed apiserver's) compare as numbers, other versions always replace.
+// It reads only the record's first 64 bytes and its length: a record over max_record_bytes, or
+// more than maxRVLead ahead of the new one, is replaced whatever its version (a 100 MB record
+// under a key costs Redis no copy). One call carries a batch's records on a server that holds
+// every key; a Redis Cluster gets one call per key. Lua's numbers are doubles: exact for the
+// revisions of any real etcd (below 2^53), and a forged 30-digit version still compares as far
+// ahead.
 var setIfNewer = redis.NewScript(`
 local out = {}
+local maxBytes = tonumber(ARGV[2])
 for i, key in ipairs(KEYS) do
-  local new, val = ARGV[2*i], ARGV[2*i+1]
-  local cur = redis.call('GET', key)
-  local rv = cur and string.match(cur, '^([^\n]*)\n')
-  if rv and string.match(rv, '^%d+$') and string.match(new, '^%d+$') and (#rv > #new or (#rv == #new and rv >= new)) then
+  local new, val = ARGV[2*i+1], ARGV[2*i+2]
+  local head = redis.pcall('GETRANGE', key, 0, 63)
+  if type(head) ~= 'string' then head = '' end -- a value of another type: replaced
+  local rv = string.match(head, '^([^\n]*)\n')
+  local newer = rv and string.match(rv, '^%d+$') and string.match(new, '^%d+$') and (#rv > #new or (#rv == #new and rv >= new))
+  if newer and (redis.call('STRLEN', key) > maxBytes or tonumber(rv) - tonumber(new) > ` + strconv.Itoa(maxRVLead) + `) then
+    newer = false
+  end
+  if newer then
     out[i] = 0
   else
     redis.call('SET', key, val, 'PX', ARGV[1])
@@ -148,10 +175,17 @@ func newSharedBases(cfg SharedDiffBase, ttl time.Duration, records metric.Int64C
 	return &sharedBases{cfg: cfg, ttl: ttl, records: records, logger: logger, enc: enc, dec: dec, now: time.Now}
 }
 
-func (s *sharedBases) count(reason string, n int) {
+func (s *sharedBases) count(result string, n int) {
 	if s.records != nil && n > 0 {
-		s.records.Add(context.Background(), int64(n), WithReason(reason))
+		s.records.Add(context.Background(), int64(n), withResult(result))
 	}
+}
+
+// withResult is the measurement option of the diff-base counter's attribute, which the
+// components' metadata.yaml name `result` (diff_base_result's name_override): what became of a
+// record, not why something failed.
+func withResult(result string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("result", result)))
 }
 
 // start connects. A reply saying that the configuration is wrong (a wrong password, a missing
@@ -265,8 +299,13 @@ func (s *sharedBases) adopt(c *objectCache, b *sharedBatch, e *cacheEntry, key, 
 		return
 	}
 	delete(b.records, key)
+	if newRV == "" {
+		// A write whose response tells no version has nothing to judge the record by, and
+		// is diffed against nothing (remember stops before the diff).
+		return
+	}
 	rv, recUID, z, ok := parseSharedRecord(rec)
-	if !ok {
+	if !ok || farAhead(rv, newRV) {
 		s.count(ReasonSharedUnreadable, 1)
 		return
 	}
@@ -345,8 +384,8 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 		return
 	}
 	keys := make([]string, len(recs))
-	args := make([]any, 1, 1+2*len(recs))
-	args[0] = s.ttl.Milliseconds()
+	args := make([]any, 2, 2+2*len(recs))
+	args[0], args[1] = s.ttl.Milliseconds(), s.cfg.MaxRecordBytes
 	for i, r := range recs {
 		keys[i] = s.key(r.key)
 		args = append(args, r.rv, r.val)
@@ -370,46 +409,46 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 	s.count(ReasonSharedSuperseded, len(recs)-written)
 }
 
-// getAll reads the records of keys (their name keys), nil where there is none: one MGET, or one
-// GET per key in one pipeline on a Redis Cluster, whose keys live on several nodes.
+// getAll reads the records of keys (their name keys), nil where there is none, in one
+// pipeline: GETRANGE of the first max_record_bytes+1 bytes of each, never the whole value, so a
+// record of any size under a key costs this replica at most that (MGET would fetch it whole on
+// every batch). A longer answer is a record over the bound: counted too_large and left out, and
+// the object's next write replaces it (setIfNewer). A Redis Cluster's keys live on several
+// nodes; the client sends each its part of the pipeline.
 func (s *sharedBases) getAll(ctx context.Context, names []string) ([][]byte, error) {
 	out := make([][]byte, len(names))
-	if !s.cluster {
-		keys := make([]string, len(names))
-		for i, n := range names {
-			keys[i] = s.key(n)
-		}
-		values, err := s.client.MGet(ctx, keys...).Result()
-		if err != nil {
-			return nil, err
-		}
-		for i, v := range values {
-			if str, ok := v.(string); ok {
-				out[i] = []byte(str)
-			}
-		}
-		return out, nil
-	}
 	cmds := make([]*redis.StringCmd, len(names))
+	limit := int64(s.cfg.MaxRecordBytes)
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range names {
-			cmds[i] = p.Get(ctx, s.key(n))
+			cmds[i] = p.GetRange(ctx, s.key(n), 0, limit) // inclusive: limit+1 bytes at most
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		return nil, err // the connection failed; an error reply concerns its key alone
 	}
+	tooLarge, unreadable := 0, 0
 	for i, cmd := range cmds {
-		if v, err := cmd.Bytes(); err == nil {
+		v, err := cmd.Bytes()
+		switch {
+		case err != nil: // a value of another type under the key (WRONGTYPE)
+			unreadable++
+		case len(v) == 0: // no record (GETRANGE of a missing key is "")
+		case int64(len(v)) > limit:
+			tooLarge++
+		default:
 			out[i] = v
 		}
 	}
+	s.count(ReasonSharedTooLarge, tooLarge)
+	s.count(ReasonSharedUnreadable, unreadable)
 	return out, nil
 }
 
-// setAll runs setIfNewer over keys with args (the expiry, then a resourceVersion and a value per
-// key) and counts the records written: one call, or one per key in one pipeline on a Redis
+// setAll runs setIfNewer over keys with args (the expiry and max_record_bytes, then a
+// resourceVersion and a value per key) and counts the records written: one call, or one per key in one pipeline on a Redis
 // Cluster.
 func (s *sharedBases) setAll(keys []string, args []any) (written int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Redis.Timeout)
@@ -424,7 +463,7 @@ func (s *sharedBases) setAll(keys []string, args []any) (written int, err error)
 	cmds := make([]*redis.Cmd, len(keys))
 	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = setIfNewer.EvalSha(ctx, p, []string{k}, args[0], args[1+2*i], args[2+2*i])
+			cmds[i] = setIfNewer.EvalSha(ctx, p, []string{k}, args[0], args[1], args[2+2*i], args[3+2*i])
 		}
 		return nil
 	})
@@ -437,6 +476,17 @@ func (s *sharedBases) setAll(keys []string, args []any) (written int, err error)
 		}
 	}
 	return written, nil
+}
+
+// farAhead reports whether resourceVersion rv is more than maxRVLead ahead of of: a record no
+// write of the object can have left by the time of.
+func farAhead(rv, of string) bool {
+	x, ok1 := rvNumber(rv)
+	y, ok2 := rvNumber(of)
+	if !ok1 && len(rv) > 20 && strings.Trim(rv, "0123456789") == "" {
+		return ok2 // digits past uint64: as far ahead as can be
+	}
+	return ok1 && ok2 && x > y && x-y > maxRVLead
 }
 
 // parseSharedRecord splits "<resourceVersion>\n<uid>\n<zstd body>".

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,9 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/otel/attribute"
 	otelmetric "go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/redisconf"
@@ -68,9 +72,54 @@ func recordsCounter(t testing.TB, rd *metric.ManualReader) otelmetric.Int64Count
 	return counter
 }
 
+// diffBaseAttribute is the attribute of otelcol_k8s_audit_diff_base_records as the k8s_audit
+// receiver's and connector's metadata.yaml name it, which their documentation.md and READMEs
+// tell users to query: records reads the counter by it, so that the conversion exporting it
+// under another name (it did, as reason) fails every test that counts records.
+func diffBaseAttribute(t testing.TB) string {
+	t.Helper()
+	names := map[string]bool{}
+	for _, path := range []string{"../../receiver/k8sauditreceiver/metadata.yaml", "../../connector/k8sauditconnector/metadata.yaml"} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md struct {
+			Attributes map[string]struct {
+				NameOverride string `json:"name_override"`
+			} `json:"attributes"`
+			Telemetry struct {
+				Metrics map[string]struct {
+					Attributes []string `json:"attributes"`
+				} `json:"metrics"`
+			} `json:"telemetry"`
+		}
+		if err := yaml.Unmarshal(raw, &md); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		attrs := md.Telemetry.Metrics["k8s_audit_diff_base_records"].Attributes
+		if len(attrs) != 1 {
+			t.Fatalf("%s: k8s_audit_diff_base_records has attributes %v, want one", path, attrs)
+		}
+		name := md.Attributes[attrs[0]].NameOverride
+		if name == "" {
+			name = attrs[0]
+		}
+		names[name] = true
+	}
+	if len(names) != 1 {
+		t.Fatalf("the receiver and the connector name the diff-base attribute differently: %v", names)
+	}
+	for n := range names {
+		return n
+	}
+	return ""
+}
+
 // records reads the diff-base counter by result.
 func records(t testing.TB, rd *metric.ManualReader) map[string]int64 {
 	t.Helper()
+	key := diffBaseAttribute(t)
 	var rm metricdata.ResourceMetrics
 	if err := rd.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -80,7 +129,10 @@ func records(t testing.TB, rd *metric.ManualReader) map[string]int64 {
 		for _, m := range sm.Metrics {
 			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
 				for _, dp := range sum.DataPoints {
-					r, _ := dp.Attributes.Value("reason")
+					r, ok := dp.Attributes.Value(attribute.Key(key))
+					if !ok {
+						t.Fatalf("a diff-base record counted without %s: %v", key, dp.Attributes.ToSlice())
+					}
 					got[r.AsString()] += dp.Value
 				}
 			}
@@ -397,6 +449,111 @@ func TestSharedDiffBaseFailures(t *testing.T) {
 			t.Fatalf("records = %v, want one written and one superseded", got)
 		}
 	})
+}
+
+// A forged or broken record cannot take the diff base over: one whose resourceVersion is
+// implausibly far ahead of the write's is not adopted, one over max_record_bytes is not fetched
+// whole, one of another Redis type is not read; each is counted, the write is diffed against the
+// replica's own body, and the object's next write replaces the record, which other replicas then
+// adopt. Against a real redis-server of the test's own, whose output bytes show what was
+// fetched.
+func TestSharedDiffBaseRefusesAndReplacesHostileRecords(t *testing.T) {
+	requireSharedRedis(t) // redis-server is installed
+	srv := redistest.Start(t, 0)
+	update := func(id, rv string, replicas int) Event {
+		return event(id, "update", "alice", deployRef(rv), 200, withResponse(deployment(fmt.Sprint(mustAtoi(t, rv)+1), replicas, "nginx:1")))
+	}
+	create := event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("1", 1, "nginx:1")))
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	outputBytes := func() int64 {
+		info, err := client.Info(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(info, "total_net_output_bytes:")
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		return n
+	}
+	for _, tc := range []struct {
+		name   string
+		plant  func(key string, enc func([]byte) []byte) error
+		result string
+	}{
+		{"a record far ahead of the write", func(key string, enc func([]byte) []byte) error {
+			rec := append([]byte("999999999\nd-1\n"), enc([]byte(deployment("999999999", 9, "evil:1")))...)
+			return client.Set(ctx, key, rec, time.Minute).Err()
+		}, ReasonSharedUnreadable},
+		{"a record of 4 MB", func(key string, _ func([]byte) []byte) error {
+			return client.Set(ctx, key, "999999999\nd-1\n"+strings.Repeat("z", 4<<20), time.Minute).Err()
+		}, ReasonSharedTooLarge},
+		{"a list under the key", func(key string, _ func([]byte) []byte) error {
+			return client.RPush(ctx, key, "999999999").Err()
+		}, ReasonSharedUnreadable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sharedSettings(t, srv.Addr())
+			rd := metric.NewManualReader()
+			counter := recordsCounter(t, rd)
+			a := startedReplica(t, s, counter)
+			convertOne(t, a, create) // a's own body, resourceVersion 1; Redis holds it too
+			key := s.SharedDiffBase.Get().Redis.KeyPrefix + sharedKeyPart + "c1/name/apps/deployments/default/demo"
+			if err := client.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.plant(key, func(b []byte) []byte { return a.shared.enc.EncodeAll(b, nil) }); err != nil {
+				t.Fatal(err)
+			}
+			before := outputBytes()
+			td, _ := convertOne(t, a, update("u1", "1", 3))
+			if sent := outputBytes() - before; sent > 2*int64(s.SharedDiffBase.Get().MaxRecordBytes) {
+				t.Errorf("Redis sent %d bytes for one batch: the record was fetched whole", sent)
+			}
+			if got := records(t, rd); got[tc.result] != 1 || got[ReasonSharedAdopted] != 0 || got[ReasonSharedWritten] != 2 {
+				t.Fatalf("records = %v, want one %s, none adopted, the create's and the update's written", got, tc.result)
+			}
+			if d := diffOf(t, allSpans(td)[0]); d["spec.replicas"] != "1 -> 3" {
+				t.Fatalf("the update is not diffed against the replica's own body: %v", d)
+			}
+			head, err := client.GetRange(ctx, key, 0, 1).Result()
+			if err != nil || head != "2\n" {
+				t.Fatalf("Redis holds %q (%v), want the update's record (resourceVersion 2)", head, err)
+			}
+			// Another replica adopts the good record; neither says out_of_order.
+			b := startedReplica(t, s, counter)
+			td, st := convertOne(t, b, update("u2", "2", 4))
+			if d := diffOf(t, allSpans(td)[0]); d["spec.replicas"] != "3 -> 4" || st.SkippedDiffs(ReasonDiffOutOfOrder) != 0 {
+				t.Fatalf("the next replica's diff is %v, %d out of order: want 3 -> 4 from the replaced record", d, st.SkippedDiffs(ReasonDiffOutOfOrder))
+			}
+			td, st = convertOne(t, a, update("u3", "3", 5))
+			if d := diffOf(t, allSpans(td)[0]); d["spec.replicas"] != "4 -> 5" || st.SkippedDiffs(ReasonDiffOutOfOrder) != 0 {
+				t.Fatalf("the first replica's next diff is %v: want 4 -> 5", d)
+			}
+		})
+	}
+}
+
+// farAhead takes a record for forged only past maxRVLead, and never when the versions do not
+// compare as numbers.
+func TestFarAheadIsPastTheLeadOfAWindowOfWrites(t *testing.T) {
+	for _, tc := range []struct {
+		rv, of string
+		want   bool
+	}{
+		{"100", "50", false},
+		{fmt.Sprint(1000 + maxRVLead), "1000", false},
+		{fmt.Sprint(1001 + maxRVLead), "1000", true},
+		{"999999999", "1200", true},
+		{"50", "100", false},
+		{strings.Repeat("9", 30), "1200", true},
+		{"opaque", "1200", false},
+		{"999999999", "opaque", false},
+	} {
+		if got := farAhead(tc.rv, tc.of); got != tc.want {
+			t.Errorf("farAhead(%s, %s) = %v, want %v", tc.rv, tc.of, got, tc.want)
+		}
+	}
 }
 
 func mustAtoi(t testing.TB, s string) int {
