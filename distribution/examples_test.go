@@ -226,7 +226,7 @@ func TestExamplesValidate(t *testing.T) {
 	}
 	dir := t.TempDir()
 	env := []string{"KUBETRAIL_CLUSTER=disttest", "OTLP_ENDPOINT=127.0.0.1:4317", "KAFKA_BROKERS=127.0.0.1:9092",
-		"KUBETRAIL_STORAGE_DIR=" + filepath.Join(dir, "storage"), "KUBETRAIL_OUT=" + filepath.Join(dir, "traces.jsonl"),
+		"KUBETRAIL_STORAGE_DIR=" + filepath.Join(dir, "storage"), "KUBETRAIL_QUEUE_DIR=" + filepath.Join(dir, "queue"), "KUBETRAIL_OUT=" + filepath.Join(dir, "traces.jsonl"),
 		"KUBETRAIL_RATES_OUT=" + filepath.Join(dir, "rates.jsonl")}
 	validated := 0
 	for _, f := range append(files, managed...) {
