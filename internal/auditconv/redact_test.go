@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -439,6 +440,22 @@ func TestRedactionSettings(t *testing.T) {
 	snap, _ := spanEvent(onlySpan(t, must(convertOne(t, testConverter(), ev))), model.EventObjectSnapshot)
 	if got := attrStr(snap.Attributes(), attrObjectBody); got != plain {
 		t.Errorf("snapshot = %s, want %s", got, plain)
+	}
+}
+
+// The docs' examples of the default redact_env_names (docs/security.md, the receiver README): the
+// names it masks, among them DB_PASSWD (PASS) and some harmless ones, and names of credentials it
+// does not catch, which an operator must add to the pattern.
+func TestTheDocumentedEnvNameExamples(t *testing.T) {
+	re := regexp.MustCompile(DefaultRedactEnvNames)
+	for name, masked := range map[string]bool{
+		"DB_PASSWORD": true, "DB_PASSWD": true, "PGPASSWORD": true, "API_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true,
+		"SSL_CERT_DIR": true, "AUTHOR": true,
+		"DB_PWD": false, "DATABASE_URL": false, "SENTRY_DSN": false, "LOG_LEVEL": false,
+	} {
+		if got := re.MatchString(name); got != masked {
+			t.Errorf("%s: masked %v, the docs say %v", name, got, masked)
+		}
 	}
 }
 
