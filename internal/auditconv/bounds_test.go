@@ -234,3 +234,41 @@ func TestAnAuditIDOverTheBoundIsNoDedupKey(t *testing.T) {
 		t.Fatalf("LogAuditID kept %d bytes", len(got))
 	}
 }
+
+// FuzzBounds: whatever a string holds, its cut is within the bound, valid UTF-8 when the string
+// was, marked when and only when it was cut; an identity's cut is the same for the same value;
+// and the resource and group checks never accept an upper-case letter, a slash or a dot in a
+// resource.
+func FuzzBounds(f *testing.F) {
+	for _, seed := range []string{"", "pods", "Secrets", "secrets/..", "apps", "example..com", strings.Repeat("é", 300), "a\x00b"} {
+		f.Add(seed, 64)
+	}
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		n = 20 + abs(n)%600 // room for "…" and the hash
+		var c cuts
+		got := c.text("k", s, n)
+		if len(got) > n || (len(s) <= n) != (got == s) || (len(c.keys) == 1) != (got != s) {
+			t.Fatalf("text(%q, %d) = %q, marked %v", s, n, got, c.keys)
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Fatalf("text cut inside a character: %q", got)
+		}
+		id := c.identity("k", s, n)
+		if len(id) > n || id != (*cuts)(nil).identity("k", s, n) {
+			t.Fatalf("identity(%q, %d) = %q", s, n, id)
+		}
+		if validResource(s) && strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ/._") {
+			t.Fatalf("validResource(%q)", s)
+		}
+		if validGroup(s) && (strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ/_") || strings.Contains(s, "..")) {
+			t.Fatalf("validGroup(%q)", s)
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 )
@@ -124,4 +125,31 @@ func TestFindGenerationSaysWhatIsInRange(t *testing.T) {
 			t.Errorf("generations %v: %v, want ErrNoSpans saying %q", tc.gens, err, tc.want)
 		}
 	}
+}
+
+// FuzzEscape: whatever span data holds, Escape's output has no control character, no bidi
+// control and no byte that is not UTF-8, and text without any is left as it is.
+func FuzzEscape(f *testing.F) {
+	for _, seed := range []string{"Pod default/web", "\x1b]0;x\a", "a\r\nb", "\u202eevil", "\xff\xfe", "✗ → …"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := Escape(s)
+		if !utf8.ValidString(got) {
+			t.Fatalf("Escape(%q) = %q is not UTF-8", s, got)
+		}
+		for _, r := range got {
+			if unsafeRune(r, utf8.RuneLen(r)) {
+				t.Fatalf("Escape(%q) = %q holds %U", s, got, r)
+			}
+		}
+		clean := true
+		for i, r := range s {
+			_, size := utf8.DecodeRuneInString(s[i:])
+			clean = clean && !unsafeRune(r, size)
+		}
+		if clean != (got == s) {
+			t.Fatalf("Escape(%q) = %q", s, got)
+		}
+	})
 }
