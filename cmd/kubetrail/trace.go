@@ -83,7 +83,7 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.DurationVar(&f.window, "window", model.DefaultWindow, "the collector's window (k8s_object_link `window`)")
 	fs.StringVar(&f.output, "o", "tree", "output: tree, timeline, json or html")
 	fs.StringVar(&f.out, "out", "", "write the output to this file instead of stdout")
-	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all")
+	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all, at most 16 (the owner-chain bound)")
 	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
 	fs.Int64Var(&f.generation, "generation", 0, "show the rollout to this metadata.generation of the object: from the first write that carried it until the next generation's (0: every generation)")
 	fs.Usage = func() {
