@@ -3,7 +3,6 @@ package auditconv
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,8 +56,8 @@ const (
 	// ReasonSharedSuperseded: Redis already held a newer body of the object than this one.
 	ReasonSharedSuperseded = "superseded"
 	// ReasonSharedTooLarge: a body larger compressed than max_record_bytes was not shared, or
-	// a record over max_record_bytes in Redis was not read (only its first max_record_bytes+1
-	// bytes were fetched) and the next write of the object replaces it.
+	// a record over max_record_bytes in Redis was not read (getRecords answers its length)
+	// and the next write of the object replaces it.
 	ReasonSharedTooLarge = "too_large"
 	// ReasonSharedUnreadable: a record in Redis that is not one this component wrote: not of
 	// its format, or of a resourceVersion implausibly far (maxRVLead) ahead of the write that
@@ -409,42 +408,91 @@ func (s *sharedBases) write(c *objectCache, b *sharedBatch) {
 	s.count(ReasonSharedSuperseded, len(recs)-written)
 }
 
-// getAll reads the records of keys (their name keys), nil where there is none, in one
-// pipeline: GETRANGE of the first max_record_bytes+1 bytes of each, never the whole value, so a
-// record of any size under a key costs this replica at most that (MGET would fetch it whole on
-// every batch). A longer answer is a record over the bound: counted too_large and left out, and
-// the object's next write replaces it (setIfNewer). A Redis Cluster's keys live on several
-// nodes; the client sends each its part of the pipeline.
+// getRecords answers, for each key (KEYS[i]), its record when it is at most max_record_bytes
+// (ARGV[1]) long, else a number: 0 for no record, -1 for a value of another type, and the
+// record's length when it is longer. It reads the length first, so a record of any size under a
+// key costs one STRLEN, never a copy: MGET would fetch it whole on every batch. One call reads a
+// batch's records on a server that holds every key; a Redis Cluster gets one call per key.
+var getRecords = redis.NewScript(`
+local out = {}
+local maxBytes = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local n = redis.pcall('STRLEN', key)
+  if type(n) ~= 'number' then
+    out[i] = -1
+  elseif n == 0 or n > maxBytes then
+    out[i] = n
+  else
+    out[i] = redis.call('GET', key)
+  end
+end
+return out
+`)
+
+// getAll reads the records of keys (their name keys) in one round trip (getRecords), nil where
+// there is none or it is not read: a record over max_record_bytes is counted too_large, a value
+// of another type unreadable, and the object's next write replaces either (setIfNewer).
 func (s *sharedBases) getAll(ctx context.Context, names []string) ([][]byte, error) {
-	out := make([][]byte, len(names))
-	cmds := make([]*redis.StringCmd, len(names))
-	limit := int64(s.cfg.MaxRecordBytes)
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, n := range names {
-			cmds[i] = p.GetRange(ctx, s.key(n), 0, limit) // inclusive: limit+1 bytes at most
-		}
-		return nil
-	})
-	var reply redis.Error
-	if err != nil && !errors.As(err, &reply) {
-		return nil, err // the connection failed; an error reply concerns its key alone
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = s.key(n)
 	}
+	replies, err := s.readAll(ctx, keys)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = getRecords.Load(ctx, s.client).Err(); err == nil {
+			replies, err = s.readAll(ctx, keys)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(names))
 	tooLarge, unreadable := 0, 0
-	for i, cmd := range cmds {
-		v, err := cmd.Bytes()
-		switch {
-		case err != nil: // a value of another type under the key (WRONGTYPE)
-			unreadable++
-		case len(v) == 0: // no record (GETRANGE of a missing key is "")
-		case int64(len(v)) > limit:
-			tooLarge++
-		default:
-			out[i] = v
+	for i, r := range replies {
+		switch r := r.(type) {
+		case string:
+			out[i] = []byte(r)
+		case int64:
+			if r < 0 {
+				unreadable++
+			} else if r > 0 {
+				tooLarge++
+			}
 		}
 	}
 	s.count(ReasonSharedTooLarge, tooLarge)
 	s.count(ReasonSharedUnreadable, unreadable)
 	return out, nil
+}
+
+// readAll runs getRecords over keys: one call, or one per key in one pipeline on a Redis
+// Cluster, whose keys live on several nodes.
+func (s *sharedBases) readAll(ctx context.Context, keys []string) ([]any, error) {
+	limit := s.cfg.MaxRecordBytes
+	if !s.cluster {
+		replies, err := getRecords.EvalSha(ctx, s.client, keys, limit).Slice()
+		if err == nil && len(replies) != len(keys) {
+			err = fmt.Errorf("shared diff base: %d answers for %d keys", len(replies), len(keys))
+		}
+		return replies, err
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = getRecords.EvalSha(ctx, p, []string{k}, limit)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	replies := make([]any, len(keys))
+	for i, cmd := range cmds {
+		if r, err := cmd.Slice(); err == nil && len(r) == 1 {
+			replies[i] = r[0]
+		}
+	}
+	return replies, nil
 }
 
 // setAll runs setIfNewer over keys with args (the expiry and max_record_bytes, then a
