@@ -103,7 +103,7 @@ func TestWebhookClientNames(t *testing.T) {
 			t.Fatal("a client without a certificate was served")
 		}
 	})
-	t.Run("with allowed_client_names only those names are served; others get 403, counted", func(t *testing.T) {
+	t.Run("with allowed_client_names only those names are served; the handshake of others fails, counted", func(t *testing.T) {
 		env := start(t, []string{"kube-apiserver-audit", "audit.kube-system.svc"})
 		if code, err := post(t, env, &apiserver); err != nil || code != http.StatusOK {
 			t.Fatalf("allowed common name: code = %d, err = %v", code, err)
@@ -111,26 +111,35 @@ func TestWebhookClientNames(t *testing.T) {
 		if code, err := post(t, env, &bySAN); err != nil || code != http.StatusOK {
 			t.Fatalf("allowed DNS name: code = %d, err = %v", code, err)
 		}
-		if code, err := post(t, env, &other); err != nil || code != http.StatusForbidden {
-			t.Fatalf("other name: code = %d, err = %v, want 403", code, err)
+		if code, err := post(t, env, &other); err == nil || !strings.Contains(err.Error(), "bad certificate") {
+			t.Fatalf("other name: code = %d, err = %v, want the TLS alert bad certificate", code, err)
 		}
-		if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonClientNotAllowed); n != 1 {
-			t.Fatalf("rejected %s = %d, want 1", reasonClientNotAllowed, n)
+		if n := env.counted(t, "otelcol_k8s_audit_refused_connections", reasonClientNotAllowed); n != 1 {
+			t.Fatalf("refused connections %s = %d, want 1", reasonClientNotAllowed, n)
+		}
+		if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonClientNotAllowed); n != 0 {
+			t.Fatalf("rejected requests %s = %d, want 0: no request of the refused client is read", reasonClientNotAllowed, n)
 		}
 		if got := env.next.ids(); len(got) != 2 {
 			t.Fatalf("spans from %v, want two (the refused POST must not reach the pipeline)", got)
 		}
 	})
-	t.Run("a refused client that sends a large batch reads the 403, not a reset", func(t *testing.T) {
+	t.Run("a refused client that sends a large batch gets no answer: nothing of it is read", func(t *testing.T) {
 		env := start(t, []string{"kube-apiserver-audit"})
-		ids := make([]string, 4000) // about 2 MB: well past what net/http discards unread
+		ids := make([]string, 4000) // about 2 MB
 		for i := range ids {
 			ids[i] = fmt.Sprintf("big-%d", i)
 		}
 		for range 5 {
-			if code, err := postBody(t, env, &other, eventList(ids...)); err != nil || code != http.StatusForbidden {
-				t.Fatalf("other name, large body: code = %d, err = %v, want 403", code, err)
+			if code, err := postBody(t, env, &other, eventList(ids...)); err == nil {
+				t.Fatalf("other name, large body: code = %d, want a failed handshake", code)
 			}
+		}
+		if n := env.counted(t, "otelcol_k8s_audit_refused_connections", reasonClientNotAllowed); n != 5 {
+			t.Fatalf("refused connections %s = %d, want 5", reasonClientNotAllowed, n)
+		}
+		if got := env.next.ids(); len(got) != 0 {
+			t.Fatalf("spans from %v, want none", got)
 		}
 	})
 }

@@ -30,9 +30,19 @@ type Config struct {
 	// item past it, and the request is answered 413.
 	MaxEventsPerRequest int `mapstructure:"max_events_per_request"`
 	// AllowedClientNames, when set, restricts the webhook to clients whose verified certificate
-	// (tls.client_ca_file) has one of these names as its common name or as a DNS name; others
-	// get 403. Empty: any certificate the CA signed.
+	// (tls.client_ca_file) has one of these names as its common name or as a DNS name; the TLS
+	// handshake of any other fails. Empty: any certificate the CA signed.
 	AllowedClientNames []string `mapstructure:"allowed_client_names"`
+	// MaxHeaderBytes bounds a webhook request's line and headers (http.Server.MaxHeaderBytes,
+	// which Go allows 4 KiB past): larger ones are answered 431.
+	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// MaxConnections bounds the webhook's open connections: one past it is closed as soon as it
+	// is accepted.
+	MaxConnections int `mapstructure:"max_connections"`
+	// MinBodyRate is the slowest, in bytes per second, a webhook body may arrive after its first
+	// two seconds; a slower one is cut and answered 408. 0: no minimum (read_timeout still
+	// applies).
+	MinBodyRate int64 `mapstructure:"min_body_rate"`
 
 	// Cluster names the cluster of events posted to /audit and of every file. Events posted to
 	// /audit/{cluster} take the cluster from the path instead.
@@ -129,6 +139,15 @@ func (cfg *Config) Validate() error {
 	if sc := cfg.ServerConfig; webhook && sc.WriteTimeout > 0 && sc.ReadTimeout > 0 && sc.WriteTimeout <= sc.ReadTimeout {
 		errs = append(errs, fmt.Errorf("write_timeout: %s must be longer than read_timeout (%s): the write deadline runs from the request's headers, so the 400 answering a body cut at read_timeout, and any answer after a body that takes longer than write_timeout, would never reach the client (0 turns write_timeout off)",
 			sc.WriteTimeout, sc.ReadTimeout))
+	}
+	if webhook && cfg.MaxHeaderBytes < 1 {
+		errs = append(errs, fmt.Errorf("max_header_bytes: must be positive, got %d", cfg.MaxHeaderBytes))
+	}
+	if webhook && cfg.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("max_connections: must be positive, got %d", cfg.MaxConnections))
+	}
+	if cfg.MinBodyRate < 0 {
+		errs = append(errs, fmt.Errorf("min_body_rate: must not be negative (0 turns it off), got %d", cfg.MinBodyRate))
 	}
 	if cfg.MaxEventsPerRequest < 1 {
 		errs = append(errs, fmt.Errorf("max_events_per_request: must be positive, got %d", cfg.MaxEventsPerRequest))

@@ -40,6 +40,9 @@ func TestLoadConfig(t *testing.T) {
 				len(cfg.Conversion.RedactAnnotations) != 1 || cfg.Conversion.RedactAnnotations[0] != `(?i)(pass|secret|token|key|credential|auth|cert|private)[^/]*$` {
 				t.Errorf("redact_env_names = %q, redact_annotations = %q", cfg.Conversion.RedactEnvNames, cfg.Conversion.RedactAnnotations)
 			}
+			if cfg.MaxHeaderBytes != 16<<10 || cfg.MaxConnections != 2048 || cfg.MinBodyRate != 4096 {
+				t.Errorf("max_header_bytes, max_connections, min_body_rate = %d, %d, %d; want 16 KiB, 2048, 4 KiB/s", cfg.MaxHeaderBytes, cfg.MaxConnections, cfg.MinBodyRate)
+			}
 			if !slices.Equal(cfg.ServerConfig.CompressionAlgorithms, []string{"", "gzip"}) {
 				t.Errorf("compression_algorithms = %q, want only none and gzip (the decoders that hold little)", cfg.ServerConfig.CompressionAlgorithms)
 			}
@@ -51,6 +54,9 @@ func TestLoadConfig(t *testing.T) {
 		{name: "every key can be set", id: component.MustNewIDWithName("k8s_audit", "full"), check: func(t *testing.T, cfg *Config) {
 			if cfg.ServerConfig.NetAddr.Endpoint != "0.0.0.0:19880" || cfg.ServerConfig.MaxRequestBodySize != 10<<20 || cfg.MaxInFlightBytes != 32<<20 || cfg.MaxEventsPerRequest != 5000 {
 				t.Errorf("server = %+v", cfg.ServerConfig)
+			}
+			if cfg.MaxHeaderBytes != 8192 || cfg.MaxConnections != 64 || cfg.MinBodyRate != 0 {
+				t.Errorf("max_header_bytes, max_connections, min_body_rate = %d, %d, %d", cfg.MaxHeaderBytes, cfg.MaxConnections, cfg.MinBodyRate)
 			}
 			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
 				t.Errorf("cluster/files/storage = %q %v %v", cfg.Cluster, cfg.Files, cfg.Storage)
@@ -82,6 +88,9 @@ func TestLoadConfig(t *testing.T) {
 		{name: "an encoding confighttp cannot decode is refused", id: component.MustNewIDWithName("k8s_audit", "unknown_encoding"), wantErr: `compression_algorithms[1]: "br"`},
 		{name: "compression_algorithms without none is refused (the apiserver does not compress)", id: component.MustNewIDWithName("k8s_audit", "no_identity"), wantErr: `compression_algorithms: must list ""`},
 		{name: "snappy's decoder must fit max_in_flight_bytes beside a largest body", id: component.MustNewIDWithName("k8s_audit", "snappy_without_room"), wantErr: "a snappy decoder, 62914560 bytes: compression_algorithms"},
+		{name: "max_header_bytes must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_header_bytes"), wantErr: "max_header_bytes: must be positive"},
+		{name: "max_connections must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_connections"), wantErr: "max_connections: must be positive"},
+		{name: "min_body_rate must not be negative", id: component.MustNewIDWithName("k8s_audit", "negative_min_body_rate"), wantErr: "min_body_rate: must not be negative"},
 		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
 			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
 				t.Errorf("webhook = %v, files = %v", cfg.webhookEnabled(), cfg.Files)

@@ -1,11 +1,16 @@
 package k8sauditreceiver
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -16,6 +21,8 @@ import (
 	"github.com/golang/snappy"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 )
@@ -281,5 +288,284 @@ func TestBombsOfEveryEncodingStayWithinTheBound(t *testing.T) {
 			requireWithin(t, fmt.Sprintf("%d %s bombs of %d KB", tc.clients, tc.encoding, len(bomb)>>10), peak, budget, 2.5)
 			awaitGauge(t, env, 0)
 		})
+	}
+}
+
+// fiveMBBatch is an apiserver's batch of 400 RequestResponse events of ConfigMap creates, some
+// 5 MB.
+func fiveMBBatch(t *testing.T) string {
+	t.Helper()
+	data := strings.Repeat("x", 6000)
+	items := make([]string, 400)
+	for i := range items {
+		obj := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"default","uid":"u-%03d"},"data":{"d":%q}}`, i, data)
+		ev := strings.Replace(fmt.Sprintf(auditconvtest.OneCreate, fmt.Sprintf("rr-%03d", i)), `"level":"Metadata"`, `"level":"RequestResponse"`, 1)
+		items[i] = strings.Replace(ev, `"requestReceivedTimestamp"`, `"requestObject":`+obj+`,"responseObject":`+obj+`,"requestReceivedTimestamp"`, 1)
+	}
+	batch := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(items, ",") + `]}`
+	if len(batch) < 5<<20-(1<<18) {
+		t.Fatalf("the batch is %d bytes, want about 5 MB", len(batch))
+	}
+	return batch
+}
+
+// dribble sends one byte a second on conn until it fails or stop is closed.
+func dribble(conn net.Conn, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestSlowSendersCannotHoldTheBudget: 1,100 connections each declare a 1 MB body and send a byte
+// a second (1 KB/s in all). When each body's reservation started at 64 KiB they held the whole
+// 64 MiB bound for each read_timeout, and every real batch got 429. Now each holds what it sent
+// rounded up to 4 KiB, so a 5 MB batch posted while they are all open gets its 200; and each is
+// cut after its first two seconds at a byte a second (min_body_rate), answered 408.
+func TestSlowSendersCannotHoldTheBudget(t *testing.T) {
+	r, url, tel := startReceiver(t, &switchConsumer{}, nil)
+	env := &webhookEnv{url: url, tel: tel}
+	batch := fiveMBBatch(t)
+	const senders = 1100
+	heap := sampleHeap()
+	stop := make(chan struct{})
+	defer close(stop)
+	conns := make([]net.Conn, senders)
+	for i := range conns {
+		conns[i] = dialAndSend(t, url, 1<<20, `{`)
+		go dribble(conns[i], stop)
+	}
+	awaitInFlight(t, r, senders)
+	held := env.counted(t, "otelcol_k8s_audit_in_flight_bytes", "")
+	t.Logf("%d slow senders hold %d KiB of max_in_flight_bytes", senders, held>>10)
+	if code, msg := postBody(t, url, batch); code != http.StatusOK {
+		t.Fatalf("a 5 MB batch beside %d slow senders: status %d (%.300s), want 200", senders, code, msg)
+	}
+	if held > senders*bodyFirstStep {
+		t.Errorf("the slow senders held %d bytes, more than %d each", held, bodyFirstStep)
+	}
+	// Each slow sender is cut and told so.
+	var wg sync.WaitGroup
+	codes := make(chan int, senders)
+	for _, c := range conns {
+		wg.Go(func() { codes <- readUntilClosed(t, c) })
+	}
+	wg.Wait()
+	peak := heap.over()
+	close(codes)
+	answers := map[int]int{}
+	for c := range codes {
+		answers[c]++
+	}
+	if answers[http.StatusRequestTimeout] != senders {
+		t.Errorf("the slow senders were answered %v, want %d × 408", answers, senders)
+	}
+	if n := env.counted(t, "otelcol_k8s_audit_rejected_requests", reasonTooSlow); n != senders {
+		t.Errorf("rejected too_slow = %d, want %d", n, senders)
+	}
+	requireWithin(t, fmt.Sprintf("%d slow senders and a 5 MB batch", senders), peak, defaultMaxInFlightBytes, 2.5)
+	awaitGauge(t, env, 0)
+}
+
+// TestUnfinishedHeadersAreBounded: 600 connections each sending a header of 1 MB without ever
+// ending it held 1.45 GB with Go's default header limit (1 MiB: two copies of it while it
+// arrives). With max_header_bytes (16 KiB) each is answered 431 and closed at 20 KiB; 600 more
+// that stop just below the limit hold it until read_header_timeout, some 40 KB each. A real
+// batch is served meanwhile, and the heap stays within the bound.
+func TestUnfinishedHeadersAreBounded(t *testing.T) {
+	_, url, tel := startReceiver(t, &switchConsumer{}, nil)
+	env := &webhookEnv{url: url, tel: tel}
+	batch := fiveMBBatch(t)
+	const conns = 600
+	// Built once, before the baseline: the heap measured is the server's.
+	hugeHeader := []byte("POST /audit HTTP/1.1\r\nHost: kubetrail\r\nX-Pad: " + strings.Repeat("a", 1<<20))
+	heldHeader := []byte("POST /audit HTTP/1.1\r\nHost: kubetrail\r\nX-Pad: " + strings.Repeat("a", defaultMaxHeaderBytes-200))
+	heap := sampleHeap()
+	huge := make([]net.Conn, conns)
+	for i := range huge {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		huge[i] = c
+		go func() {
+			_, _ = c.Write(hugeHeader)
+		}()
+	}
+	held := make([]net.Conn, conns)
+	for i := range held {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		held[i] = c
+		if _, err := c.Write(heldHeader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	codes := make(chan int, conns)
+	for _, c := range huge {
+		wg.Go(func() { codes <- readUntilClosed(t, c) })
+	}
+	if code, msg := postBody(t, url, batch); code != http.StatusOK {
+		t.Fatalf("a 5 MB batch beside %d unfinished headers: status %d (%.300s), want 200", 2*conns, code, msg)
+	}
+	wg.Wait()
+	peak := heap.over()
+	close(codes)
+	answers := map[int]int{}
+	for c := range codes {
+		answers[c]++
+	}
+	if answers[http.StatusRequestHeaderFieldsTooLarge] != conns {
+		t.Errorf("the 1 MB headers were answered %v, want %d × 431", answers, conns)
+	}
+	requireWithin(t, fmt.Sprintf("%d headers of 1 MB, %d unfinished headers of 16 KB and a 5 MB batch", conns, conns), peak, defaultMaxInFlightBytes, 2.5)
+	awaitGauge(t, env, 0)
+}
+
+// TestConnectionsPastMaxConnectionsAreClosed: with max_connections open, one more is closed as
+// it is accepted, before anything is read from it, and counted; once one closes, a new one is
+// served.
+func TestConnectionsPastMaxConnectionsAreClosed(t *testing.T) {
+	const limit = 20
+	r, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) { cfg.MaxConnections = limit })
+	addr := strings.TrimPrefix(url, "http://")
+	open := make([]net.Conn, limit)
+	for i := range open {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		open[i] = c
+	}
+	for start := time.Now(); r.openConnections() != limit; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > guard {
+			t.Fatalf("open connections = %d, want %d", r.openConnections(), limit)
+		}
+	}
+	extra := dialAndSend(t, url, 10, `{}`)
+	if code := readUntilClosed(t, extra); code != 0 {
+		t.Fatalf("the connection past max_connections was answered %d, want closed unanswered", code)
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_refused_connections", reasonTooManyConnections); n != 1 {
+		t.Fatalf("refused too_many_connections = %d, want 1", n)
+	}
+	_ = open[0].Close()
+	for start := time.Now(); r.openConnections() != limit-1; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > guard {
+			t.Fatalf("open connections = %d after one closed, want %d", r.openConnections(), limit-1)
+		}
+	}
+	if code, msg := postBody(t, url, eventList("after")); code != http.StatusOK {
+		t.Fatalf("once a connection closed: status %d (%s), want 200", code, msg)
+	}
+}
+
+// TestClientsOfAnotherNameAreRefusedInTheHandshake: a client whose certificate the CA signed
+// for a name allowed_client_names does not list is refused in the TLS handshake, before it can
+// send headers or a body (600 such clients holding unfinished 1 MB headers held 1.45 GB when
+// the name was checked by the handler, after the headers), also with reload_client_ca_file,
+// whose per-handshake configuration must check the names too.
+func TestClientsOfAnotherNameAreRefusedInTheHandshake(t *testing.T) {
+	pki := newTestPKI(t)
+	serverCert, serverKey, _ := pki.issue(t, "server", "otelcol-kubetrail", nil, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
+	_, _, apiserver := pki.issue(t, "apiserver", "kube-apiserver-audit", nil, nil, x509.ExtKeyUsageClientAuth)
+	_, _, kubelet := pki.issue(t, "kubelet", "system:node:node-1", []string{"node-1"}, nil, x509.ExtKeyUsageClientAuth)
+	header := []byte("POST /audit HTTP/1.1\r\nHost: kubetrail\r\nX-Pad: " + strings.Repeat("a", 1<<20))
+	for _, reload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reload_client_ca_file=%v", reload), func(t *testing.T) {
+			_, url, tel := startReceiver(t, &switchConsumer{}, func(cfg *Config) {
+				cfg.ServerConfig.TLS = configoptional.Some(configtls.ServerConfig{
+					Config:             configtls.Config{CertFile: serverCert, KeyFile: serverKey},
+					ClientCAFile:       filepath.Join(pki.dir, "ca.crt"),
+					ReloadClientCAFile: reload,
+				})
+				cfg.AllowedClientNames = []string{"kube-apiserver-audit"}
+			})
+			addr := strings.TrimPrefix(url, "http://")
+			dial := func(cert tls.Certificate) (*tls.Conn, error) {
+				return tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+			}
+			const clients = 100
+			heap := sampleHeap()
+			var wg sync.WaitGroup
+			errs := make(chan error, clients)
+			for range clients {
+				wg.Go(func() {
+					c, err := dial(kubelet)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					_, _ = c.Write(header)
+					_ = c.SetReadDeadline(time.Now().Add(guard))
+					_, err = c.Read(make([]byte, 1))
+					errs <- err
+				})
+			}
+			wg.Wait()
+			peak := heap.over()
+			close(errs)
+			for err := range errs {
+				if err == nil || !strings.Contains(err.Error(), "bad certificate") {
+					t.Fatalf("a client of another name: %v, want the TLS alert bad certificate", err)
+				}
+			}
+			if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_refused_connections", reasonClientNotAllowed); n != clients {
+				t.Fatalf("refused client_not_allowed = %d, want %d", n, clients)
+			}
+			requireWithin(t, fmt.Sprintf("%d clients of another name with 1 MB headers", clients), peak, defaultMaxInFlightBytes, 0.5)
+			c, err := dial(apiserver)
+			if err != nil {
+				t.Fatalf("the allowed client: %v", err)
+			}
+			defer c.Close()
+			body := eventList("allowed")
+			fmt.Fprintf(c, "POST /audit HTTP/1.1\r\nHost: kubetrail\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("the allowed client: %v, %v; want 200", resp, err)
+			}
+		})
+	}
+}
+
+// TestASlowCompressedBodyIsCut: min_body_rate watches a compressed body's bytes as sent, before
+// and after the decoder's header: a gzip body that stops after its first bytes, and one that
+// stops before its decoder could read its header, are each answered 408.
+func TestASlowCompressedBodyIsCut(t *testing.T) {
+	_, url, tel := startReceiver(t, &switchConsumer{}, nil)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = io.WriteString(zw, strings.Repeat(" ", 1<<20))
+	_ = zw.Close()
+	for _, sent := range []int{4, 200} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		fmt.Fprintf(conn, "POST /audit HTTP/1.1\r\nHost: kubetrail\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n", gz.Len())
+		_, _ = conn.Write(gz.Bytes()[:sent])
+		if code := readUntilClosed(t, conn); code != http.StatusRequestTimeout {
+			t.Fatalf("a gzip body stopped after %d bytes: status %d, want 408", sent, code)
+		}
+	}
+	if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_rejected_requests", reasonTooSlow); n != 2 {
+		t.Fatalf("rejected too_slow = %d, want 2", n)
 	}
 }

@@ -28,6 +28,18 @@ const (
 	// by default, well under 1 MiB at Metadata level, a few MiB at RequestResponse), so a few
 	// apiservers never meet it; a flood does, and is answered 429 instead of growing the heap.
 	defaultMaxInFlightBytes = 64 << 20
+	// defaultMaxHeaderBytes is far more than the apiserver's webhook client sends (its
+	// headers are a few hundred bytes, a bearer token a few KB more), and 1/64 of Go's default
+	// (1 MiB): a connection that holds an unfinished header holds about twice its size, and
+	// 600 such connections held 1.45 GB at Go's default.
+	defaultMaxHeaderBytes = 16 << 10
+	// defaultMaxConnections is far more than apiservers open (one or a few each), and bounds
+	// what connections hold besides their bodies: about 50 KB each while a header of the
+	// largest size arrives (two copies of it, buffers, a goroutine), some 100 MB for all.
+	defaultMaxConnections = 2048
+	// defaultMinBodyRate is 32 kbit/s, far below any link between an apiserver and a collector,
+	// and cuts within seconds what a byte-a-second sender would hold for the whole read_timeout.
+	defaultMinBodyRate = 4 << 10
 	// defaultMaxEventsPerRequest is 25 times the apiserver's default batch
 	// (--audit-webhook-batch-max-size 400), so a raised batch size rarely meets it, and a
 	// 20 MiB body of real events (half a KiB each at Metadata level) holds some 40,000. Its
@@ -81,6 +93,9 @@ func createDefaultConfig() component.Config {
 		ServerConfig:        server,
 		MaxInFlightBytes:    defaultMaxInFlightBytes,
 		MaxEventsPerRequest: defaultMaxEventsPerRequest,
+		MaxHeaderBytes:      defaultMaxHeaderBytes,
+		MaxConnections:      defaultMaxConnections,
+		MinBodyRate:         defaultMinBodyRate,
 		PollInterval:        defaultPollInterval,
 		StartAt:             startAtEnd,
 		Conversion:          auditconv.DefaultSettings(),

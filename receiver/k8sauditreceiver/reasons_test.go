@@ -14,8 +14,9 @@ var recordedReasons = map[string][]string{
 	"rejected_reason": {
 		reasonMalformedJSON, reasonWrongKind, reasonTooLarge, reasonReadError, reasonBadEncoding,
 		reasonMethod, reasonNotFound, reasonNoCluster, reasonClientNotAllowed, reasonPipelineBusy,
-		reasonPipelineFailure, reasonInFlightBytes, reasonTooManyEvents, reasonTooManyValues,
+		reasonPipelineFailure, reasonInFlightBytes, reasonTooManyEvents, reasonTooManyValues, reasonTooSlow,
 	},
+	"refused_reason": {reasonTooManyConnections, reasonClientNotAllowed},
 	"filtered_reason": {
 		auditconv.ReasonStage, auditconv.ReasonReadVerb, auditconv.ReasonVerb, auditconv.ReasonNonResource, auditconv.ReasonExcludedResource,
 		auditconv.ReasonExcludedUserAgent, auditconv.ReasonDryRun,

@@ -42,6 +42,7 @@ type auditReceiver struct {
 	server   *http.Server
 	inflight *inFlight
 	addr     net.Addr
+	conns    *connLimit
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	storage  storage.Client
@@ -173,7 +174,7 @@ func (r *auditReceiver) storageClient(ctx context.Context, host component.Host) 
 func (r *auditReceiver) startServer(ctx context.Context, host component.Host) error {
 	// ToServer fills defaults into the config it is called on; keep the user's config as read.
 	sc := r.cfg.ServerConfig
-	ln, err := sc.ToListener(ctx)
+	ln, err := r.listen(ctx, &sc)
 	if err != nil {
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
@@ -190,7 +191,8 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 		return fmt.Errorf("creating the webhook server: %w", err)
 	}
 	w.maxBody = sc.MaxRequestBodySize
-	srv.Handler = w.chargesDecoders(srv.Handler, sc.MaxRequestBodySize, sc.CompressionAlgorithms)
+	srv.MaxHeaderBytes = r.cfg.MaxHeaderBytes
+	srv.Handler = w.respectsBodyRate(w.chargesDecoders(srv.Handler, sc.MaxRequestBodySize, sc.CompressionAlgorithms), r.cfg.MinBodyRate)
 	r.server = srv
 	r.inflight = inflight
 	r.addr = ln.Addr()
@@ -384,6 +386,16 @@ func answerShuttingDown(rw http.ResponseWriter) {
 	h.Set("Connection", "close")
 	rw.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(rw, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the collector is shutting down, retry","reason":"ServiceUnavailable","code":503,"details":{"retryAfterSeconds":%d}}`+"\n", retryAfterSeconds)
+}
+
+// openConnections is how many connections the webhook holds open, for tests.
+func (r *auditReceiver) openConnections() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns == nil {
+		return 0
+	}
+	return r.conns.openConnections()
 }
 
 // listenAddr is the webhook's bound address, for tests that listen on port 0.

@@ -31,8 +31,15 @@ const (
 	// max_in_flight_bytes on their own (413).
 	reasonTooManyValues = "too_many_values"
 	// reasonClientNotAllowed: a verified client certificate whose names are not in
-	// allowed_client_names (403).
+	// allowed_client_names (403 on rejected_requests, which the TLS handshake leaves for a
+	// request without a verified chain; the handshake's refusals are refused_connections).
 	reasonClientNotAllowed = "client_not_allowed"
+	// reasonTooSlow: a body that arrived slower than min_body_rate (408).
+	reasonTooSlow = "too_slow"
+
+	// otelcol_k8s_audit_refused_connections (and reasonClientNotAllowed)
+	// reasonTooManyConnections: a connection past max_connections, closed as accepted.
+	reasonTooManyConnections = "too_many_connections"
 
 	// otelcol_k8s_audit_dropped_events
 	// (and the conversion's own reasons, auditconv.Reason*)

@@ -104,9 +104,16 @@ func (r *reservation) shrink() {
 // with no other request in flight: asking again later would not help.
 func (r *reservation) alone(n int64) bool { return r.held+n > r.w.inFlight.max }
 
-// bodyChunk is the least a body's reservation grows by: a sender that declares a large body
-// and sends it slowly holds what it has sent, rounded up to this, not what it declared.
+// bodyChunk is the size of the chunks a body of unknown length is read into, and what a body's
+// reservation grows by once it holds that much.
 const bodyChunk = 64 << 10
+
+// bodyFirstStep is what a body's reservation starts with, its first chunk's size: the server's
+// read buffer, which holds what arrived with the headers. A sender that declares a large body
+// and sends it slowly holds what it has sent, rounded up to this while it is small, not what it
+// declared: 1,100 senders of a byte a second held 64 KiB each, the whole 64 MiB bound, when
+// every body started with a full chunk.
+const bodyFirstStep = 4 << 10
 
 // errBodyOverBudget says the in-flight budget could not hold more of a body being read.
 var errBodyOverBudget = errors.New("the in-flight budget is spent")
@@ -123,6 +130,9 @@ var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // and refused, allocated 1.4 GB in bodies grown by copying before this.
 var chunkPool = sync.Pool{New: func() any { c := make([]byte, bodyChunk); return &c }}
 
+// firstChunkPool holds the first, small chunk of each body of unknown length (bodyFirstStep).
+var firstChunkPool = sync.Pool{New: func() any { c := make([]byte, bodyFirstStep); return &c }}
+
 // readBody reads a body of at most limit bytes into a pooled buffer, which the caller gives back
 // with putBodyBuffer: straight into the buffer when the body declared a length below the limit
 // (the apiserver's batches: no copy; see readDeclared), else into chunks (readChunked).
@@ -135,10 +145,11 @@ func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte,
 
 // readDeclared reads a body that declared its length (declared bytes, less than limit) into a
 // pooled buffer, which the caller gives back with putBodyBuffer. The reservation grows as the
-// bytes arrive, by half of what it holds and at least bodyChunk at a time, never past the
-// declared length (plus the byte that sees the end), and the buffer with it: a body read to its
-// end is held at its size, and one still arriving holds at most half again what has arrived, or
-// one chunk. When the budget cannot grow, it returns errBodyOverBudget.
+// bytes arrive: bodyFirstStep first, then by what it holds up to bodyChunk, then by half of what
+// it holds, never past the declared length (plus the byte that sees the end), and the buffer
+// with it: a body read to its end is held at its size, and one still arriving holds at most
+// twice what has arrived, or bodyFirstStep. When the budget cannot grow, it returns
+// errBodyOverBudget.
 func readDeclared(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
 	p := bodyBuffers.Get().(*[]byte)
 	buf := (*p)[:0]
@@ -150,7 +161,8 @@ func readDeclared(body io.Reader, declared, limit int64, res *reservation) (*[]b
 	var room int64 // bytes of the reservation not yet filled
 	for {
 		if room == 0 {
-			step := min(max(bodyChunk, int64(len(buf))/2), ceiling-int64(len(buf)))
+			held := int64(len(buf))
+			step := min(max(bodyFirstStep, min(held, bodyChunk), held/2), ceiling-held)
 			if step <= 0 {
 				// A body longer than it declared: the server's reader fails on it, let it.
 				step = bodyChunk
@@ -178,25 +190,33 @@ func readDeclared(body io.Reader, declared, limit int64, res *reservation) (*[]b
 }
 
 // readChunked reads a body of unknown length (compressed, or sent in chunks; the reader bounds
-// it) into a pooled buffer. The body arrives into chunks of bodyChunk bytes, the reservation
-// growing by one chunk at a time, and is copied into the buffer, whole, once it has ended; the
-// chunks go back to their pool. A body refused on the way (past max_request_body_size, past the
-// budget) leaves no outgrown buffers behind, only chunks the next body reuses. When the budget
-// cannot grow, it returns errBodyOverBudget.
+// it) into a pooled buffer. The body arrives into chunks, the first of bodyFirstStep bytes, the
+// others of bodyChunk, the reservation growing by one chunk at a time, and is copied into the
+// buffer, whole, once it has ended; the chunks go back to their pools. A body refused on the way
+// (past max_request_body_size, past the budget) leaves no outgrown buffers behind, only chunks
+// the next body reuses. When the budget cannot grow, it returns errBodyOverBudget.
 func readChunked(body io.Reader, res *reservation) (*[]byte, error) {
 	p := bodyBuffers.Get().(*[]byte)
 	var chunks []*[]byte
 	defer func() {
-		for _, c := range chunks {
-			chunkPool.Put(c)
+		for i, c := range chunks {
+			if i == 0 {
+				firstChunkPool.Put(c)
+			} else {
+				chunkPool.Put(c)
+			}
 		}
 	}()
 	total := 0
 	for {
-		if !res.grow(bodyChunk) {
+		pool, size := &chunkPool, int64(bodyChunk)
+		if len(chunks) == 0 {
+			pool, size = &firstChunkPool, bodyFirstStep
+		}
+		if !res.grow(size) {
 			return p, errBodyOverBudget
 		}
-		c := chunkPool.Get().(*[]byte)
+		c := pool.Get().(*[]byte)
 		chunks = append(chunks, c)
 		n, err := io.ReadFull(body, *c)
 		total += n
@@ -313,6 +333,12 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 			tooLarge()
 			return
 		}
+		if bodyCutForRate(ctx) {
+			rw.Header().Set("Connection", "close")
+			w.reject(ctx, rw, http.StatusRequestTimeout, reasonTooSlow, "Timeout",
+				fmt.Sprintf("the body arrived slower than min_body_rate (%d bytes a second)", w.r.cfg.MinBodyRate))
+			return
+		}
 		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
 		return
 	}
@@ -412,6 +438,13 @@ func (w *webhook) reject(ctx context.Context, rw http.ResponseWriter, code int, 
 // decoded; it is a 413, as a body of any other encoding that inflates past the limit.
 func confighttpErrorHandler(w *webhook) confighttp.ToServerOption {
 	return confighttp.WithErrorHandler(func(rw http.ResponseWriter, req *http.Request, msg string, code int) {
+		if bodyCutForRate(req.Context()) {
+			// The decoder's header (gzip's first 10 bytes) did not arrive in time.
+			rw.Header().Set("Connection", "close")
+			w.reject(req.Context(), rw, http.StatusRequestTimeout, reasonTooSlow, "Timeout",
+				fmt.Sprintf("the body arrived slower than min_body_rate (%d bytes a second)", w.r.cfg.MinBodyRate))
+			return
+		}
 		reason := reasonBadEncoding
 		if code == http.StatusBadRequest && strings.Contains(msg, "decoded size exceeds max request body size") {
 			code = http.StatusRequestEntityTooLarge

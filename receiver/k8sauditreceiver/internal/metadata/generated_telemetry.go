@@ -36,6 +36,7 @@ type TelemetryBuilder struct {
 	K8sAuditFilteredEvents      metric.Int64Counter
 	K8sAuditInFlightBytes       metric.Int64UpDownCounter
 	K8sAuditReceiveLag          metric.Float64Histogram
+	K8sAuditRefusedConnections  metric.Int64Counter
 	K8sAuditRejectedRequests    metric.Int64Counter
 	K8sAuditTraceContextInvalid metric.Int64Counter
 }
@@ -128,6 +129,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithDescription("Seconds from an audit event's stageTimestamp (requestReceivedTimestamp when it has none) to its arrival at this component, by input (webhook, file, connector): a late event shows here, a lost one does not. [Alpha]"),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries([]float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}...),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditRefusedConnections, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_refused_connections",
+		metric.WithDescription("Webhook connections closed before a request was read from them, by reason. [Alpha]"),
+		metric.WithUnit("{connections}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditRejectedRequests, err = builder.meter.Int64Counter(

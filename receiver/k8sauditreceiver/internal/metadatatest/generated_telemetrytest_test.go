@@ -29,6 +29,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditFilteredEvents.Add(context.Background(), 1)
 	tb.K8sAuditInFlightBytes.Add(context.Background(), 1)
 	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
+	tb.K8sAuditRefusedConnections.Add(context.Background(), 1)
 	tb.K8sAuditRejectedRequests.Add(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
 	AssertEqualK8sAuditDiffBaseRecords(t, testTel,
@@ -60,6 +61,9 @@ func TestSetupTelemetry(t *testing.T) {
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditReceiveLag(t, testTel,
 		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditRefusedConnections(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditRejectedRequests(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
