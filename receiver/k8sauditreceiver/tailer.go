@@ -259,6 +259,10 @@ func (t *tailer) open(ctx context.Context) bool {
 		case t.startAtEnd:
 			t.offset = info.Size()
 			t.logger.Info("No checkpoint for the audit log, reading from its end", zap.Int64("offset", t.offset))
+			// Checkpoint the end now, not with the first line read: a collector stopped before
+			// its first line would otherwise start at the end again, past what was written
+			// while it was down.
+			t.save(ctx)
 		}
 	}
 	if _, err := f.Seek(t.offset, io.SeekStart); err != nil {

@@ -199,6 +199,21 @@ func TestTailerResumesFromTheCheckpoint(t *testing.T) {
 	})
 }
 
+func TestTailerStoppedBeforeItsFirstLineResumesWhereItStarted(t *testing.T) {
+	env := newTailEnv(t, startAtEnd)
+	env.write(t, lines("old"))
+	ctx := context.Background()
+	first := env.tailer(true)
+	first.poll(ctx) // no checkpoint: starts at the end, skipping "old", and reads nothing
+	first.close()   // the collector stops before any line was written
+
+	env.write(t, lines("while-down"))
+	second := env.tailer(true)
+	defer second.close()
+	second.poll(ctx)
+	expectIDs(t, env.next, "while-down")
+}
+
 func TestTailerWithoutStorageStartsAtTheEnd(t *testing.T) {
 	env := newTailEnv(t, startAtEnd)
 	env.write(t, lines("before-start"))
