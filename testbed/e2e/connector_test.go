@@ -3,12 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,9 +23,7 @@ import (
 func TestAuditLogThroughTheConnector(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
-	if !Check(t, "the collector has the k8s_audit connector", env.Components.Has("connectors", "k8s_audit"), "connectors %v", env.Components["connectors"]) {
-		t.FailNow()
-	}
+	requireComponent(t, env, "connectors", "k8s_audit")
 	start, end := env.RunsSpan()
 	if start.IsZero() {
 		t.Fatal("no scenario ran")
@@ -53,21 +51,14 @@ func TestAuditLogThroughTheConnector(t *testing.T) {
 
 	// The shipper: every line of the audit log, 500 to a request, each batch sent until
 	// accepted (the collector may still be starting).
-	f, err := os.Open(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	client := &http.Client{Timeout: 10 * time.Second}
-	ship := func(lines []string) {
+	ship := func(lines [][]byte) {
 		ld := plog.NewLogs()
 		rl := ld.ResourceLogs().AppendEmpty()
 		rl.Resource().Attributes().PutStr("service.name", "kube-apiserver-audit-shipper")
 		lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
 		for _, l := range lines {
-			lrs.AppendEmpty().Body().SetStr(l)
+			lrs.AppendEmpty().Body().SetStr(string(l))
 		}
 		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
 		if err != nil {
@@ -87,18 +78,7 @@ func TestAuditLogThroughTheConnector(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	var batch []string
-	for sc.Scan() {
-		batch = append(batch, sc.Text())
-		if len(batch) == 500 {
-			ship(batch)
-			batch = nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(batch) > 0 {
+	for batch := range slices.Chunk(auditLogLines(t, auditLog), 500) {
 		ship(batch)
 	}
 
