@@ -35,7 +35,10 @@ type Env struct {
 
 	CollectorBin string
 	JaegerBin    string
-	Components   Components // what CollectorBin was built with
+	// KafkaBin is testbed/cmd/kafka, a Kafka broker on loopback (testbed/hack/e2e.sh builds it
+	// into the out dir); tests start their own.
+	KafkaBin   string
+	Components Components // what CollectorBin was built with
 
 	Jaeger    *Jaeger
 	Router    *AuditRouter // the apiserver's webhook target
@@ -150,6 +153,7 @@ func setup() (*Env, error) {
 		scenarios:    names,
 	}
 	e.StateDir = filepath.Join(e.OutDir, "state")
+	e.KafkaBin = envOr("KUBETRAIL_KAFKA", filepath.Join(e.OutDir, "kafka"))
 	e.pidDir = filepath.Join(e.OutDir, "pids")
 	if err := os.MkdirAll(e.pidDir, 0o755); err != nil {
 		return nil, err
