@@ -45,7 +45,7 @@ cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--trimpath}
 OUT=build/bench-audit
 CACHE=${KUBETRAIL_CACHE:-$HOME/.cache/kubetrail}
-OCB=${OCB:-$CACHE/bin/ocb-v0.162.0/builder}
+OCB=${OCB:-$CACHE/bin/ocb-v0.165.0/builder}
 COLLECTOR=${COLLECTOR:-bin/otelcol-kubetrail}
 WORKLOADS=${WORKLOADS:-replay fresh}
 REPEAT=${REPEAT:-1}
