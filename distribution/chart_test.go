@@ -311,7 +311,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		},
 		{
 			name:   "managed, OTLP logs, events off: the connector alone feeds traces",
-			sets:   []string{"mode=managed", "events.enabled=false", "managed.connector.dedup_window=0", "managed.connector.format=native"},
+			sets:   []string{"mode=managed", shipperFrom, "events.enabled=false", "managed.connector.dedup_window=0", "managed.connector.format=native"},
 			want:   []string{"StatefulSet/kt-kubetrail", "Service/kt-kubetrail", "Service/kt-kubetrail-headless", "PodDisruptionBudget/kt-kubetrail"},
 			absent: []string{"DaemonSet/kt-kubetrail"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
@@ -584,9 +584,10 @@ func TestChartManagedValuesFiles(t *testing.T) {
 			}
 			wantReceivers := vals.Managed.Receivers
 			if len(wantReceivers) == 0 {
+				// The default OTLP receiver, with TLS and a client certificate required.
 				wantReceivers = map[string]any{"otlp": map[string]any{"protocols": map[string]any{
-					"grpc": map[string]any{"endpoint": "${env:POD_IP}:4317"},
-					"http": map[string]any{"endpoint": "${env:POD_IP}:4318"},
+					"grpc": map[string]any{"endpoint": "${env:POD_IP}:4317", "tls": receiverTLS},
+					"http": map[string]any{"endpoint": "${env:POD_IP}:4318", "tls": receiverTLS},
 				}}}
 			}
 			wantPorts := map[string]float64{"otlp-grpc": 4317, "otlp-http": 4318}
@@ -1180,4 +1181,253 @@ func TestChartCertificatesStableAcrossUpgrades(t *testing.T) {
 	}
 	kc = kubeconfigOf(renamed)
 	verifyCertificates(t, caPEM, secretData(t, tlsSecret, "tls.crt"), secretData(t, tlsSecret, "tls.key"), kc.certPEM, kc.keyPEM, "kubetrail.example", "apiserver-2")
+}
+
+// shipperFrom is the managed-mode value a rendering with the default OTLP receiver needs
+// (managed.networkPolicy is on and has no default peer: the rendering fails without one).
+const shipperFrom = "managed.networkPolicy.from[0].podSelector.matchLabels.app=shipper"
+
+// receiverTLS is the tls block the default OTLP receiver of mode managed carries on both
+// protocols: the mounted certificate, and a client certificate required, signed by the mounted CA.
+var receiverTLS = map[string]any{
+	"cert_file":       "/etc/otelcol-kubetrail-tls/tls.crt",
+	"key_file":        "/etc/otelcol-kubetrail-tls/tls.key",
+	"client_ca_file":  "/etc/otelcol-kubetrail-tls/ca.crt",
+	"min_version":     "1.2",
+	"reload_interval": "1h",
+}
+
+// TestChartManagedSecureByDefault: mode managed installed with the default values (and the
+// required shipper peers) takes audit logs from the shipper only, as gateway mode takes the
+// webhook from the apiserver only: its OTLP receiver serves TLS on both protocols and requires a
+// client certificate signed by a CA the chart generates and uses for nothing else; the shipper's
+// certificate, key and that CA are in a Secret of their own and verify against each other; a
+// NetworkPolicy admits only the listed peers to the receivers' ports; the notes say where the
+// shipper's certificate is, and do not warn.
+func TestChartManagedSecureByDefault(t *testing.T) {
+	objs := renderChart(t, "clusterName=chart-test", "mode=managed", shipperFrom)
+	cfg, path := collectorConfig(t, objs)
+	validate(t, path, "POD_IP=127.0.0.1")
+	sts := objs["StatefulSet/kt-kubetrail"]
+	collector := dig(sts, "spec", "template", "spec", "containers", 0)
+
+	t.Run("OTLP over TLS with a required client certificate", func(t *testing.T) {
+		for _, proto := range []string{"grpc", "http"} {
+			if got := dig(cfg, "receivers", "otlp", "protocols", proto, "tls"); !reflect.DeepEqual(got, receiverTLS) {
+				t.Errorf("otlp %s tls = %v, want %v", proto, got, receiverTLS)
+			}
+		}
+		v := tlsVolume(sts)
+		if n := dig(v, "secret", "secretName"); n != "kt-kubetrail-receiver-tls" {
+			t.Fatalf("tls volume %v, want the Secret kt-kubetrail-receiver-tls", v)
+		}
+		var mounted []string
+		for _, item := range dig(v, "secret", "items").([]any) {
+			mounted = append(mounted, dig(item, "key").(string))
+		}
+		if slices.Sort(mounted); !reflect.DeepEqual(mounted, []string{"ca.crt", "tls.crt", "tls.key"}) {
+			t.Errorf("the pods mount %v of the TLS Secret, want ca.crt, tls.crt, tls.key (not the CA key)", mounted)
+		}
+		var mountPath any
+		for _, m := range dig(collector, "volumeMounts").([]any) {
+			if dig(m, "name") == "tls" {
+				mountPath = dig(m, "mountPath")
+			}
+		}
+		if mountPath != "/etc/otelcol-kubetrail-tls" {
+			t.Errorf("tls volume mounted at %v", mountPath)
+		}
+		if objs["Secret/kt-kubetrail-tls"] != nil || objs["Secret/kt-kubetrail-apiserver-kubeconfig"] != nil {
+			t.Errorf("the webhook's Secrets rendered in mode managed")
+		}
+	})
+
+	t.Run("the shipper's certificate is signed by the CA the receiver checks", func(t *testing.T) {
+		server, client := objs["Secret/kt-kubetrail-receiver-tls"], objs["Secret/kt-kubetrail-shipper-client"]
+		caPEM := secretData(t, server, "ca.crt")
+		if !bytes.Equal(secretData(t, client, "ca.crt"), caPEM) {
+			t.Errorf("the shipper's ca.crt is not the CA of the receiver's certificate")
+		}
+		if _, ok := dig(client, "data").(map[string]any)["ca.key"]; ok {
+			t.Errorf("the shipper's Secret holds the CA key")
+		}
+		verifyCertificates(t, caPEM, secretData(t, server, "tls.crt"), secretData(t, server, "tls.key"),
+			secretData(t, client, "tls.crt"), secretData(t, client, "tls.key"), "kt-kubetrail.kubetrail.svc", "kubetrail-log-shipper")
+	})
+
+	t.Run("NetworkPolicy: the receivers' ports from the listed peers only", func(t *testing.T) {
+		np := ingressPolicyOf(t, objs, "NetworkPolicy/kt-kubetrail", sts)
+		from := map[any][]any{} // port -> peers
+		for _, rule := range dig(np, "spec", "ingress").([]any) {
+			ports, _ := dig(rule, "ports").([]any)
+			peers, _ := dig(rule, "from").([]any)
+			if len(ports) == 0 || len(peers) == 0 {
+				t.Errorf("an ingress rule open to every port or every peer: %v", rule)
+			}
+			for _, p := range ports {
+				from[dig(p, "port")] = append(from[dig(p, "port")], peers...)
+			}
+		}
+		shipper := []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": "shipper"}}}}
+		for _, port := range []string{"otlp-grpc", "otlp-http"} {
+			if !reflect.DeepEqual(from[port], shipper) {
+				t.Errorf("port %s admits %v, want only %v", port, from[port], shipper)
+			}
+		}
+		if want := []any{map[string]any{"namespaceSelector": map[string]any{}}}; !reflect.DeepEqual(from["metrics"], want) {
+			t.Errorf("the metrics port admits %v, want the cluster's pods", from["metrics"])
+		}
+		if len(from) != 3 {
+			t.Errorf("ports admitted: %v, want otlp-grpc, otlp-http and metrics", from)
+		}
+		ports := namedPorts(t, dig(collector, "ports"), "containerPort")
+		if ports["otlp-grpc"] != 4317 || ports["otlp-http"] != 4318 {
+			t.Errorf("the policy's port names are %v on the container", ports)
+		}
+	})
+
+	t.Run("notes: where the shipper's certificate is, no warning", func(t *testing.T) {
+		notes := renderNotes(t, "", "mode=managed", shipperFrom)
+		for _, want := range []string{
+			"The OTLP receiver takes TLS only, with a client certificate",
+			"kubectl -n kubetrail get secret kt-kubetrail-shipper-client -o jsonpath='{.data.tls\\.crt}'",
+			"server name\nkt-kubetrail.kubetrail.svc",
+			"https://…:<otlp-http port>/v1/logs",
+			"The NetworkPolicy kt-kubetrail admits the receivers' ports only from managed.networkPolicy.from",
+		} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("the notes do not say %q:\n%s", want, notes)
+			}
+		}
+		if strings.Contains(notes, "WARNING") {
+			t.Errorf("the default managed install's notes warn:\n%s", notes)
+		}
+	})
+}
+
+// TestChartManagedOptOuts: each way to give up mode managed's TLS or NetworkPolicy is a value
+// of its own, and the notes say loudly what it exposes; without the shipper's peers the rendering
+// fails, naming the value; receivers of one's own get no TLS from the chart, and the notes say
+// so; the certificates may come from an existing Secret or cert-manager instead.
+func TestChartManagedOptOuts(t *testing.T) {
+	t.Run("without managed.networkPolicy.from the rendering fails", func(t *testing.T) {
+		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", "clusterName=c", "--set", "mode=managed")
+		if err == nil || !strings.Contains(stderr, "managed.networkPolicy.from is required") || !strings.Contains(stderr, "managed.networkPolicy.enabled=false") {
+			t.Fatalf("err %v, stderr %s; want the refusal naming managed.networkPolicy.from and the opt-out", err, stderr)
+		}
+		// Receivers that pull have no ports, and need no peers.
+		objs := renderChart(t, "clusterName=c", "mode=managed", "managed.service.ports=null", "managed.receivers.kafka.brokers={k:9092}")
+		np := ingressPolicyOf(t, objs, "NetworkPolicy/kt-kubetrail", objs["StatefulSet/kt-kubetrail"])
+		rules, _ := dig(np, "spec", "ingress").([]any)
+		for _, rule := range rules {
+			ports, _ := dig(rule, "ports").([]any)
+			for _, p := range ports {
+				if dig(p, "port") != "metrics" {
+					t.Errorf("a pulling receiver's policy admits port %v", dig(p, "port"))
+				}
+			}
+		}
+	})
+
+	t.Run("insecurePlaintext: no TLS, and the notes warn", func(t *testing.T) {
+		objs := renderChart(t, "clusterName=c", "mode=managed", shipperFrom, "managed.tls.insecurePlaintext=true")
+		cfg, _ := collectorConfig(t, objs)
+		for _, proto := range []string{"grpc", "http"} {
+			if tls := dig(cfg, "receivers", "otlp", "protocols", proto, "tls"); tls != nil {
+				t.Errorf("otlp %s tls = %v with insecurePlaintext", proto, tls)
+			}
+		}
+		if objs["Secret/kt-kubetrail-receiver-tls"] != nil || objs["Secret/kt-kubetrail-shipper-client"] != nil || tlsVolume(objs["StatefulSet/kt-kubetrail"]) != nil {
+			t.Errorf("certificates rendered or mounted with insecurePlaintext")
+		}
+		if objs["NetworkPolicy/kt-kubetrail"] == nil {
+			t.Errorf("insecurePlaintext dropped the NetworkPolicy")
+		}
+		notes := renderNotes(t, "", "mode=managed", shipperFrom, "managed.tls.insecurePlaintext=true")
+		for _, want := range []string{"WARNING: managed.tls.insecurePlaintext=true", "PLAIN TEXT", "http://…:<otlp-http port>/v1/logs"} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("the notes do not say %q:\n%s", want, notes)
+			}
+		}
+	})
+
+	t.Run("networkPolicy.enabled=false: no policy, TLS kept, and the notes warn", func(t *testing.T) {
+		objs := renderChart(t, "clusterName=c", "mode=managed", "managed.networkPolicy.enabled=false")
+		if objs["NetworkPolicy/kt-kubetrail"] != nil {
+			t.Errorf("NetworkPolicy rendered though disabled")
+		}
+		cfg, _ := collectorConfig(t, objs)
+		if !reflect.DeepEqual(dig(cfg, "receivers", "otlp", "protocols", "grpc", "tls"), receiverTLS) {
+			t.Errorf("disabling the policy dropped TLS: %v", dig(cfg, "receivers", "otlp"))
+		}
+		notes := renderNotes(t, "", "mode=managed", "managed.networkPolicy.enabled=false")
+		if !strings.Contains(notes, "WARNING: no NetworkPolicy (managed.networkPolicy.enabled=false)") || !strings.Contains(notes, "the client certificate still authenticates") {
+			t.Errorf("the notes do not warn about the missing policy:\n%s", notes)
+		}
+	})
+
+	t.Run("receivers of one's own: no TLS added, the notes say so", func(t *testing.T) {
+		objs := renderChart(t, "clusterName=c", "mode=managed", shipperFrom, "managed.receivers.otlp/own.protocols.grpc.endpoint=${env:POD_IP}:4317")
+		cfg, _ := collectorConfig(t, objs)
+		if tls := dig(cfg, "receivers", "otlp/own", "protocols", "grpc", "tls"); tls != nil {
+			t.Errorf("the chart added tls to a receiver of the user's: %v", tls)
+		}
+		if objs["Secret/kt-kubetrail-receiver-tls"] != nil {
+			t.Errorf("certificates generated for receivers of the user's")
+		}
+		notes := renderNotes(t, "", "mode=managed", shipperFrom, "managed.receivers.otlp/own.protocols.grpc.endpoint=${env:POD_IP}:4317")
+		if !strings.Contains(notes, "The chart adds no TLS to receivers of your own") {
+			t.Errorf("the notes do not say that receivers of one's own need their own TLS:\n%s", notes)
+		}
+	})
+
+	t.Run("existingSecret or cert-manager instead of generated certificates", func(t *testing.T) {
+		objs := renderChart(t, "clusterName=c", "mode=managed", shipperFrom, "managed.tls.existingSecret=my-otlp-tls")
+		if n := dig(tlsVolume(objs["StatefulSet/kt-kubetrail"]), "secret", "secretName"); n != "my-otlp-tls" {
+			t.Errorf("tls volume from %v, want my-otlp-tls", n)
+		}
+		if objs["Secret/kt-kubetrail-receiver-tls"] != nil || objs["Secret/kt-kubetrail-shipper-client"] != nil {
+			t.Errorf("certificates generated beside existingSecret")
+		}
+		objs = renderChart(t, "clusterName=c", "mode=managed", shipperFrom, "managed.tls.certManager.enabled=true")
+		for _, k := range []string{"Certificate/kt-kubetrail-receiver-tls", "Certificate/kt-kubetrail-shipper-client", "Certificate/kt-kubetrail-shipper-ca", "Issuer/kt-kubetrail-shipper-ca"} {
+			if objs[k] == nil {
+				t.Errorf("%s not rendered (have %v)", k, keys(objs))
+			}
+		}
+		if cn := dig(objs["Certificate/kt-kubetrail-shipper-client"], "spec", "commonName"); cn != "kubetrail-log-shipper" {
+			t.Errorf("shipper certificate CN %v", cn)
+		}
+		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", "clusterName=c", "--set", "mode=managed", "--set", shipperFrom,
+			"--set", "managed.tls.existingSecret=s", "--set", "managed.tls.certManager.enabled=true")
+		if err == nil || !strings.Contains(stderr, "choose one source of the OTLP receiver's certificates") {
+			t.Errorf("existingSecret with certManager: err %v, %s", err, stderr)
+		}
+	})
+}
+
+// TestChartManagedCertificatesStableAcrossUpgrades: an upgrade keeps the receiver's CA and
+// certificate and the shipper's certificate (lookup of the installed Secrets), so the shipper
+// keeps sending; a changed client name is signed again by the same CA.
+func TestChartManagedCertificatesStableAcrossUpgrades(t *testing.T) {
+	sets := []string{"clusterName=chart-test", "mode=managed", shipperFrom}
+	installed := renderChart(t, sets...)
+	live := map[string]map[string]any{}
+	for _, k := range []string{"Secret/kt-kubetrail-receiver-tls", "Secret/kt-kubetrail-shipper-client"} {
+		live[k] = installed[k]
+	}
+	upgraded := renderUpgrade(t, live, sets...)
+	for k := range live {
+		if !reflect.DeepEqual(dig(upgraded[k], "data"), dig(installed[k], "data")) {
+			t.Errorf("%s changed on upgrade", k)
+		}
+	}
+	renamed := renderUpgrade(t, live, append(sets, "managed.tls.clientName=fluent-bit")...)
+	caPEM := secretData(t, installed["Secret/kt-kubetrail-receiver-tls"], "ca.crt")
+	server, client := renamed["Secret/kt-kubetrail-receiver-tls"], renamed["Secret/kt-kubetrail-shipper-client"]
+	if !bytes.Equal(secretData(t, server, "ca.crt"), caPEM) || !bytes.Equal(secretData(t, client, "ca.crt"), caPEM) {
+		t.Fatalf("a new client name replaced the CA")
+	}
+	verifyCertificates(t, caPEM, secretData(t, server, "tls.crt"), secretData(t, server, "tls.key"),
+		secretData(t, client, "tls.crt"), secretData(t, client, "tls.key"), "kt-kubetrail.kubetrail.svc", "fluent-bit")
 }

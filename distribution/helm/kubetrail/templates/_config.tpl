@@ -172,7 +172,16 @@ into the default one: an otlp default there would stay beside the user's awsfire
 {{- if .Values.managed.receivers -}}
 {{- toJson .Values.managed.receivers -}}
 {{- else -}}
-{{- toJson (dict "otlp" (dict "protocols" (dict "grpc" (dict "endpoint" "${env:POD_IP}:4317") "http" (dict "endpoint" "${env:POD_IP}:4318")))) -}}
+{{- $grpc := dict "endpoint" "${env:POD_IP}:4317" -}}
+{{- $http := dict "endpoint" "${env:POD_IP}:4318" -}}
+{{- if include "kubetrail.managedCerts" . -}}
+{{- /* TLS only, and only a client certificate signed by ca.crt (the chart's own CA, which signs
+the shippers' certificates and nothing else, by default) may send; re-read hourly. */ -}}
+{{- $tls := dict "cert_file" "/etc/otelcol-kubetrail-tls/tls.crt" "key_file" "/etc/otelcol-kubetrail-tls/tls.key" "client_ca_file" "/etc/otelcol-kubetrail-tls/ca.crt" "min_version" "1.2" "reload_interval" "1h" -}}
+{{- $_ := set $grpc "tls" $tls -}}
+{{- $_ := set $http "tls" (deepCopy $tls) -}}
+{{- end -}}
+{{- toJson (dict "otlp" (dict "protocols" (dict "grpc" $grpc "http" $http))) -}}
 {{- end -}}
 {{- end -}}
 

@@ -45,7 +45,7 @@
   volumeMounts:
     - {name: config, mountPath: /etc/otelcol-kubetrail, readOnly: true}
     - {name: state, mountPath: /var/lib/otelcol-kubetrail}
-    {{- if include "kubetrail.webhookCerts" . }}
+    {{- if include "kubetrail.mountedTLSSecretName" . }}
     - {name: tls, mountPath: /etc/otelcol-kubetrail-tls, readOnly: true}
     {{- end }}
     {{- if and .Values.redis.tls.enabled .Values.redis.tls.caSecret }}
@@ -87,11 +87,12 @@ affinity:
 
 {{/* Volumes of the Secrets the collector container mounts (both workloads). */}}
 {{- define "kubetrail.secretVolumes" -}}
-{{- if include "kubetrail.webhookCerts" . }}
-# Only the webhook's certificate, key and client CA: not the CA key the chart keeps beside them.
+{{- with include "kubetrail.mountedTLSSecretName" . }}
+# Only the webhook's (or the OTLP receiver's) certificate, key and client CA: not the CA key the
+# chart keeps beside them.
 - name: tls
   secret:
-    secretName: {{ include "kubetrail.tlsSecretName" . }}
+    secretName: {{ . }}
     items:
       - {key: tls.crt, path: tls.crt}
       - {key: tls.key, path: tls.key}
