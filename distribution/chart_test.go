@@ -449,6 +449,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"unknown connector format", []string{"clusterName=c", "mode=managed", "managed.connector.format=eks"}, "managed/connector/format"},
 		{"connector cluster other than clusterName", []string{"clusterName=c", "mode=managed", "managed.connector.cluster=d"}, "managed.connector.cluster: set by the chart"},
 		{"connector window other than window", []string{"clusterName=c", "mode=managed", "managed.connector.window=1h"}, "managed.connector.window: set by the chart"},
+		{"connector cluster read from the records", []string{"clusterName=c", "mode=managed", "managed.connector.cluster_attribute=k8s.cluster.name"}, "managed.connector.cluster_attribute: a release traces one cluster"},
 		{"k8s_audit as a log receiver", []string{"clusterName=c", "mode=managed", "managed.receivers.k8s_audit.endpoint=x"}, "managed.receivers.k8s_audit: not a log receiver"},
 		{"receiver config that is no map", []string{"clusterName=c", "mode=managed", "managed.receivers.otlp=x"}, "managed/receivers/otlp"},
 		{"Service port name a container cannot carry", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=otlp-grpc-receiver", "managed.service.ports[0].port=4317"}, "managed/service/ports/0/name"},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/bytebudget"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
@@ -75,7 +76,7 @@ func benchReceiverTo(b *testing.B, next consumer.Traces) (*auditReceiver, http.H
 	if err != nil {
 		b.Fatal(err)
 	}
-	return r, (&webhook{r: r, maxBody: 64 << 20, inFlight: newByteBudget(1 << 30)}).routes()
+	return r, (&webhook{r: r, maxBody: 64 << 20, inFlight: bytebudget.New(1 << 30)}).routes()
 }
 
 func post(b *testing.B, h http.Handler, body []byte) {

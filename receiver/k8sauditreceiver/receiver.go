@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/bytebudget"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
@@ -178,7 +179,7 @@ func (r *auditReceiver) startServer(ctx context.Context, host component.Host) er
 	if err != nil {
 		return fmt.Errorf("endpoint: listening on %s: %w", sc.NetAddr.Endpoint, err)
 	}
-	w := &webhook{r: r, inFlight: newByteBudget(r.cfg.MaxInFlightBytes)}
+	w := &webhook{r: r, inFlight: bytebudget.New(r.cfg.MaxInFlightBytes)}
 	handler := w.routes()
 	if len(r.cfg.AllowedClientNames) > 0 {
 		handler = w.requireClientName(r.cfg.AllowedClientNames, handler)

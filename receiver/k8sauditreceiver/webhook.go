@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/bytebudget"
 )
 
 // retryAfterSeconds is what a refused batch asks its sender to wait. The apiserver's audit
@@ -26,42 +27,12 @@ const retryAfterSeconds = 1
 
 // webhook serves the audit webhook: POST /audit and POST /audit/{cluster}.
 type webhook struct {
-	r        *auditReceiver
-	maxBody  int64
-	inFlight *byteBudget
-}
-
-// byteBudget bounds the bytes held by requests in flight: their bodies as they arrive and an
-// estimate of their decoded events (see reservation).
-type byteBudget struct {
-	mu   sync.Mutex
-	used int64
-	max  int64
-}
-
-func newByteBudget(maxBytes int64) *byteBudget { return &byteBudget{max: maxBytes} }
-
-// acquire reserves n bytes, or reports false when that would pass the bound.
-func (b *byteBudget) acquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *byteBudget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-}
-
-func (b *byteBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
+	r       *auditReceiver
+	maxBody int64
+	// inFlight is max_in_flight_bytes: what requests hold at once, their decoders, bodies as
+	// they arrive and an estimate of their decoded events (see reservation); the budget type
+	// every door shares.
+	inFlight *bytebudget.Budget
 }
 
 // reservation is what one request holds of the in-flight budget. It grows as the request's
@@ -77,7 +48,7 @@ type reservation struct {
 
 // grow reserves n bytes more, or reports false when the budget cannot spare them.
 func (r *reservation) grow(n int64) bool {
-	if !r.w.inFlight.acquire(n) {
+	if !r.w.inFlight.Acquire(n) {
 		return false
 	}
 	r.held += n
@@ -86,7 +57,7 @@ func (r *reservation) grow(n int64) bool {
 }
 
 func (r *reservation) release() {
-	r.w.inFlight.release(r.held)
+	r.w.inFlight.Release(r.held)
 	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -r.held)
 	r.held = 0
 }
@@ -94,7 +65,7 @@ func (r *reservation) release() {
 // shrink gives back what the request holds for its body and events, once they are dropped.
 func (r *reservation) shrink() {
 	if n := r.held - r.floor; n > 0 {
-		r.w.inFlight.release(n)
+		r.w.inFlight.Release(n)
 		r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -n)
 		r.held = r.floor
 	}
@@ -102,7 +73,7 @@ func (r *reservation) shrink() {
 
 // alone reports whether n bytes more than the request holds would pass the whole budget, even
 // with no other request in flight: asking again later would not help.
-func (r *reservation) alone(n int64) bool { return r.held+n > r.w.inFlight.max }
+func (r *reservation) alone(n int64) bool { return r.held+n > r.w.inFlight.Max() }
 
 // bodyChunk is the size of the chunks a body of unknown length is read into, and what a body's
 // reservation grows by once it holds that much.
@@ -369,12 +340,12 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 			if alone && errors.Is(err, auditconv.ErrValuesOverBudget) {
 				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyValues, "RequestEntityTooLarge",
 					fmt.Sprintf("indexed, the values of its object bodies would hold more than max_in_flight_bytes (%d bytes, %d per value)",
-						w.inFlight.max, auditconv.ValueBytes))
+						w.inFlight.Max(), auditconv.ValueBytes))
 				return
 			}
 			if alone {
 				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
-					fmt.Sprintf("decoded, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.max))
+					fmt.Sprintf("decoded, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.Max()))
 				return
 			}
 			busy("no room for the decoded events")
@@ -413,7 +384,7 @@ func (w *webhook) busy(ctx context.Context, rw http.ResponseWriter, what string)
 	rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	w.reject(ctx, rw, http.StatusTooManyRequests, reasonInFlightBytes, "TooManyRequests",
 		fmt.Sprintf("%s: %d bytes of bodies, decoders and decoded events are held already (max_in_flight_bytes %d), retry",
-			what, w.inFlight.inUse(), w.inFlight.max))
+			what, w.inFlight.InUse(), w.inFlight.Max()))
 }
 
 // reject answers with a metav1.Status body, which the apiserver's webhook client logs as is.

@@ -47,6 +47,9 @@ extensions:
     compaction:
       directory: /var/lib/otelcol-kubetrail/queue
       on_rebound: true
+  {{- if and $managed .Values.managed.extensions }}
+  {{- toYaml .Values.managed.extensions | nindent 2 }}
+  {{- end }}
 receivers:
   {{- if $managed }}
   {{- include "kubetrail.managedReceivers" . | fromJson | toYaml | nindent 2 }}
@@ -141,7 +144,7 @@ exporters:
       max_interval: 30s
       max_elapsed_time: 0
 service:
-  extensions: [health_check, file_storage, file_storage/queue]
+  extensions: [health_check, file_storage, file_storage/queue{{ if $managed }}{{ range $k, $v := .Values.managed.extensions }}, {{ $k }}{{ end }}{{ end }}]
   telemetry:
     metrics:
       readers:

@@ -218,6 +218,9 @@ current-context: default
 {{- if has $k (list "cluster" "window") -}}
 {{- fail (printf "managed.connector.%s: set by the chart (cluster = clusterName, window = window); set those values instead" $k) -}}
 {{- end -}}
+{{- if eq $k "cluster_attribute" -}}
+{{- fail "managed.connector.cluster_attribute: a release traces one cluster, named clusterName for the audit spans and the Events' alike; a name read from the records (an EKS log group, an AKS resourceId) could differ and the two would never meet. Install one release per cluster" -}}
+{{- end -}}
 {{- end -}}
 {{- range $k, $v := .Values.managed.receivers -}}
 {{- if has (regexReplaceAll "/.*$" $k "") (list "k8s_audit" "k8s_event_spans") -}}
