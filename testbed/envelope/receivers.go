@@ -43,6 +43,31 @@ func eventHubRecords(msg []byte) ([]eventHubRecord, error) {
 	return doc.Records, nil
 }
 
+// eventHubGrouping returns a function that appends a record's log record to ld, under one
+// ResourceLogs per resourceId (its attributes set by resource) and a scope of the given name,
+// with the record's time as its timestamp, as both Azure translators do.
+func eventHubGrouping(ld plog.Logs, scope string, resource func(res pcommon.Map, id string)) func(eventHubRecord) (plog.LogRecord, error) {
+	byResource := map[string]plog.LogRecordSlice{}
+	return func(r eventHubRecord) (plog.LogRecord, error) {
+		lrs, ok := byResource[r.ResourceID]
+		if !ok {
+			rl := ld.ResourceLogs().AppendEmpty()
+			resource(rl.Resource().Attributes(), r.ResourceID)
+			sl := rl.ScopeLogs().AppendEmpty()
+			sl.Scope().SetName(scope)
+			lrs = sl.LogRecords()
+			byResource[r.ResourceID] = lrs
+		}
+		ts, err := time.Parse(time.RFC3339Nano, r.Time)
+		if err != nil {
+			return plog.LogRecord{}, err
+		}
+		lr := lrs.AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+		return lr, nil
+	}
+}
+
 // AKSLogObjects is an AKS Event Hub message (AKS above) whose records carry properties.log as a
 // JSON object instead of JSON text, as some AKS records do.
 func AKSLogObjects(msg []byte) ([]byte, error) {
@@ -78,23 +103,13 @@ func EventHubAzure(msg []byte) (plog.Logs, error) {
 		return plog.Logs{}, err
 	}
 	ld := plog.NewLogs()
-	byResource := map[string]plog.LogRecordSlice{}
+	recordOf := eventHubGrouping(ld, "github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/azure",
+		func(res pcommon.Map, id string) { res.PutStr("azure.resource.id", id) })
 	for _, r := range records {
-		lrs, ok := byResource[r.ResourceID]
-		if !ok {
-			rl := ld.ResourceLogs().AppendEmpty()
-			rl.Resource().Attributes().PutStr("azure.resource.id", r.ResourceID)
-			sl := rl.ScopeLogs().AppendEmpty()
-			sl.Scope().SetName("github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/azure")
-			lrs = sl.LogRecords()
-			byResource[r.ResourceID] = lrs
-		}
-		lr := lrs.AppendEmpty()
-		ts, err := time.Parse(time.RFC3339Nano, r.Time)
+		lr, err := recordOf(r)
 		if err != nil {
 			return plog.Logs{}, err
 		}
-		lr.SetTimestamp(pcommon.NewTimestampFromTime(ts))
 		attrs := lr.Attributes()
 		attrs.PutStr("azure.category", r.Category)
 		attrs.PutStr("azure.operation.name", r.OperationName)
@@ -120,26 +135,16 @@ func EventHubAzureSemconv(msg []byte, observed time.Time) (plog.Logs, error) {
 		return plog.Logs{}, err
 	}
 	ld := plog.NewLogs()
-	byResource := map[string]plog.LogRecordSlice{}
+	recordOf := eventHubGrouping(ld, "otelcol/azureresourcelogs", func(res pcommon.Map, id string) {
+		res.PutStr("cloud.provider", "azure")
+		res.PutStr("cloud.resource_id", id)
+		res.PutStr("event.name", "az.resource.log")
+	})
 	for _, r := range records {
-		lrs, ok := byResource[r.ResourceID]
-		if !ok {
-			rl := ld.ResourceLogs().AppendEmpty()
-			res := rl.Resource().Attributes()
-			res.PutStr("cloud.provider", "azure")
-			res.PutStr("cloud.resource_id", r.ResourceID)
-			res.PutStr("event.name", "az.resource.log")
-			sl := rl.ScopeLogs().AppendEmpty()
-			sl.Scope().SetName("otelcol/azureresourcelogs")
-			lrs = sl.LogRecords()
-			byResource[r.ResourceID] = lrs
-		}
-		lr := lrs.AppendEmpty()
-		ts, err := time.Parse(time.RFC3339Nano, r.Time)
+		lr, err := recordOf(r)
 		if err != nil {
 			return plog.Logs{}, err
 		}
-		lr.SetTimestamp(pcommon.NewTimestampFromTime(ts))
 		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(observed))
 		body := map[string]any{"category": r.Category, "operation.name": r.OperationName, "properties": r.Properties}
 		if err := lr.Body().SetEmptyMap().FromRaw(body); err != nil {
