@@ -24,7 +24,7 @@ const root = "../.."
 type exported map[string]map[string]map[string]bool
 
 var (
-	metricHeading = regexp.MustCompile("^### (otelcol_[a-z0-9_]+)\\s*$")
+	metricHeading = regexp.MustCompile(`^### (otelcol_[a-z0-9_]+)\s*$`)
 	enumValue     = regexp.MustCompile("``([^`]+)``")
 )
 

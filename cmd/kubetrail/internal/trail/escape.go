@@ -74,7 +74,7 @@ func unsafeRune(r rune, size int) bool {
 type lines struct{ w io.Writer }
 
 func (l lines) printf(format string, a ...any) {
-	io.WriteString(l.w, Escape(fmt.Sprintf(format, a...))+"\n")
+	fmt.Fprint(l.w, Escape(fmt.Sprintf(format, a...))+"\n")
 }
 
-func (l lines) blank() { io.WriteString(l.w, "\n") }
+func (l lines) blank() { fmt.Fprint(l.w, "\n") }
