@@ -501,7 +501,7 @@ func TestManifestsNameTheImage(t *testing.T) {
 		t.Errorf("Chart.yaml appVersion %q, the distribution is %q", chart.AppVersion, builder.Dist.Version)
 	}
 	for _, mode := range []string{"gateway", "daemonset", "managed"} {
-		objs := renderChart(t, "clusterName=c", "mode="+mode, controlPlaneCIDRs)
+		objs := renderChart(t, "clusterName=c", "mode="+mode, controlPlaneCIDRs, shipperFrom)
 		for k, obj := range objs {
 			if img := dig(obj, "spec", "template", "spec", "containers", 0, "image"); strings.HasPrefix(k, "StatefulSet/") || strings.HasPrefix(k, "DaemonSet/") {
 				if img != want {
