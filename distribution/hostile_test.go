@@ -119,24 +119,7 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	// concurrently posts body n times at once; each answer must be one of want.
 	concurrently := func(n int, body []byte, gz bool, want ...int) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan string, n)
-		for range n {
-			wg.Go(func() {
-				if code, err := post(body, gz); err != nil || !slices.Contains(want, code) {
-					errs <- fmt.Sprintf("%d %v", code, err)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		var failed []string
-		for e := range errs {
-			failed = append(failed, e)
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d of %d clients did not get %v: %v", len(failed), n, want, failed)
-		}
+		postConcurrently(t, n, func() (int, error) { return post(body, gz) }, want...)
 	}
 
 	million := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Repeat("{},", 999_999) + `{}]}`)
@@ -315,24 +298,7 @@ func TestWebhookDoorsStayWithinTheBoundOnTheBinary(t *testing.T) {
 	// concurrently posts body n times at once; each answer must be one of want.
 	concurrently := func(n int, body []byte, encoding string, want ...int) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan string, n)
-		for range n {
-			wg.Go(func() {
-				if code, err := post(body, encoding); err != nil || !slices.Contains(want, code) {
-					errs <- fmt.Sprintf("%d %v", code, err)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		var failed []string
-		for e := range errs {
-			failed = append(failed, e)
-		}
-		if len(failed) > 0 {
-			t.Errorf("%d of %d clients did not get %v: %v", len(failed), n, want, failed)
-		}
+		postConcurrently(t, n, func() (int, error) { return post(body, encoding) }, want...)
 	}
 
 	// Built before the rows: the RSS measured is the collector's, not this test's.
@@ -438,4 +404,27 @@ func TestWebhookDoorsStayWithinTheBoundOnTheBinary(t *testing.T) {
 			t.Errorf("the slow senders were answered %v, want 1,100 x 408 (min_body_rate)", answers)
 		}
 	})
+}
+
+// postConcurrently makes n requests at once with post; each answer must be one of want.
+func postConcurrently(t *testing.T, n int, post func() (int, error), want ...int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for range n {
+		wg.Go(func() {
+			if code, err := post(); err != nil || !slices.Contains(want, code) {
+				errs <- fmt.Sprintf("%d %v", code, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var failed []string
+	for e := range errs {
+		failed = append(failed, e)
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of %d clients did not get %v: %v", len(failed), n, want, failed)
+	}
 }
