@@ -4,11 +4,15 @@ package distribution_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
@@ -148,5 +152,75 @@ func TestAuditFromFileExample(t *testing.T) {
 		if got[id] != 1 {
 			t.Errorf("audit event %s exported %d times over both runs, want once", id, got[id])
 		}
+	}
+}
+
+// TestConnectorDoorStaysWithinItsBoundOnTheBinary: the request of issue 30 (200 records, each an
+// EventList of 10,000 `{}`: two million events in 6.5 KB gzipped) sent three times at once to
+// audit-from-logs.yaml's OTLP receiver cost +2.97 GB before the connector had a bound. Now each
+// request is refused (400: the records past max_in_flight_bytes refused for good, or 503 when
+// the others hold the budget) and the collector's peak RSS over its warmed baseline stays under
+// 256 MiB, twice the connector's 128 MiB max_in_flight_bytes.
+func TestConnectorDoorStaysWithinItsBoundOnTheBinary(t *testing.T) {
+	requireBinary(t)
+	otlpPort, healthPort := freePort(t), freePort(t)
+	c := launch(t, filepath.Join(root, "distribution", "examples", "audit-from-logs.yaml"),
+		fmt.Sprintf("KUBETRAIL_OTLP_HTTP_ENDPOINT=127.0.0.1:%d", otlpPort),
+		fmt.Sprintf("KUBETRAIL_HEALTH_ENDPOINT=127.0.0.1:%d", healthPort),
+		"KUBETRAIL_CLUSTER=disttest", "KUBETRAIL_OUT="+filepath.Join(t.TempDir(), "traces.jsonl"))
+	defer func() {
+		c.stop()
+		if t.Failed() {
+			t.Logf("collector log:\n%s", c.logs.String())
+		}
+	}()
+	waitHealthy(t, c, healthPort)
+	request := func(records ...string) []byte {
+		ld := plog.NewLogs()
+		lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+		for _, r := range records {
+			lrs.AppendEmpty().Body().SetStr(r)
+		}
+		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gz bytes.Buffer
+		w := gzip.NewWriter(&gz)
+		_, _ = w.Write(data)
+		_ = w.Close()
+		return gz.Bytes()
+	}
+	post := func(body []byte) (int, error) {
+		req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/logs", otlpPort), bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", "gzip")
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	empties := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Repeat("{},", 9_999) + `{}]}`
+	records := make([]string, 200)
+	for i := range records {
+		records[i] = empties
+	}
+	attack := request(records...)
+	t.Logf("the request: %d bytes gzipped", len(attack))
+	if code, err := post(request(string(recordedBodies(t, "deployment")[0]))); err != nil || code != http.StatusOK {
+		t.Fatalf("a recorded batch: %d %v", code, err)
+	}
+	base := procKiB(t, c.cmd.Process.Pid, "VmRSS")
+	postConcurrently(t, 3, func() (int, error) { return post(attack) }, http.StatusBadRequest, http.StatusServiceUnavailable)
+	peak := procKiB(t, c.cmd.Process.Pid, "VmHWM") - base
+	t.Logf("three at once: peak RSS +%d MiB over %d MiB", peak>>20, base>>20)
+	if peak > 256<<20 {
+		t.Errorf("peak RSS %d MiB over the baseline, past 256 MiB", peak>>20)
 	}
 }

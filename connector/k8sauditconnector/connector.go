@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
 	"github.com/kubetrail/kubetrail/internal/auditconv"
@@ -225,7 +227,10 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 	if refused > 0 {
 		c.logger.Warn("Refusing log records past what one call may hold decoded: send smaller batches, or raise max_in_flight_bytes",
 			zap.Int("records", refused), zap.Int64("max_in_flight_bytes", c.inFlight.Max()))
-		return consumererror.NewPermanent(fmt.Errorf("k8s_audit connector: %d log records past max_in_flight_bytes (%d bytes decoded) refused", refused, c.inFlight.Max()))
+		// InvalidArgument: the sender's request is too large, which the OTLP receiver answers
+		// 400 (gRPC and HTTP); a permanent error without a status would be a 500.
+		return consumererror.NewPermanent(status.Errorf(codes.InvalidArgument,
+			"k8s_audit connector: %d log records past max_in_flight_bytes (%d bytes decoded) refused", refused, c.inFlight.Max()))
 	}
 	return nil
 }
