@@ -50,7 +50,7 @@ func FuzzRead(f *testing.F) {
 				if d.format == formatGKE && ev.AuditID == "" {
 					t.Fatalf("a GKE entry read as an event without auditID: %+v", ev)
 				}
-				if d.format == formatGKE && ev.ObjectRef != nil && (!validResource(ev.ObjectRef.Resource) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Namespace) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Name)) {
+				if d.format == formatGKE && ev.ObjectRef != nil && (!auditconv.ValidResource(ev.ObjectRef.Resource) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Namespace) || slices.Contains([]string{".", ".."}, ev.ObjectRef.Name)) {
 					t.Fatalf("a GKE entry read with an objectRef the apiserver cannot name: %+v", ev.ObjectRef)
 				}
 			}
@@ -78,7 +78,7 @@ func FuzzResourceName(f *testing.F) {
 				t.Fatalf("%q read as %+v", name, ref)
 			}
 		}
-		if !validResource(ref.Resource) || ref.APIVersion == "" {
+		if !auditconv.ValidResource(ref.Resource) || ref.APIVersion == "" {
 			t.Fatalf("%q read as %+v", name, ref)
 		}
 	})

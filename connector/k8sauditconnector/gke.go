@@ -442,7 +442,7 @@ func refOfResourceName(name string) (nativeObjectRef, error) {
 		return nativeObjectRef{}, fmt.Errorf("gke: resourceName %q has more segments than resource/name/subresource", name)
 	}
 	ref.Resource = rest[0]
-	if !validResource(ref.Resource) {
+	if !auditconv.ValidResource(ref.Resource) {
 		return nativeObjectRef{}, fmt.Errorf("gke: resourceName %q: %q is not a resource (a lower-case plural)", name, ref.Resource)
 	}
 	if len(rest) > 1 {
@@ -452,19 +452,6 @@ func refOfResourceName(name string) (nativeObjectRef, error) {
 		ref.Subresource = rest[2]
 	}
 	return ref, nil
-}
-
-// validResource reports whether s can be a resource's plural name: a DNS label, lower case.
-func validResource(s string) bool {
-	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // requestURI is the path the request was made on, rebuilt from the objectRef (GKE does not

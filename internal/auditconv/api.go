@@ -285,3 +285,7 @@ const maxPooledEvents = 4096
 // DecodeBody decodes an EventList or Event with every body validated, as a converter with no
 // filters would read it.
 func DecodeBody(data []byte) ([]Event, error) { return decodeBody(data) }
+
+// ValidResource reports whether r is a resource as the apiserver names it (a lower-case plural,
+// a DNS-1035 label): what an objectRef must hold to be converted, for a door that builds one.
+func ValidResource(r string) bool { return validResource(r) }
