@@ -23,6 +23,10 @@ type Target struct {
 	Name      string
 	Cluster   string
 	UID       string // optional: known identity, the windows' trace IDs are computed from it
+	// RootUID is optional: the UID of the object's root owner (the top of its chain of
+	// controlling owners, as the cluster tells it). An owned object's window spans live in its
+	// root's traces, so with a cluster these are computed too.
+	RootUID string
 }
 
 func (t Target) String() string {
@@ -58,6 +62,9 @@ type Found struct {
 	Others []string
 	// Traces lists the fetched trace IDs, with how each was found: derived, search or link.
 	Traces []FetchedTrace
+	// Searched tells whether the backend's tag search was made: the computed trace IDs did not
+	// hold the object (or could not be computed: no UID, no cluster).
+	Searched bool
 }
 
 // FetchedTrace is one trace read from the backend.
@@ -77,10 +84,11 @@ type finder struct {
 	found   Found
 }
 
-// Find fetches the traces of q.Target's windows from src. With a UID it computes the trace IDs
-// of the windows in range (model.ObjectTraceID: the trace a root object's window gets); the
-// backend's tag search finds the object otherwise, and also finds objects whose trace is their
-// root owner's. The root owner's windows are then computed too, and the previous_window links of
+// Find fetches the traces of q.Target's windows from src. With a UID and a cluster it computes
+// the trace IDs of the windows in range (model.ObjectTraceID of the cluster's UID key: the trace
+// a root object's window gets), of the object and of its root owner when known; the backend's
+// tag search finds the object otherwise, and also finds objects whose trace is their root
+// owner's. The root owner's windows are then computed too, and the previous_window links of
 // the object spans are followed, so a range that spans window boundaries yields every window.
 func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 	if q.Window <= 0 {
@@ -92,12 +100,20 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.UID != "" {
-		if err := f.fetchDerived(ctx, model.UIDKey(t.Cluster, t.UID), windows); err != nil {
-			return nil, err
+	// The derivation keys on the collector's cluster name: without it nothing can be computed.
+	if t.UID != "" && t.Cluster != "" {
+		keys := []model.Key{model.UIDKey(t.Cluster, t.UID)}
+		if t.RootUID != "" && t.RootUID != t.UID {
+			keys = append(keys, model.UIDKey(t.Cluster, t.RootUID))
+		}
+		for _, k := range keys {
+			if err := f.fetchDerived(ctx, k, windows); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(f.matches(t.UID)) == 0 {
+		f.found.Searched = true
 		tags := map[string]string{model.AttrObjectName: t.Name}
 		if t.Namespace != "" {
 			tags[model.AttrNamespaceName] = t.Namespace
@@ -128,9 +144,11 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 		f.found.UID, f.found.Others = pickUID(m)
 		m = f.matches(f.found.UID)
 	}
-	// The root owners' windows: an owned object's spans live in its root's trace.
-	roots := map[model.Key]bool{model.UIDKey(t.Cluster, f.found.UID): true}
+	// The root owners' windows: an owned object's spans live in its root's trace. The cluster
+	// is the spans' own, so a query without --cluster still computes them once found.
+	roots := map[model.Key]bool{}
 	for _, s := range m {
+		roots[model.UIDKey(s.Cluster, f.found.UID)] = true
 		if r := f.rootOf(s); r != nil && r.Object.UID != "" {
 			roots[model.UIDKey(r.Cluster, r.Object.UID)] = true
 		}
