@@ -5,39 +5,23 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynfake "k8s.io/client-go/dynamic/fake"
 )
 
 var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-[0-9a-f]{16}-01$`)
 
 func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
-	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
-	web := &unstructured.Unstructured{}
-	web.SetAPIVersion("apps/v1")
-	web.SetKind("Deployment")
-	web.SetNamespace("shop")
-	web.SetName("web")
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{deployments: "DeploymentList"}, web)
-	prev := newAnnotateClients
-	t.Cleanup(func() { newAnnotateClients = prev })
-	newAnnotateClients = func(string, string) (*annotateClients, string, error) {
-		return &annotateClients{mapper: mapper, dynamic: dyn}, "default", nil
-	}
+	web := object("apps/v1", "Deployment", "shop", "web", "6f1c2f9e-0000-4000-8000-000000000001")
+	fc := withFakeCluster(t, "shop", web)
 
 	var ids []string
-	for range 2 {
-		code, out, errOut := kubetrail(t, "annotate", "deploy/web", "-n", "shop")
+	// TYPE/NAME and TYPE NAME, the namespace from the context and from -n.
+	for _, args := range [][]string{{"annotate", "deploy/web"}, {"annotate", "deployment", "web", "-n", "shop"}} {
+		code, out, errOut := kubetrail(t, args...)
 		if code != 0 {
-			t.Fatalf("exit %d: %s", code, errOut)
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
 		}
-		got, err := dyn.Resource(deployments).Namespace("shop").Get(t.Context(), "web", metav1.GetOptions{})
+		got, err := fc.dynamic.Resource(deploymentsGVR).Namespace("shop").Get(t.Context(), "web", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,6 +44,14 @@ func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
 	}
 	code, _, errOut = kubetrail(t, "annotate", "gizmo/x", "-n", "shop")
 	if code != 1 || !strings.Contains(errOut, `unknown kind "gizmo"`) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
+
+// Without a kubeconfig, annotate has nothing to write to: it says where a kubeconfig comes from.
+func TestAnnotateWithoutAKubeconfigSaysHowToGiveOne(t *testing.T) {
+	code, _, errOut := kubetrail(t, "annotate", "deploy/web")
+	if code != 1 || !strings.Contains(errOut, "no kubeconfig: set --kubeconfig or $KUBECONFIG") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 )
@@ -20,19 +23,33 @@ import (
 // usage is the command's help; prog is how it was invoked: "kubetrail", or "kubectl trail" as a
 // kubectl plugin, where trace is the default subcommand.
 func usage(prog string, plugin bool) string {
-	trace := prog + " trace"
+	trace, traceDesc := prog+" trace", "Show one object's whole story from its traces"
+	object := ""
 	if plugin {
-		trace = prog
+		trace, traceDesc = prog, "Show one object's whole story from its traces (the default: "+prog+" TYPE/NAME)"
+		object = "  " + prog + " (TYPE/NAME | TYPE NAME) [options]\n"
 	}
 	return fmt.Sprintf(`%[1]s reads the traces of Kubernetes objects that the kubetrail collector components wrote.
 
-Usage:
-  %[2]s KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]
-  %[1]s annotate KIND/NAME -n NAMESPACE [--kubeconfig FILE] [--context NAME]
+Examples:
+  # A Deployment of the current context's namespace, from Jaeger
+  %[2]s deploy/web --cluster prod-eu-1 --source jaeger=http://localhost:16686
 
-Run "%[2]s -h" or "%[1]s annotate -h" for the flags; docs/cli.md has examples.
-`, prog, trace)
+  # Start a trace before a change, and keep its ID
+  id=$(%[1]s annotate deploy/web)
+
+Available Commands:
+  trace        %[3]s
+  annotate     Write a fresh trace context annotation on an object and print its trace ID
+
+Usage:
+%[4]s  %[1]s [command] [options]
+
+Use "%[1]s <command> --help" for more information about a given command (docs/cli.md).
+`, prog, trace, traceDesc, object)
 }
+
+var quietClientGo sync.Once
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -62,16 +79,22 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		argv0, argv = argv[0], argv[1:]
 	}
 	prog, plugin := progName(argv0)
+	quietClientGo.Do(func() {
+		// client-go's discovery also logs (klog, to stderr) the failures it returns: a cluster
+		// that does not answer is reported once, by the command, and trace goes on without it.
+		utilruntime.ErrorHandlers = nil
+	})
 	if len(argv) == 0 {
 		fmt.Fprint(stderr, usage(prog, plugin))
 		return 2
 	}
 	var err error
+	cmd := prog + " " + argv[0]
 	switch argv[0] {
 	case "trace":
-		err = runTrace(ctx, prog+" trace", argv[1:], stdout, stderr)
+		err = runTrace(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "annotate":
-		err = runAnnotate(ctx, prog+" annotate", argv[1:], stdout, stderr)
+		err = runAnnotate(ctx, cmd, argv[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage(prog, plugin))
 		return 0
@@ -79,7 +102,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		// As a kubectl plugin, trace is the default: `kubectl trail deploy/web -n shop` and
 		// `kubectl trail -n shop deploy/web` both trace.
 		if plugin {
-			err = runTrace(ctx, prog, argv, stdout, stderr)
+			cmd = prog
+			err = runTrace(ctx, prog, cmd, argv, stdout, stderr)
 			break
 		}
 		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", prog, argv[0], usage(prog, plugin))
@@ -87,19 +111,14 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	var ue usageError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "%s: %s\n", prog, trail.Escape(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n%s", prog, trail.Escape(err.Error()), hint(cmd))
 		return 2
 	default:
-		// An error may quote what a backend answered or what a file held.
+		// An error may quote what a backend or the cluster answered, or what a file held.
 		fmt.Fprintf(stderr, "%s: %s\n", prog, trail.Escape(err.Error()))
 		return 1
 	}
 }
-
-// usageError is a mistake in the command line.
-type usageError struct{ error }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }

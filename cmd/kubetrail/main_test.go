@@ -25,7 +25,20 @@ import (
 
 var update = flag.Bool("update", false, "regenerate testdata/golden from the processor's recorded goldens")
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain keeps the tests off the developer's clusters: the kubeconfig is one that does not
+// exist (no kubeconfig, as on a machine without a cluster), unless a test gives its own or
+// replaces connect with fake clients.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kubetrail-test")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("KUBECONFIG", filepath.Join(dir, "no-kubeconfig"))
+	os.Unsetenv("KUBERNETES_SERVICE_HOST") // no in-cluster config either
+	os.Unsetenv("KUBETRAIL_CLUSTER")
+	defer os.RemoveAll(dir)
+	goleak.VerifyTestMain(m)
+}
 
 // recorded is where the processor's golden traces are: its output for the testbed's fixtures,
 // recorded from the real control plane. They are this command's input, never hand-typed spans.
@@ -259,7 +272,12 @@ func TestErrorsSayWhatToTryNext(t *testing.T) {
 			2, []string{"/nonexistent/traces.jsonl", "file exporter"}},
 		{"an unknown output is a usage error", []string{"trace", "deployment/demo", "--source", src, "-o", "xml"}, 2, []string{"tree, timeline, json or html"}},
 		{"no source is a usage error", []string{"trace", "deployment/demo"}, 2, []string{"--source is required"}},
-		{"a target without a name is a usage error", []string{"trace", "deployment", "--source", src}, 2, []string{"KIND/NAME"}},
+		{"a target without a name is a usage error", []string{"trace", "deployment", "--source", src}, 2, []string{"want TYPE/NAME or TYPE NAME", "See 'kubetrail trace -h' for help and examples."}},
+		{"two objects are a usage error", []string{"trace", "deploy/a", "deploy/b", "--source", src}, 2, []string{"takes one object", "got 2 arguments"}},
+		{"a long flag with one dash is a usage error that names the right one", []string{"trace", "deployment/demo", "--source", src, "-generation", "3"}, 2, []string{"-generation: a long flag takes two dashes, as in kubectl: --generation"}},
+		{"an unknown flag is a usage error", []string{"trace", "deployment/demo", "--source", src, "--colour"}, 2, []string{"unknown flag: --colour", "See 'kubetrail trace -h'"}},
+		{"a flag without its value is a usage error", []string{"trace", "deployment/demo", "--source", src, "-n"}, 2, []string{"flag needs an argument", "'n' in -n"}},
+		{"a named kubeconfig that does not load is an error", []string{"trace", "deployment/demo", "--source", src, "--kubeconfig", "/nonexistent/kubeconfig"}, 1, []string{"kubeconfig:", "/nonexistent/kubeconfig"}},
 		{"a bad --since is a usage error", []string{"trace", "deployment/demo", "--source", src, "--since", "yesterday"}, 2, []string{"RFC 3339"}},
 		{"an unknown --only is a usage error", []string{"trace", "deployment/demo", "--source", src, "--only", "pods"}, 2, []string{"errors, writes or events"}},
 		{"an unknown command is a usage error", []string{"frobnicate"}, 2, []string{"unknown command"}},

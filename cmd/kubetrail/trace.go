@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -23,79 +26,99 @@ const defaultSince = time.Hour
 var now = time.Now
 
 type traceFlags struct {
-	namespace, cluster, uid, source string
-	since, until                    string
-	window                          time.Duration
-	output, out, only               string
-	depth                           int
-	generation                      int64
+	kube                 kubeFlags
+	cluster, uid, source string
+	since, until         string
+	window               time.Duration
+	output, out, only    string
+	depth                int
+	generation           int64
+	verbosity            int
 }
 
-// parseObjectArg parses the flags and the one KIND/NAME argument of a subcommand. An empty kind
-// and a nil error mean help was asked for (and printed).
-func parseObjectArg(fs *flag.FlagSet, args []string, cmd string) (kind, name string, err error) {
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", "", nil
-		}
-		return "", "", usageError{err}
-	}
-	if len(pos) != 1 {
-		return "", "", usagef("%s takes one KIND/NAME, e.g. deployment/web (got %d arguments)", cmd, len(pos))
-	}
-	kind, name, ok := strings.Cut(pos[0], "/")
-	if !ok || kind == "" || name == "" {
-		return "", "", usagef("%q: want KIND/NAME, e.g. deployment/web", pos[0])
-	}
-	return kind, name, nil
+// outputs are the values of -o.
+var outputs = []string{"tree", "timeline", "json", "html"}
+
+// traceCommand is trace's command line; cmd is the command as the user typed it ("kubectl
+// trail", "kubetrail trace"), for the help.
+func traceCommand(cmd string, f *traceFlags) *command {
+	c := newCommand(cmd,
+		"Show one object's whole story from the traces the kubetrail collector wrote: its windows merged, the objects\nit owns, every write and Event, and why it was slow, as a tree, a timeline, JSON or an HTML page.",
+		`When the kubeconfig reaches the cluster, the object's UID and its owners are read from it and the trace IDs of
+its windows are computed (with --cluster, the collector's cluster name); otherwise, or when the object is gone,
+the backend is searched by name. TYPE is a resource, kind or short name (deploy, po, sts, cm, no, ...), with
+or without its group (deployments.apps).`,
+		fmt.Sprintf(`  # A Deployment of the current context's namespace, read from Jaeger
+  %[1]s deploy/web --cluster prod-eu-1 --source jaeger=http://localhost:16686
+
+  # A Pod of another namespace over the last two hours, as a timeline
+  %[1]s pod web-7d4b9c6f5-x2x8k -n shop --since 2h -o timeline
+
+  # Only the failed requests and Warning Events of a node
+  %[1]s no/worker-3 --only errors
+
+  # The rollout to generation 3, as a self-contained HTML page
+  %[1]s deploy/web --generation 3 -o html --out web.html
+
+  # From the collector's file exporter, a deleted object by its UID
+  %[1]s deploy/demo --source file=traces.jsonl --uid 1a8e24cf-7024-43fb-9ae8-16151a19b473
+`, cmd),
+		"(TYPE/NAME | TYPE NAME) [--source jaeger=URL|file=PATH] [options]")
+	c.group("Cluster (read for the object's UID and owners; the backend is searched when it cannot be)", func(fs *pflag.FlagSet) {
+		f.kube.add(fs, "The object's namespace (default: the kubeconfig context's, then \"default\"; ignored for cluster-scoped kinds such as nodes, namespaces or clusterroles).")
+	})
+	c.group("Object", func(fs *pflag.FlagSet) {
+		fs.StringVar(&f.cluster, "cluster", "", "The collector's cluster setting (k8s.cluster.name; default $KUBETRAIL_CLUSTER). The trace IDs are computed from it and the UID, so without it the backend is searched (any cluster matches); the kubeconfig does not know it.")
+		fs.StringVar(&f.uid, "uid", "", "The object's UID: the windows' trace IDs are computed from it (with --cluster) and the cluster is not asked; also picks one of several objects that had the name (a recreated Pod).")
+	})
+	c.group("Backend", func(fs *pflag.FlagSet) {
+		fs.StringVar(&f.source, "source", "", "Where the traces are: jaeger=URL (Jaeger's query service, e.g. http://localhost:16686) or file=PATH (OTLP JSON lines, as the collector's file exporter writes them). Default $KUBETRAIL_SOURCE.")
+		fs.DurationVar(&f.window, "window", model.DefaultWindow, "The collector's window (k8s_object_link's window setting): the computed trace IDs depend on it.")
+	})
+	c.group("Range", func(fs *pflag.FlagSet) {
+		fs.StringVar(&f.since, "since", "", "Start of the range: a duration ago (30m, 2h), a local clock time (14:00, today or else yesterday), a date (2026-11-21) or an RFC 3339 time. Default 1h for jaeger, everything for file.")
+		fs.StringVar(&f.until, "until", "", "End of the range, in the same forms as --since. Default now.")
+		fs.Int64Var(&f.generation, "generation", 0, "Show the rollout to this metadata.generation of the object: from the first write that carried it until the next generation's (0: every generation).")
+	})
+	c.group("Output", func(fs *pflag.FlagSet) {
+		fs.StringVarP(&f.output, "output", "o", "tree", "Output format: tree, timeline, json or html.")
+		fs.StringVar(&f.out, "out", "", "Write the output to this file instead of stdout (the usual way for html).")
+		fs.IntVar(&f.depth, "depth", -1, "Levels of owned objects to show (0: the object alone); -1 all, at most 16 (the owner-chain bound).")
+		fs.StringVar(&f.only, "only", "", "Show only errors (failed requests, Warning Events), writes or events.")
+		fs.IntVarP(&f.verbosity, "v", "v", 0, "Log level: 1 says on stderr how the object was found (its UID from the cluster or the backend, the traces fetched and how).")
+	})
+	return c
 }
 
-// parseInterleaved parses flags that may come before or after the positional arguments, as
-// kubectl users expect (`trace deploy/web -n shop` and `trace -n shop deploy/web`).
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// runTrace is `kubetrail trace`; cmd is the command as the user typed it, for the usage text.
-func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+// runTrace is `kubetrail trace`; prog is the program as the user typed it ("kubectl trail"), cmd
+// the command ("kubectl trail", "kubetrail trace").
+func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stderr io.Writer) error {
 	var f traceFlags
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.namespace, "n", "", "namespace of the object (empty for cluster-scoped objects)")
-	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
-	fs.StringVar(&f.cluster, "cluster", "", "the collector's `cluster` (k8s.cluster.name); empty matches any")
-	fs.StringVar(&f.uid, "uid", "", "the object's UID: the windows' trace IDs are computed from it instead of searched")
-	fs.StringVar(&f.source, "source", os.Getenv("KUBETRAIL_SOURCE"), "jaeger=URL (Jaeger query service) or file=PATH (OTLP JSON lines); default $KUBETRAIL_SOURCE")
-	fs.StringVar(&f.since, "since", "", "start of the range: a duration ago (30m, 2h), a local clock time (14:00, today or else yesterday), a date (2026-11-21) or an RFC 3339 time; default 1h for jaeger, everything for file")
-	fs.StringVar(&f.until, "until", "", "end of the range, in the same forms as --since; default now")
-	fs.DurationVar(&f.window, "window", model.DefaultWindow, "the collector's window (k8s_object_link `window`)")
-	fs.StringVar(&f.output, "o", "tree", "output: tree, timeline, json or html")
-	fs.StringVar(&f.out, "out", "", "write the output to this file instead of stdout")
-	fs.IntVar(&f.depth, "depth", -1, "levels of owned objects to show (0: the object alone); -1 all, at most 16 (the owner-chain bound)")
-	fs.StringVar(&f.only, "only", "", "show only errors, writes or events")
-	fs.Int64Var(&f.generation, "generation", 0, "show the rollout to this metadata.generation of the object: from the first write that carried it until the next generation's (0: every generation)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: "+cmd+" KIND/NAME -n NAMESPACE --cluster CLUSTER --source jaeger=URL|file=PATH [flags]")
-		fs.PrintDefaults()
-	}
-	kindArg, name, err := parseObjectArg(fs, args, "trace")
-	if err != nil || kindArg == "" {
+	c := traceCommand(cmd, &f)
+	pos, err := c.parse(args, stdout)
+	if err != nil {
 		return err
 	}
-	if !slices.Contains([]string{"tree", "timeline", "json", "html"}, f.output) {
-		return usagef("-o %q: want tree, timeline, json or html", f.output)
+	kindArg, name, err := objectArg(pos, cmd)
+	if err != nil {
+		return err
+	}
+	if !c.fs.Changed("source") {
+		f.source = os.Getenv("KUBETRAIL_SOURCE")
+	}
+	if !c.fs.Changed("cluster") {
+		f.cluster = os.Getenv("KUBETRAIL_CLUSTER")
+	}
+	say := func(format string, a ...any) {
+		fmt.Fprint(stderr, trail.Escape(prog+": "+fmt.Sprintf(format, a...))+"\n")
+	}
+	logf := func(format string, a ...any) {
+		if f.verbosity > 0 {
+			say(format, a...)
+		}
+	}
+	if !slices.Contains(outputs, f.output) {
+		return usagef("--output %q: want tree, timeline, json or html", f.output)
 	}
 	if f.only != "" && !slices.Contains(trail.ValidOnly, f.only) {
 		return usagef("--only %q: want errors, writes or events", f.only)
@@ -132,11 +155,16 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if !since.IsZero() && !until.IsZero() && !until.After(since) {
 		return usagef("--until %s is not after --since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
-	kind, group, resource := trail.ResolveKind(kindArg)
-	target := trail.Target{Kind: kind, Group: group, Resource: resource, Namespace: f.namespace, Name: name, Cluster: f.cluster, UID: f.uid}
+	target, err := f.target(ctx, kindArg, name, say, logf)
+	if err != nil {
+		return err
+	}
 	found, err := trail.Find(ctx, src, trail.Query{Target: target, Since: since, Until: until, Window: f.window})
 	if err != nil {
 		return err
+	}
+	if f.verbosity > 0 {
+		logFound(found, logf)
 	}
 	if u, ok := src.(trail.Unreader); ok && u.Unread().Spans > 0 {
 		// A window written across an upgrade holds spans of both models: show what can be read.
@@ -200,6 +228,91 @@ func runTrace(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// target is the object asked for, with its UID and root owner from the cluster when the cluster
+// can tell them: the kubeconfig loads, the kind maps and a GET answers. Otherwise, and when the
+// object is gone, the target is what the command line and the built-in kinds tell, and Find
+// searches the backend: that is not an error, say tells it in one line (nothing when there is
+// no kubeconfig at all). --uid wins and the cluster is not asked.
+func (f *traceFlags) target(ctx context.Context, kindArg, name string, say, logf func(string, ...any)) (trail.Target, error) {
+	k := trail.ResolveKind(kindArg)
+	t := trail.Target{Kind: k.Kind, Group: k.Group, Resource: k.Resource, Name: name, Cluster: f.cluster, UID: f.uid}
+	cl, err := connect(&f.kube, nil)
+	switch {
+	case err != nil && f.kube.explicit():
+		return t, err // a kubeconfig or context the user named must load
+	case errors.Is(err, errNoKubeconfig):
+		cl = nil
+	case err != nil:
+		say("%v; searching the backend", err)
+		cl = nil
+	}
+	t.Namespace = f.kube.namespaceFor(k.Namespaced, cl)
+	if f.uid != "" {
+		logf("%s: uid %s given, the cluster is not asked", t, f.uid)
+		return t, nil
+	}
+	if cl == nil {
+		logf("%s: no kubeconfig, searching the backend", t)
+		return t, nil
+	}
+	m, err := cl.resolve(kindArg)
+	switch {
+	case meta.IsNoMatchError(err):
+		say("the cluster (context %s) serves no %q; searching the backend for kind %s", cl.context, kindArg, t.Kind)
+		return t, nil
+	case err != nil:
+		say("cluster unreachable (context %s: %v); searching the backend", cl.context, err)
+		return t, nil
+	}
+	t.Kind, t.Group, t.Resource = m.kind, m.gvr.Group, m.gvr.Resource
+	t.Namespace = f.kube.namespaceFor(m.namespaced, cl)
+	id, err := cl.identify(ctx, m, t.Namespace, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		say("%s is not in the cluster (context %s); searching the backend", t, cl.context)
+		return t, nil
+	case err != nil:
+		say("reading %s from the cluster (context %s): %v; searching the backend", t, cl.context, err)
+		return t, nil
+	}
+	t.UID, t.RootUID = id.uid, id.root()
+	chain := make([]string, 0, len(id.owners))
+	for _, o := range id.owners {
+		chain = append(chain, fmt.Sprintf("%s %s (uid %s)", o.kind, o.name, o.uid))
+	}
+	owners := "no controlling owner"
+	if len(chain) > 0 {
+		owners = "owners " + strings.Join(chain, " → ")
+	}
+	if t.Cluster == "" {
+		logf("%s: uid %s from the cluster (context %s), %s; no --cluster, so its trace IDs cannot be computed: searching the backend by uid", t, t.UID, cl.context, owners)
+	} else {
+		logf("%s: uid %s from the cluster (context %s), %s; computing the trace IDs of its windows", t, t.UID, cl.context, owners)
+	}
+	return t, nil
+}
+
+// logFound says how the traces were found (-v 1).
+func logFound(found *trail.Found, logf func(string, ...any)) {
+	via := map[string]int{}
+	var order []string
+	for _, t := range found.Traces {
+		if via[t.Via] == 0 {
+			order = append(order, t.Via)
+		}
+		via[t.Via]++
+	}
+	var parts []string
+	for _, v := range order {
+		parts = append(parts, fmt.Sprintf("%s %d", v, via[v]))
+	}
+	search := "no tag search"
+	if found.Searched {
+		search = "tag search made"
+	}
+	logf("fetched %d traces (%s); %s; uid %s", len(found.Traces), strings.Join(parts, ", "), search, found.UID)
 }
 
 func rangeEnd(t time.Time, zero string) string {

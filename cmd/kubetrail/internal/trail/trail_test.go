@@ -13,22 +13,43 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestResolveKindAcceptsWhatKubectlUsersType(t *testing.T) {
-	tests := []struct{ in, kind, group, resource string }{
-		{"deployment", "Deployment", "apps", "deployments"},
-		{"deploy", "Deployment", "apps", "deployments"},
-		{"Deployment", "Deployment", "apps", "deployments"},
-		{"deployments.apps", "Deployment", "apps", "deployments"},
-		{"po", "Pod", "", "pods"},
-		{"ingress", "Ingress", "networking.k8s.io", "ingresses"},
-		{"networkpolicy", "NetworkPolicy", "networking.k8s.io", "networkpolicies"},
-		{"cronjob", "CronJob", "batch", "cronjobs"},
-		{"Widget", "Widget", "", ""},
-		{"widget", "Widget", "", ""},
+	tests := []struct {
+		in   string
+		want Kind
+	}{
+		{"deployment", Kind{"Deployment", "apps", "deployments", true, true}},
+		{"deploy", Kind{"Deployment", "apps", "deployments", true, true}},
+		{"Deployment", Kind{"Deployment", "apps", "deployments", true, true}},
+		{"deployments.apps", Kind{"Deployment", "apps", "deployments", true, true}},
+		{"deployments.v1.apps", Kind{"Deployment", "apps", "deployments", true, true}},
+		{"po", Kind{"Pod", "", "pods", true, true}},
+		{"ingress", Kind{"Ingress", "networking.k8s.io", "ingresses", true, true}},
+		{"ing", Kind{"Ingress", "networking.k8s.io", "ingresses", true, true}},
+		{"netpol", Kind{"NetworkPolicy", "networking.k8s.io", "networkpolicies", true, true}},
+		{"networkpolicy", Kind{"NetworkPolicy", "networking.k8s.io", "networkpolicies", true, true}},
+		{"cronjob", Kind{"CronJob", "batch", "cronjobs", true, true}},
+		{"cj", Kind{"CronJob", "batch", "cronjobs", true, true}},
+		{"job", Kind{"Job", "batch", "jobs", true, true}},
+		{"ev", Kind{"Event", "", "events", true, true}},
+		{"hpa", Kind{"HorizontalPodAutoscaler", "autoscaling", "horizontalpodautoscalers", true, true}},
+		{"pdb", Kind{"PodDisruptionBudget", "policy", "poddisruptionbudgets", true, true}},
+		{"pvc", Kind{"PersistentVolumeClaim", "", "persistentvolumeclaims", true, true}},
+		{"sa", Kind{"ServiceAccount", "", "serviceaccounts", true, true}},
+		// Cluster-scoped kinds have no namespace.
+		{"no", Kind{"Node", "", "nodes", false, true}},
+		{"ns", Kind{"Namespace", "", "namespaces", false, true}},
+		{"pv", Kind{"PersistentVolume", "", "persistentvolumes", false, true}},
+		{"clusterrole", Kind{"ClusterRole", "rbac.authorization.k8s.io", "clusterroles", false, true}},
+		{"crd", Kind{"CustomResourceDefinition", "apiextensions.k8s.io", "customresourcedefinitions", false, true}},
+		// An unknown kind is taken as typed, and as namespaced.
+		{"Widget", Kind{"Widget", "", "", true, false}},
+		{"widget", Kind{"Widget", "", "", true, false}},
+		{"Widget.example.com", Kind{"Widget", "example.com", "", true, false}},
+		{"widgets.v1alpha1.example.com", Kind{"Widgets", "example.com", "", true, false}},
 	}
 	for _, tc := range tests {
-		k, g, r := ResolveKind(tc.in)
-		if k != tc.kind || g != tc.group || r != tc.resource {
-			t.Errorf("ResolveKind(%q) = %q %q %q, want %q %q %q", tc.in, k, g, r, tc.kind, tc.group, tc.resource)
+		if got := ResolveKind(tc.in); got != tc.want {
+			t.Errorf("ResolveKind(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }
