@@ -38,9 +38,13 @@ Examples:
   # Start a trace before a change, and keep its ID
   id=$(%[1]s annotate deploy/web)
 
+  # Shell completion
+  source <(%[1]s completion bash)
+
 Available Commands:
   trace        %[3]s
   annotate     Write a fresh trace context annotation on an object and print its trace ID
+  completion   Output shell completion code for bash or zsh
 
 Usage:
 %[4]s  %[1]s [command] [options]
@@ -61,6 +65,9 @@ func main() {
 // binary (kubectl-trail) the command the user typed, "kubectl trail".
 func progName(argv0 string) (prog string, plugin bool) {
 	name := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	if strings.HasPrefix(name, "kubectl_complete-") {
+		return completeProg, true
+	}
 	if rest, ok := strings.CutPrefix(name, "kubectl-"); ok && rest != "" {
 		// kubectl maps "kubectl foo bar" to kubectl-foo-bar, and "foo-bar" to kubectl-foo_bar.
 		return "kubectl " + strings.ReplaceAll(strings.ReplaceAll(rest, "-", " "), "_", "-"), true
@@ -84,6 +91,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		// that does not answer is reported once, by the command, and trace goes on without it.
 		utilruntime.ErrorHandlers = nil
 	})
+	if prog == completeProg {
+		// kubectl's own completion asks kubectl_complete-trail for `kubectl trail …`.
+		return complete(argv, stdout)
+	}
 	if len(argv) == 0 {
 		fmt.Fprint(stderr, usage(prog, plugin))
 		return 2
@@ -95,6 +106,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runTrace(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "annotate":
 		err = runAnnotate(ctx, cmd, argv[1:], stdout, stderr)
+	case "completion":
+		err = runCompletion(prog, cmd, argv[1:], stdout)
+	case "__complete":
+		return complete(argv[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage(prog, plugin))
 		return 0

@@ -66,7 +66,7 @@ func TestAsKubectlPluginFlagsMayComeFirstAndUsageSaysKubectlTrail(t *testing.T) 
 // The help is laid out as kubectl's: a description, Examples, Options in groups (each flag as
 // "-o, --output='tree':" with its text on the next line), Usage last.
 func TestHelpIsLaidOutAsKubectls(t *testing.T) {
-	for _, args := range [][]string{{"trace", "-h"}, {"annotate", "--help"}} {
+	for _, args := range [][]string{{"trace", "-h"}, {"annotate", "--help"}, {"completion", "-h"}} {
 		code, out, errOut := kubetrail(t, args...)
 		if code != 0 || errOut != "" {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
