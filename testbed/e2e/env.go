@@ -327,8 +327,9 @@ func readEnvFile(path string) ([]string, error) {
 }
 
 // RunScenario runs testbed/scenarios/<name>.sh against the testbed (scenarios are idempotent, so
-// a test may rerun one, e.g. around a collector restart) and returns its run.
-func (e *Env) RunScenario(name string) (*ScenarioRun, error) {
+// a test may rerun one, e.g. around a collector restart) and returns its run; env are more
+// variables for the script (deployment.sh's SCENARIO_KEEP=1).
+func (e *Env) RunScenario(name string, env ...string) (*ScenarioRun, error) {
 	run := &ScenarioRun{Name: name, LogPath: filepath.Join(e.OutDir, "scenario-"+name+".log")}
 	logf, err := os.OpenFile(run.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -338,7 +339,7 @@ func (e *Env) RunScenario(name string) (*ScenarioRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(e.Root, "testbed", "scenarios", name+".sh"))
-	cmd.Env = append(os.Environ(), e.ClusterEnv...)
+	cmd.Env = append(append(os.Environ(), e.ClusterEnv...), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	run.Start = time.Now()
 	err = cmd.Run()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,73 @@ func TestTraceCommandMergesARolloutAcrossWindows(t *testing.T) {
 	tcmd.Stdout, tcmd.Stderr = &tree, &errOut
 	Check(t, "the terminal tree by computed trace IDs (--uid) renders", tcmd.Run() == nil && bytes.Contains(tree.Bytes(), []byte("ReplicaSet default/demo-")), "%s", errOut.String())
 	_ = os.WriteFile(filepath.Join(env.OutDir, "kubetrail-trace-demo.txt"), tree.Bytes(), 0o644)
+}
+
+// TestKubectlTrailReadsTheUIDFromTheCluster runs the deployment scenario up to its last step (the
+// Deployment is kept) through the main collector, then reads it back as a kubectl plugin: the
+// binary invoked as kubectl-trail, the testbed's kubeconfig in $KUBECONFIG, no -n (the context's
+// namespace) and no --uid. -v 1 says where the UID came from: the cluster, and no tag search was
+// made (the windows' trace IDs were computed). Once the Deployment is deleted, the same command
+// says so in one line and finds the same tree by the backend's search.
+func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	bin := filepath.Join(env.Root, "bin", "kubetrail")
+	if _, err := os.Stat(bin); !Check(t, "bin/kubetrail is built", err == nil, "%v (make build)", err) {
+		return
+	}
+	plugin := filepath.Join(t.TempDir(), "kubectl-trail") // kubectl runs a plugin by this name
+	if err := os.Symlink(bin, plugin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = env.RunKubectl("delete", "deployment", "demo", "--ignore-not-found", "--wait=true", "--timeout=60s")
+	})
+	run, err := env.RunScenario("deployment", "SCENARIO_KEEP=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := createdUIDs(env.Spans(t, run), run.Window(), "Deployment", "default", "demo")
+	if !Check(t, "the run created Deployment demo once", len(uids) == 1, "uids %v", uids) {
+		return
+	}
+	since := run.Start.Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	trail := func() (stdout, stderr string, err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out, errOut bytes.Buffer
+		cmd := exec.CommandContext(ctx, plugin, "deploy/demo", "--source", "jaeger="+env.Jaeger.QueryURL, "--since", since, "-v", "1")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "KUBETRAIL_CLUSTER="+ClusterName)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err = cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	tree := func(out string) bool {
+		return strings.HasPrefix(out, "Deployment default/demo in cluster "+ClusterName) &&
+			strings.Contains(out, "\n  ReplicaSet default/demo-") && strings.Contains(out, "\n    Pod default/demo-")
+	}
+
+	out, errOut, err := trail()
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubectl-trail-demo.txt"), []byte(out+"\n--- stderr\n"+errOut), 0o644)
+	if !Check(t, "kubectl trail deploy/demo prints the run's tree, with no -n and no --uid", err == nil && tree(out), "%v: %s\n%s", err, errOut, out) {
+		return
+	}
+	Check(t, "the UID came from the cluster and the trace IDs were computed, not searched",
+		strings.Contains(errOut, "uid "+uids[0]+" from the cluster (context ") && strings.Contains(errOut, "; no tag search; uid "+uids[0]),
+		"stderr:\n%s", errOut)
+
+	if out, err := env.RunKubectl("delete", "deployment", "demo", "--wait=true", "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl delete deployment demo: %v: %s", err, out)
+	}
+	out, errOut, err = trail()
+	Check(t, "once deleted, one line says so and the backend's search finds the same tree",
+		err == nil && tree(out) && strings.Contains(errOut, "kubectl trail: Deployment default/demo is not in the cluster (context ") &&
+			strings.Contains(errOut, "; tag search made; uid "+uids[0]),
+		"%v: %s\n%s", err, errOut, cliHead(out))
+}
+
+func cliHead(s string) string {
+	lines := strings.SplitN(s, "\n", 6)
+	return strings.Join(lines[:min(5, len(lines))], "\n")
 }
