@@ -111,7 +111,7 @@ func (c *command) singleDash(args []string) error {
 			continue
 		}
 		name, _, _ := strings.Cut(a[1:], "=")
-		if f := c.fs.Lookup(name); f != nil {
+		if f := c.fs.Lookup(name); f != nil && len(name) > 1 { // -v=1 is the shorthand of --v
 			return usagef("%s: a long flag takes two dashes, as in kubectl: --%s", a, a[1:])
 		}
 	}

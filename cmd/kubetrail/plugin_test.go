@@ -19,6 +19,7 @@ func TestAsKubectlPluginFlagsMayComeFirstAndUsageSaysKubectlTrail(t *testing.T) 
 		{"deploy", "demo", "--namespace", "default", "--source=" + src, "--output=tree"},
 		{"deployments.apps", "--source", src, "demo"}, // the namespace: "default" with no kubeconfig
 		{"trace", "-ndefault", "deployment", "demo", "--source", src},
+		{"deploy/demo", "--source", src, "-v=1"}, // a shorthand with '=' is not a long flag with one dash
 	} {
 		code, out, errOut := invoke(t, plugin, args...)
 		if code != 0 || !strings.HasPrefix(out, "Deployment default/demo in cluster testbed") {
