@@ -141,7 +141,7 @@ func Find(ctx context.Context, src Source, q Query) (*Found, error) {
 	}
 	f.found.UID = t.UID
 	if f.found.UID == "" {
-		f.found.UID, f.found.Others = pickUID(m)
+		f.found.UID, f.found.Others = pickUID(m, f.found.Spans)
 		m = f.matches(f.found.UID)
 	}
 	// The root owners' windows: an owned object's spans live in its root's trace. The cluster
@@ -327,16 +327,21 @@ func walkUp(byID map[pcommon.SpanID]*Span, s *Span) *Span {
 	return top
 }
 
-// pickUID chooses the object the name meant: the one seen last (a recreated object is a new one);
-// the others are returned so the caller can say how to ask for them.
-func pickUID(m []*Span) (string, []string) {
+// pickUID chooses the object the name meant: the one whose activity is the latest (a recreated
+// object is a new one); the others are returned so the caller can say how to ask for them. An
+// object span starts at its window's start, so two objects of one window, or of collectors with
+// different windows, are told apart by their activity (the audit and Event spans of all), not by
+// their object spans; an object with no activity read counts from its window's start.
+func pickUID(m, all []*Span) (string, []string) {
 	last := map[string]time.Time{}
 	for _, s := range m {
-		if s.Object.UID == "" {
-			continue
+		if t, ok := last[s.Object.UID]; s.Object.UID != "" && (!ok || s.Start.After(t)) {
+			last[s.Object.UID] = s.Start
 		}
-		if t := lastActivity(s); t.After(last[s.Object.UID]) || last[s.Object.UID].IsZero() {
-			last[s.Object.UID] = t
+	}
+	for _, s := range all {
+		if t, ok := last[s.Object.UID]; ok && !s.IsObject() && s.Start.After(t) {
+			last[s.Object.UID] = s.Start
 		}
 	}
 	var uids []string
@@ -354,8 +359,6 @@ func pickUID(m []*Span) (string, []string) {
 	}
 	return uids[0], uids[1:]
 }
-
-func lastActivity(s *Span) time.Time { return s.Start }
 
 func (f *finder) unknown() error {
 	t := f.q.Target

@@ -2,12 +2,15 @@ package trail
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"go.uber.org/goleak"
+
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -173,4 +176,41 @@ func FuzzEscape(f *testing.F) {
 			t.Fatalf("Escape(%q) = %q", s, got)
 		}
 	})
+}
+
+// Of several objects that had the name, the one meant is the one whose activity is the latest:
+// object spans start at their window's start, which says nothing of which object came last
+// (two in one window tie; a collector with shorter windows starts its spans later).
+func TestPickUIDTakesTheObjectWithTheLatestActivity(t *testing.T) {
+	w := time.Date(2026, 11, 21, 10, 30, 0, 0, time.UTC)
+	span := func(typ, uid string, at time.Duration) *Span {
+		return &Span{Type: typ, Start: w.Add(at), Object: model.Object{Kind: "Deployment", Name: "demo", UID: uid}}
+	}
+	tests := []struct {
+		name       string
+		objects    []*Span
+		activity   []*Span
+		want       string
+		wantOthers []string
+	}{
+		{"one window: the later activity wins the tie of the window starts",
+			[]*Span{span(model.SpanTypeObject, "a", 0), span(model.SpanTypeObject, "b", 0)},
+			[]*Span{span(model.SpanTypeAudit, "a", time.Minute), span(model.SpanTypeAudit, "b", 10*time.Minute)},
+			"b", []string{"a"}},
+		{"a shorter window's later start does not make its object the later one",
+			[]*Span{span(model.SpanTypeObject, "a", 20*time.Minute), span(model.SpanTypeObject, "b", 0)},
+			[]*Span{span(model.SpanTypeEvent, "a", 20*time.Minute+time.Second), span(model.SpanTypeAudit, "b", 25*time.Minute)},
+			"b", []string{"a"}},
+		{"without activity, the window's start",
+			[]*Span{span(model.SpanTypeObject, "a", 0), span(model.SpanTypeObject, "b", 30*time.Minute)},
+			nil, "b", []string{"a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, others := pickUID(tc.objects, append(slices.Clone(tc.objects), tc.activity...))
+			if got != tc.want || !slices.Equal(others, tc.wantOthers) {
+				t.Fatalf("picked %s (others %v), want %s (others %v)", got, others, tc.want, tc.wantOthers)
+			}
+		})
+	}
 }
