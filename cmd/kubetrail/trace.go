@@ -312,7 +312,11 @@ func logFound(found *trail.Found, logf func(string, ...any)) {
 	if found.Searched {
 		search = "tag search made"
 	}
-	logf("fetched %d traces (%s); %s; uid %s", len(found.Traces), strings.Join(parts, ", "), search, found.UID)
+	noun := "traces"
+	if len(found.Traces) == 1 {
+		noun = "trace"
+	}
+	logf("fetched %d %s (%s); %s; uid %s", len(found.Traces), noun, strings.Join(parts, ", "), search, found.UID)
 }
 
 func rangeEnd(t time.Time, zero string) string {
