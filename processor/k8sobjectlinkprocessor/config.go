@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -115,7 +116,16 @@ type OwnerLookupConfig struct {
 	CacheTTL time.Duration `mapstructure:"cache_ttl"`
 	// Timeout bounds one GET.
 	Timeout time.Duration `mapstructure:"timeout"`
+	// Resources, when set, are the only resources whose objects are looked up, as
+	// "resource" (core group) or "resource.group" (e.g. pods, replicasets.apps): those the
+	// client's RBAC grants get on. Empty: every resource, and a resource the apiserver forbids is
+	// not asked again for cache_ttl (a warning names it once).
+	Resources []string `mapstructure:"resources"`
 }
+
+// resourceName is a resource with its API group, as RBAC and kubectl write them: a DNS label,
+// then the group's DNS labels if any (pods, replicasets.apps, leases.coordination.k8s.io).
+var resourceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 func createDefaultConfig() *Config {
 	return &Config{
@@ -196,6 +206,11 @@ func (c *Config) Validate() error {
 		}
 		if l.CacheTTL <= 0 || l.Timeout <= 0 {
 			return errors.New("owner_lookup.cache_ttl and owner_lookup.timeout must be positive")
+		}
+		for _, r := range l.Resources {
+			if !resourceName.MatchString(r) {
+				return fmt.Errorf("owner_lookup.resources: %q is not a resource (pods) or resource.group (replicasets.apps) in lower case", r)
+			}
 		}
 	}
 	return nil

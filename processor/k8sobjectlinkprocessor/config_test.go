@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "owner_lookup", check: func(t *testing.T, c *Config) {
 			l := c.OwnerLookup.Get()
 			if l == nil || l.APIConfig.AuthType != k8sconfig.AuthTypeKubeConfig || l.APIConfig.Context != "kind-dev" || l.Cluster != "kind-dev" ||
-				l.CacheTTL != time.Minute || l.Timeout != 2*time.Second {
+				l.CacheTTL != time.Minute || l.Timeout != 2*time.Second || !slices.Equal(l.Resources, []string{"pods", "replicasets.apps", "jobs.batch"}) {
 				t.Fatalf("owner_lookup present must enable look-ups with defaults filled in: %+v", l)
 			}
 		}},
@@ -73,6 +74,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "zero_max_entries", wantErr: "id_map.memory.max_entries"},
 		{name: "owner_lookup_without_cluster", wantErr: "owner_lookup.cluster must be set"},
 		{name: "owner_lookup_bad_cluster", wantErr: `owner_lookup.cluster: "prod/eu" is not a valid cluster name`},
+		{name: "owner_lookup_bad_resource", wantErr: `owner_lookup.resources: "Deployments.apps" is not a resource`},
 		{name: "redis_address_without_port", wantErr: "id_map.redis.addresses[0]"},
 		{name: "redis_negative_db", wantErr: "id_map.redis.db must not be negative"},
 		{name: "zero_join_ttl", wantErr: "apiserver_join.ttl"},

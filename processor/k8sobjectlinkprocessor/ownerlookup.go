@@ -38,8 +38,19 @@ type ownerLookup struct {
 	timeout time.Duration
 	now     func() time.Time
 
+	// resources, when not nil, are the only resources looked up (owner_lookup.resources).
+	resources map[schema.GroupResource]bool
+
 	mu    sync.Mutex
 	cache map[model.Key]cachedLookup
+	// forbidden holds, per resource the apiserver answered 403 for, that answer and until when
+	// no object of the resource is asked about again.
+	forbidden map[schema.GroupResource]forbiddenResource
+}
+
+type forbiddenResource struct {
+	err   error
+	until time.Time
 }
 
 type cachedLookup struct {
@@ -52,30 +63,56 @@ type cachedLookup struct {
 // then the whole cache, which only costs repeated GETs.
 const maxLookupCache = 100_000
 
-func newOwnerLookup(client metadata.Interface, cluster string, ttl, timeout time.Duration, now func() time.Time) *ownerLookup {
-	return &ownerLookup{client: client, cluster: cluster, ttl: ttl, timeout: timeout, now: now, cache: make(map[model.Key]cachedLookup)}
+// newOwnerLookup makes the client's look-ups; resources are owner_lookup.resources ("pods",
+// "replicasets.apps"; empty: every resource).
+func newOwnerLookup(client metadata.Interface, cluster string, ttl, timeout time.Duration, now func() time.Time, resources ...string) *ownerLookup {
+	l := &ownerLookup{client: client, cluster: cluster, ttl: ttl, timeout: timeout, now: now,
+		cache: make(map[model.Key]cachedLookup), forbidden: make(map[schema.GroupResource]forbiddenResource)}
+	if len(resources) > 0 {
+		l.resources = make(map[schema.GroupResource]bool, len(resources))
+		for _, r := range resources {
+			l.resources[schema.ParseGroupResource(r)] = true
+		}
+	}
+	return l
 }
 
-// serves reports whether objects of the given cluster may be looked up with this client.
-func (l *ownerLookup) serves(cluster string) bool { return cluster == l.cluster }
+// serves reports whether the object may be looked up with this client: it is of the client's
+// cluster and of a resource the client may ask about.
+func (l *ownerLookup) serves(o model.Object) bool {
+	return o.Cluster == l.cluster && (l.resources == nil || l.resources[schema.GroupResource{Group: o.Group, Resource: o.Resource}])
+}
+
+// listed reports whether owner_lookup.resources names the resource (false when it is empty).
+func (l *ownerLookup) listed(gr schema.GroupResource) bool { return l.resources[gr] }
 
 // lookup returns the object's controlling owner as the apiserver knows it. An object of another
 // cluster is never sent to the apiserver: it is unknown here.
 func (l *ownerLookup) lookup(ctx context.Context, o model.Object) (lookupResult, model.Owner, error) {
-	if !l.serves(o.Cluster) {
+	if !l.serves(o) {
 		return lookupUnknown, model.Owner{}, nil
 	}
 	key := o.Key()
 	now := l.now()
+	gr := schema.GroupResource{Group: o.Group, Resource: o.Resource}
 	l.mu.Lock()
 	if c, ok := l.cache[key]; ok && now.Before(c.expires) {
 		l.mu.Unlock()
 		return c.result, c.owner, nil
 	}
+	// A resource the apiserver forbade is not asked about again before cache_ttl: the answer
+	// would be the same 403.
+	if f, ok := l.forbidden[gr]; ok && now.Before(f.until) {
+		l.mu.Unlock()
+		return lookupUnknown, model.Owner{}, f.err
+	}
 	l.mu.Unlock()
 
 	result, owner, err := l.get(ctx, o)
 	l.mu.Lock()
+	if apierrors.IsForbidden(err) {
+		l.forbidden[gr] = forbiddenResource{err: err, until: now.Add(l.ttl)}
+	}
 	if len(l.cache) >= maxLookupCache {
 		for k, c := range l.cache {
 			if !now.Before(c.expires) {

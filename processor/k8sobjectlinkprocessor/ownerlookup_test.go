@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,29 +76,76 @@ func TestOwnerLookupAnswers(t *testing.T) {
 	}
 }
 
-func TestForbiddenOwnerLookupsAreAPermanentErrorAndSpansStillFlow(t *testing.T) {
-	fake := fakeMetadata(t).(*metadatafake.FakeMetadataClient)
-	fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "demo-a-1", errors.New("RBAC"))
-	})
-	host := &statusHost{Host: componenttest.NewNopHost()}
+// A 403 leaves the spans flowing. Where owner_lookup.resources lists the resource, the RBAC
+// contradicts the configuration: an error and one permanent status. Where every resource is
+// looked up (no list), a forbidden resource is the normal case of partial RBAC: a warning naming
+// it, once, and no status. Either way the resource is not asked about again for cache_ttl.
+func TestForbiddenOwnerLookups(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		resources  []string
+		wantStatus []componentstatus.Status
+		wantLevel  zapcore.Level
+	}{
+		{"every resource looked up", nil, nil, zapcore.WarnLevel},
+		{"the resource listed", []string{"pods", "replicasets.apps"}, []componentstatus.Status{componentstatus.StatusPermanentError}, zapcore.ErrorLevel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := fakeMetadata(t).(*metadatafake.FakeMetadataClient)
+			var gets atomic.Int64
+			fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+				gets.Add(1)
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "demo-a-1", errors.New("RBAC"))
+			})
+			host := &statusHost{Host: componenttest.NewNopHost()}
+			core, logs := observer.New(zapcore.InfoLevel)
+			set := processortest.NewNopSettings(olmetadata.Type)
+			set.Logger = zap.New(core)
+			sink := new(consumertest.TracesSink)
+			clk := newFakeClock(t0)
+			p, err := newProcessor(set, memoryConfig(), sink, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(context.Background(), host); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = p.Shutdown(context.Background()) }()
+			p.lookup = newOwnerLookup(fake, "c1", time.Minute, time.Second, clk.Now, tc.resources...)
+			h := &harness{t: t, p: p, sink: sink}
+			h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)))
+			h.consume(event(withoutOwner(podB1), "e2", t0.Add(2*time.Second)))
+			assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
+			assertChild(t, h.one("Pod default/demo-b-1"), h.activitySpan("event e2"))
+			if n := gets.Load(); n != 1 {
+				t.Errorf("%d GETs; want 1: pods are not asked about again within cache_ttl after a 403", n)
+			}
+			if st := host.statuses(); !slices.Equal(st, tc.wantStatus) {
+				t.Errorf("statuses %v, want %v", st, tc.wantStatus)
+			}
+			msgs := logs.FilterMessageSnippet("forbidden").All()
+			if len(msgs) != 1 || msgs[0].Level != tc.wantLevel || msgs[0].ContextMap()["resource"] != "pods" {
+				t.Errorf("want one %v naming the resource pods, got %v", tc.wantLevel, msgs)
+			}
+		})
+	}
+}
+
+// A resource owner_lookup.resources does not list is never asked about: its objects wait
+// owner_wait as those of another cluster do.
+func TestOwnerLookupAsksOnlyAboutTheListedResources(t *testing.T) {
+	client, gets := getCounter(t, podA1, rsA, deploy)
 	cfg := memoryConfig()
-	sink := new(consumertest.TracesSink)
-	p, err := newProcessor(processortest.NewNopSettings(olmetadata.Type), cfg, sink, newFakeClock(t0))
-	if err != nil {
-		t.Fatal(err)
+	h := newHarness(t, cfg, newFakeClock(t0))
+	h.p.lookup = newOwnerLookup(client, "c1", time.Minute, time.Second, h.clock.Now, "replicasets.apps", "deployments.apps")
+	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)))
+	if n := gets.Load(); n != 0 {
+		t.Fatalf("a Pod caused %d GETs; owner_lookup.resources lists only replicasets.apps and deployments.apps", n)
 	}
-	if err := p.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
-	p.lookup = newOwnerLookup(fake, "c1", time.Minute, time.Second, func() time.Time { return t0 })
-	h := &harness{t: t, p: p, sink: sink}
-	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)), event(withoutOwner(podB1), "e2", t0.Add(time.Second)))
-	assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
-	st := host.statuses()
-	if len(st) != 1 || st[0] != componentstatus.StatusPermanentError {
-		t.Fatalf("want exactly one permanent error status, got %v", st)
+	h.p.lookup = newOwnerLookup(client, "c1", time.Minute, time.Second, h.clock.Now, "pods")
+	h.consume(event(withoutOwner(podB1), "e2", t0.Add(2*time.Second)))
+	if n := gets.Load(); n != 1 {
+		t.Fatalf("a Pod caused %d GETs with pods listed; want 1", n)
 	}
 }
 

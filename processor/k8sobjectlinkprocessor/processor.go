@@ -81,6 +81,8 @@ type objectLinkProcessor struct {
 
 	host          component.Host
 	forbiddenOnce sync.Once
+	// forbiddenResources are the resources whose forbidden look-ups were reported.
+	forbiddenResources sync.Map
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -164,7 +166,7 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 			return err
 		}
 		l := p.cfg.OwnerLookup.Get()
-		p.lookup = newOwnerLookup(clients.Metadata, l.Cluster, l.CacheTTL, l.Timeout, p.clock.Now)
+		p.lookup = newOwnerLookup(clients.Metadata, l.Cluster, l.CacheTTL, l.Timeout, p.clock.Now, l.Resources...)
 		// With an apiserver at hand, owners of CRD kinds (an Argo Rollout owning ReplicaSets)
 		// get their real resource from discovery, so look-ups of their own owners can work.
 		if clients.Discovery != nil {

@@ -9,7 +9,7 @@ import (
 // recordedValues are the values the processor records, per attribute of metadata.yaml.
 var recordedValues = map[string][]string{
 	"assignment_result":    {resultCreated, resultReused},
-	"lookup_result":        {resultHit, resultMiss, resultError},
+	"lookup_result":        {resultHit, resultMiss, resultError, resultForbidden},
 	"lookup_source":        {sourceRelation, sourceAPIServer},
 	"reconcile_result":     {resultWritten, resultConflict},
 	"join_source":          {sourceMemory, sourceRedis},

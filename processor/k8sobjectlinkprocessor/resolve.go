@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
@@ -191,9 +192,10 @@ type resolverDeps struct {
 	window, grace, relationTTL, ownerWait time.Duration
 }
 
-// forbiddenReporter is told when the apiserver forbids an owner look-up.
+// forbiddenReporter is told when the apiserver forbids an owner look-up of a resource, and
+// whether owner_lookup.resources lists that resource.
 type forbiddenReporter interface {
-	lookupForbidden(err error)
+	lookupForbidden(gr schema.GroupResource, listed bool, err error)
 }
 
 // resolverDeps gives a batch's resolver what it needs from p.
@@ -213,16 +215,28 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 	}
 }
 
-// lookupForbidden reports forbidden owner look-ups: RBAC will not fix itself, so it says so
-// once, loudly; spans keep flowing (as roots or through relations).
-func (p *objectLinkProcessor) lookupForbidden(err error) {
+// lookupForbidden reports a forbidden owner look-up; spans keep flowing (as roots or through
+// relations). A resource owner_lookup.resources lists is a configuration the RBAC contradicts,
+// which will not fix itself: an error and a permanent status, once. With every resource looked
+// up (no list), RBAC that grants some resources and not others is the normal case: a warning
+// once per resource, naming it.
+func (p *objectLinkProcessor) lookupForbidden(gr schema.GroupResource, listed bool, err error) {
 	if p.host == nil {
 		return
 	}
-	p.forbiddenOnce.Do(func() {
-		p.logger.Error("Owner look-ups are forbidden; grant get on the resources or remove owner_lookup", zap.Error(err))
-		componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
-	})
+	if _, seen := p.forbiddenResources.LoadOrStore(gr, true); seen {
+		return
+	}
+	if listed {
+		p.logger.Error("Owner look-ups of a resource owner_lookup.resources lists are forbidden; grant get on it or remove it from the list",
+			zap.String("resource", gr.String()), zap.Error(err))
+		p.forbiddenOnce.Do(func() {
+			componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
+		})
+		return
+	}
+	p.logger.Warn("Owner look-ups of this resource are forbidden: its objects are placed from spans and relations only; grant get on it, or list the resources the RBAC grants in owner_lookup.resources",
+		zap.String("resource", gr.String()), zap.Error(err))
 }
 
 func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
@@ -495,7 +509,7 @@ func (r *resolver) plan(n *node) bool {
 			return true
 		}
 		// Only the configured cluster's apiserver is asked, and only about its own objects.
-		if r.deps.lookup != nil && !n.lookupDone && r.deps.lookup.serves(n.obj.Cluster) {
+		if r.deps.lookup != nil && !n.lookupDone && r.deps.lookup.serves(n.obj) {
 			n.lookupDone = true
 			r.lookups = append(r.lookups, n)
 			return true
@@ -668,12 +682,13 @@ func (r *resolver) runLookups() {
 		res, owner, err := answers[i].res, answers[i].owner, answers[i].err
 		result := resultMiss
 		switch {
+		case apierrors.IsForbidden(err):
+			result = resultForbidden
+			gr := schema.GroupResource{Group: n.obj.Group, Resource: n.obj.Resource}
+			r.deps.forbidden.lookupForbidden(gr, r.deps.lookup.listed(gr), err)
 		case err != nil:
 			result = resultError
 			r.deps.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
-			if apierrors.IsForbidden(err) {
-				r.deps.forbidden.lookupForbidden(err)
-			}
 		case res == lookupOwner:
 			result = resultHit
 			n.obj.Owner = owner

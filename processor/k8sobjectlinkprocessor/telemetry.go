@@ -21,6 +21,7 @@ const (
 	resultHit       = "hit" // the owner, or that the object is a root
 	resultMiss      = "miss"
 	resultError     = "error"
+	resultForbidden = "forbidden" // RBAC: the resource's objects are not looked up for cache_ttl
 	sourceRelation  = "relation"
 	sourceAPIServer = "apiserver"
 

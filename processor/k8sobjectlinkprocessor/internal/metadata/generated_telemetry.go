@@ -115,7 +115,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkOwnerLookups, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_owner_lookups",
-		metric.WithDescription("Owner look-ups by source (relation, apiserver) and result (hit, miss, error). [Alpha]"),
+		metric.WithDescription("Owner look-ups by source (relation, apiserver) and result (hit, miss, error, forbidden). [Alpha]"),
 		metric.WithUnit("{lookup}"),
 	)
 	errs = errors.Join(errs, err)

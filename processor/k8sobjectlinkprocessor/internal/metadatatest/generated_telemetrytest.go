@@ -120,7 +120,7 @@ func AssertEqualK8sObjectLinkObjectSpansEmitted(t *testing.T, tt *componenttest.
 func AssertEqualK8sObjectLinkOwnerLookups(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_owner_lookups",
-		Description: "Owner look-ups by source (relation, apiserver) and result (hit, miss, error). [Alpha]",
+		Description: "Owner look-ups by source (relation, apiserver) and result (hit, miss, error, forbidden). [Alpha]",
 		Unit:        "{lookup}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
