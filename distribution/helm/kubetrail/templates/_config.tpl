@@ -90,6 +90,12 @@ receivers:
     storage: file_storage
     max_event_age: {{ .Values.events.maxEventAge }}
     window: {{ .Values.window }}
+    {{- if .Values.events.leaderElection }}
+    # One pod watches; the others wait on the Lease (the Role in rbac.yaml).
+    leader_election:
+      lease_name: {{ include "kubetrail.fullname" . }}-events
+      lease_namespace: {{ .Release.Namespace }}
+    {{- end }}
   {{- end }}
 processors:
   memory_limiter:
@@ -104,9 +110,13 @@ processors:
       redis:
         {{- include "kubetrail.redisConnection" . | nindent 8 }}
     {{- end }}
+    {{- with .Values.ownerLookup.resources }}
     owner_lookup:
       auth_type: serviceAccount
-      cluster: {{ .Values.clusterName | quote }}
+      cluster: {{ $.Values.clusterName | quote }}
+      # The resources the ClusterRole grants get on (ownerLookup.resources), and no other.
+      resources: {{ toJson . }}
+    {{- end }}
     owner_wait: {{ .Values.ownerWait }}
     storage: file_storage/queue
 {{- if $managed }}
