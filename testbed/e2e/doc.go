@@ -68,6 +68,19 @@
 // object spans they see. Both leave duplicate span IDs in Jaeger for later tests' windows, so
 // such tests call AfterOthers(t) first: they run after every other test, one at a time.
 //
+// # The Helm chart as installed
+//
+// Env.StartChartPod runs the collector of an installed release's StatefulSet or DaemonSet as its
+// pod would: the workload's args and env read back from the apiserver, its ConfigMap and Secrets
+// laid out at the mount paths under a directory of the test's (the only change: those paths,
+// re-rooted, in the args and the config), a TokenRequest token of its ServiceAccount at
+// /var/run/secrets/kubernetes.io/serviceaccount in a mount namespace of its own (unshare), its
+// POD_IP a loopback address of its own (127.0.0.N, so the chart's fixed ports do not collide) and
+// an /etc/hosts that resolves the release's Services. Env.StartChartRedis runs the bundled Redis
+// from its Deployment; Env.StartAPIServer starts a second kube-apiserver of the cluster (same
+// etcd and PKI) with a given audit webhook kubeconfig, for the chart's own. helm_install_test.go
+// installs the README's commands with them.
+//
 // Env also has Kubeconfig, Kubectl and RunKubectl for direct cluster access, Components (what
 // the binary was built with: Components.Has("processors", "k8s_object_link")), Root and OutDir.
 package e2e

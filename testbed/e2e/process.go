@@ -33,6 +33,16 @@ type Process struct {
 // StartProcess starts bin with args, output appended to logPath, in its own process group (so a
 // terminal's Ctrl-C reaches the harness, which stops it, rather than killing it mid-test).
 func StartProcess(name, logPath, pidDir string, env []string, bin string, args ...string) (*Process, error) {
+	return startProcess(name, logPath, pidDir, append(os.Environ(), env...), bin, args...)
+}
+
+// StartProcessWithEnv is StartProcess with env as the whole environment: nothing of the test's
+// own (no KUBECONFIG, no HOME), as a container starts with only what its pod spec sets.
+func StartProcessWithEnv(name, logPath, pidDir string, env []string, bin string, args ...string) (*Process, error) {
+	return startProcess(name, logPath, pidDir, env, bin, args...)
+}
+
+func startProcess(name, logPath, pidDir string, env []string, bin string, args ...string) (*Process, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s: binary %s: %w", name, bin, err)
 	}
@@ -42,7 +52,7 @@ func StartProcess(name, logPath, pidDir string, env []string, bin string, args .
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -1,0 +1,568 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// The tests of this file install the chart with the README's own `helm install` commands into the
+// testbed's apiserver (kwok's node takes the pods, which do not run), then run the collector as
+// the chart's pod would (ChartPod: the installed ConfigMap and Secrets, the ServiceAccount's
+// token and RBAC, nothing of the test's), and check that a scenario's spans reach Jaeger with no
+// 401 or 403 in its log. The releases use the README's clusterName (prod-eu-1), so their spans
+// never mix with the testbed collector's (cluster testbed); they run after the other tests.
+
+// readmeCluster is the clusterName of the README's install commands.
+const readmeCluster = "prod-eu-1"
+
+// readmeInstall returns the README's `helm install` command for mode, as helm's arguments: the
+// fenced sh blocks of README.md whose command starts with `helm install kubetrail`; a block is the
+// daemonset one when it sets mode=daemonset, the managed one when it sets mode=managed, and the
+// gateway one otherwise. One per mode (a repetition must be identical).
+func readmeInstall(t *testing.T, root, mode string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found [][]string
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		// Join continuation lines, drop comments, split into words.
+		text := strings.ReplaceAll(block[1], "\\\n", " ")
+		for _, line := range strings.Split(text, "\n") {
+			words, err := shellWords(line)
+			if err != nil {
+				t.Fatalf("README.md: %q: %v", line, err)
+			}
+			if len(words) < 3 || words[0] != "helm" || words[1] != "install" || words[2] != "kubetrail" {
+				continue
+			}
+			m := "gateway"
+			for _, w := range words {
+				if w == "mode=daemonset" || w == "mode=managed" {
+					m = strings.TrimPrefix(w, "mode=")
+				}
+			}
+			if m == mode {
+				found = append(found, words[1:])
+			}
+		}
+	}
+	// The laptop section repeats a command as written: every occurrence must be the same.
+	found = slices.CompactFunc(found, slices.Equal)
+	if len(found) != 1 {
+		t.Fatalf("README.md: %d different `helm install kubetrail` commands for mode %s, want 1: %q", len(found), mode, found)
+	}
+	return found[0]
+}
+
+// shellWords splits a command line as sh would for the quoting the README uses: blanks separate
+// words, '…' and "…" quote, # starts a comment.
+func shellWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\'' || c == '"':
+			j := strings.IndexByte(line[i+1:], c)
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated %c", c)
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == ' ' || c == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '#' && !inWord:
+			i = len(line)
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// chartRelease is a release installed into the testbed by a test.
+type chartRelease struct {
+	env         *Env
+	helm        string
+	name, ns    string
+	notes       string // what `helm install` printed after NOTES:
+	uninstalled bool
+}
+
+// installREADME runs the README's install command for mode, from the repository root, against
+// the testbed (--kubeconfig), with otlp.endpoint the testbed's Jaeger: the only value added. The
+// release is uninstalled when the test ends, if the test did not.
+func installREADME(t *testing.T, env *Env, mode string) *chartRelease {
+	t.Helper()
+	args := readmeInstall(t, env.Root, mode)
+	r := &chartRelease{env: env, helm: helmBinary(t), name: args[1]}
+	for i, a := range args {
+		if (a == "-n" || a == "--namespace") && i+1 < len(args) {
+			r.ns = args[i+1]
+		}
+	}
+	if r.ns == "" {
+		t.Fatalf("the README's install command names no namespace: %q", args)
+	}
+	args = append(args, "--kubeconfig", env.Kubeconfig, "--set", "otlp.endpoint="+env.Jaeger.OTLPGRPC)
+	out := r.run(t, args...)
+	_, r.notes, _ = strings.Cut(out, "NOTES:\n")
+	t.Cleanup(func() {
+		if !r.uninstalled {
+			_, _ = exec.Command(r.helm, "uninstall", r.name, "-n", r.ns, "--kubeconfig", env.Kubeconfig, "--wait", "--timeout", "60s").CombinedOutput()
+		}
+		// What uninstall leaves on purpose (the volume claims) is deleted for the next test.
+		_, _ = env.RunKubectl("delete", "pvc", "--all", "-n", r.ns, "--wait=false")
+	})
+	return r
+}
+
+// run runs helm from the repository root and returns its output; a failure fails the test.
+func (r *chartRelease) run(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(r.helm, args...)
+	cmd.Dir = r.env.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// secretData returns the data of a Secret of the release's namespace, decoded.
+func (r *chartRelease) secretData(t *testing.T, name string) map[string][]byte {
+	return objectData(t, r.env, r.ns, "secret", name)
+}
+
+// uninstall stops the release's pods as the kubelet would before their RBAC goes (SIGTERM, then
+// their whole log is checked for 401/403: shutdown included), then runs helm uninstall.
+func (r *chartRelease) uninstall(t *testing.T, pods ...*ChartPod) {
+	t.Helper()
+	for _, p := range pods {
+		if err := p.Stop(); err != nil {
+			t.Errorf("stop %s: %v", p.Name, err)
+		}
+		checkNoAuthErrors(t, p)
+	}
+	r.run(t, "uninstall", r.name, "-n", r.ns, "--kubeconfig", r.env.Kubeconfig, "--wait", "--timeout", "60s")
+	r.uninstalled = true
+}
+
+// checkNoAuthErrors checks that the pod's log has no 401 or 403: nothing it called was refused
+// by the apiserver (RBAC) or by a peer.
+func checkNoAuthErrors(t *testing.T, p *ChartPod) {
+	t.Helper()
+	var bad []string
+	for _, line := range strings.Split(p.Log(), "\n") {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "forbidden") || strings.Contains(l, "unauthorized") || regexp.MustCompile(`\b(401|403)\b`).MatchString(l) {
+			bad = append(bad, truncate(line, 400))
+		}
+	}
+	Check(t, p.Name+" was refused nothing (no 401/403 in its log)", len(bad) == 0, "%d lines:\n%s", len(bad), strings.Join(bad, "\n"))
+}
+
+// leftovers lists, after uninstall, every object in the namespace (of every listable kind but
+// Events, and but what Kubernetes puts in every namespace) and the cluster-scoped objects that
+// carry the release's label.
+func (r *chartRelease) leftovers(t *testing.T) []string {
+	t.Helper()
+	kinds, err := r.env.RunKubectl("api-resources", "--verbs=list", "--namespaced", "-o", "name")
+	if err != nil {
+		t.Fatalf("kubectl api-resources: %v\n%s", err, kinds)
+	}
+	var list []string
+	for _, k := range strings.Fields(kinds) {
+		if k != "events" && k != "events.events.k8s.io" {
+			list = append(list, k)
+		}
+	}
+	// stdout only: kubectl warns on stderr about deprecated kinds it lists (v1 Endpoints).
+	cmd := exec.Command(r.env.Kubectl, "--kubeconfig", r.env.Kubeconfig, "get", strings.Join(list, ","), "-n", r.ns, "-o", "name")
+	b, err := cmd.Output()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("kubectl get all kinds -n %s: %v\n%s", r.ns, err, stderrOf(err))
+	}
+	var left []string
+	for _, o := range strings.Fields(out) {
+		if o == "configmap/kube-root-ca.crt" || o == "serviceaccount/default" {
+			continue
+		}
+		left = append(left, o)
+	}
+	cluster, err := r.env.RunKubectl("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance="+r.name, "-o", "name")
+	if err != nil {
+		t.Fatalf("kubectl get clusterroles: %v\n%s", err, cluster)
+	}
+	return append(left, strings.Fields(cluster)...)
+}
+
+// notesKubeconfig runs the commands the install notes print to copy the apiserver's webhook
+// kubeconfig onto a control-plane node (kubectl … | base64 -d > FILE; chmod 600 FILE), with FILE
+// a path of the test's, and returns that path.
+func (r *chartRelease) notesKubeconfig(t *testing.T) string {
+	t.Helper()
+	const nodePath = "/etc/kubernetes/kubetrail-audit-webhook.yaml"
+	var cmds []string
+	lines := strings.Split(r.notes, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "kubectl ") && !strings.HasPrefix(l, "chmod ") {
+			continue // prose, which may name the path too
+		}
+		for strings.HasSuffix(l, "\\") && i+1 < len(lines) {
+			i++
+			l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(lines[i])
+		}
+		if strings.Contains(l, nodePath) {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) != 2 {
+		t.Fatalf("want the notes' two commands writing %s (copy, chmod), got %q in:\n%s", nodePath, cmds, r.notes)
+	}
+	path := filepath.Join(t.TempDir(), "kubetrail-audit-webhook.yaml")
+	script := strings.ReplaceAll(strings.Join(cmds, "\n"), nodePath, path)
+	cmd := exec.Command("/bin/bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+r.env.Kubeconfig, "PATH="+filepath.Dir(r.env.Kubectl)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the notes' commands: %v\n%s\n%s", err, script, out)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the notes' kubeconfig %s: %v %v", path, fi, err)
+	}
+	return path
+}
+
+// kubeconfigServerHost is the host of the (only) cluster's server in a kubeconfig file.
+func kubeconfigServerHost(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil || len(kc.Clusters) != 1 {
+		t.Fatalf("kubeconfig %s: %v", path, err)
+	}
+	host := regexp.MustCompile(`^https?://([^:/]+)`).FindStringSubmatch(kc.Clusters[0].Cluster.Server)
+	if host == nil {
+		t.Fatalf("kubeconfig %s: server %q", path, kc.Clusters[0].Cluster.Server)
+	}
+	return host[1]
+}
+
+// kubectlVia runs kubectl as the testbed's admin through the apiserver at server.
+func kubectlVia(t *testing.T, env *Env, server string, args ...string) string {
+	t.Helper()
+	out, err := env.RunKubectl(append([]string{"--server", server}, args...)...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// clusterSpans are the spans of cluster in Jaeger that start in w.
+func clusterSpans(ss Spans, cluster string) Spans {
+	return ss.WithAttr(model.AttrClusterName, cluster)
+}
+
+// TestHelmInstallGateway installs the README's gateway command, runs its StatefulSet's collector
+// as the pod would and the bundled Redis as its pod would, starts a kube-apiserver of the
+// cluster whose audit webhook is the kubeconfig the notes' commands copy, and checks that writes
+// through it become spans over mTLS, Event spans arrive through the elected watcher, owner
+// lookups succeed, all under the chart's RBAC; then `helm upgrade` keeps every generated secret
+// and the apiserver keeps delivering, and `helm uninstall` leaves only what the notes say.
+func TestHelmInstallGateway(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	start := time.Now()
+	rel := installREADME(t, env, "gateway")
+	full := rel.name // the chart's fullname when the release is named kubetrail
+
+	redisIP, err := loopbackIP(6379)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.StartChartRedis(t, rel.ns, "deployment/"+full+"-redis", redisIP)
+	podIP, err := loopbackIP(9880, 13133, 8888)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcHost := fmt.Sprintf("%s.%s.svc", full, rel.ns)
+	hosts := map[string]string{fmt.Sprintf("%s-redis.%s.svc", full, rel.ns): redisIP}
+	pod := env.StartChartPod(t, "gateway-0", rel.ns, "statefulset/"+full, podIP, nil, hosts)
+	Check(t, "the gateway pod's config is the chart's: TLS webhook, Redis ID map, elected Events watcher",
+		strings.Contains(pod.Config, "client_ca_file:") && strings.Contains(pod.Config, "backend: redis") && strings.Contains(pod.Config, "leader_election:"),
+		"config:\n%s", pod.Config)
+
+	// The apiserver's side: the kubeconfig exactly as the notes' commands copy it. Its server is
+	// the Service's DNS name, which the node resolves (as with cluster DNS) to the pod here.
+	kubeconfig := rel.notesKubeconfig(t)
+	Check(t, "the notes' kubeconfig names the Service", kubeconfigServerHost(t, kubeconfig) == svcHost,
+		"server host %q, want %q", kubeconfigServerHost(t, kubeconfig), svcHost)
+	api2 := env.StartAPIServer(t, "helm-gateway", kubeconfig, filepath.Join(env.Root, "distribution", "audit-policy.yaml"), map[string]string{svcHost: podIP})
+
+	// Writes through that apiserver: a Deployment (its ReplicaSet and Pods are the controllers',
+	// written through the first apiserver and not audited here), then a change to one of its
+	// Pods, whose owner (the ReplicaSet) the processor must look up under the RBAC.
+	ns := "helm-gateway"
+	runChartScenario(t, env, api2, ns, start)
+	holder, err := env.RunKubectl("get", "lease", full+"-events", "-n", rel.ns, "-o", "jsonpath={.spec.holderIdentity}")
+	Check(t, "the pod holds the chart's Events Lease (leader election under the chart's Role)", err == nil && holder != "",
+		"holder %q, err %v", holder, err)
+
+	// helm upgrade with a changed value: every generated secret stays, the apiserver keeps
+	// delivering with the kubeconfig it has.
+	before := map[string]map[string][]byte{}
+	for _, s := range []string{full + "-tls", full + "-apiserver-kubeconfig", full + "-redis"} {
+		before[s] = rel.secretData(t, s)
+	}
+	rel.run(t, "upgrade", rel.name, "distribution/helm/kubetrail", "-n", rel.ns, "--kubeconfig", env.Kubeconfig, "--reuse-values", "--set", "ownerWait=4s")
+	for s, data := range before {
+		after := rel.secretData(t, s)
+		for _, k := range sortedKeys(data) {
+			if s == full+"-apiserver-kubeconfig" && k == "audit-webhook-kubeconfig.yaml" {
+				// The server may now be the Service's ClusterIP (the notes say so); the
+				// credentials in it are client.crt/client.key, compared below, and the CA.
+				continue
+			}
+			Check(t, "helm upgrade keeps "+s+" "+k, bytes.Equal(data[k], after[k]), "changed")
+		}
+	}
+	// The pod restarts on the new config (its checksum annotation changed), as the kubelet would
+	// restart it; the apiserver is not touched.
+	if err := pod.Stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	checkNoAuthErrors(t, pod)
+	pod = env.StartChartPod(t, "gateway-0-upgraded", rel.ns, "statefulset/"+full, podIP, nil, hosts)
+	Check(t, "the upgraded config is running", strings.Contains(pod.Config, "owner_wait: 4s"), "config:\n%s", pod.Config)
+	t1 := time.Now()
+	kubectlVia(t, env, api2, "create", "configmap", "after-upgrade", "-n", ns, "--from-literal=k=v")
+	env.WaitSpans(t, Window{Start: t1, End: time.Now().Add(time.Minute)}, 90*time.Second, func(ss Spans) error {
+		if len(clusterSpans(ss, readmeCluster).ForObject("ConfigMap", ns, "after-upgrade").OfType(model.SpanTypeAudit)) == 0 {
+			return fmt.Errorf("no audit span of ConfigMap %s/after-upgrade after the upgrade", ns)
+		}
+		return nil
+	})
+
+	// helm uninstall leaves what the notes say it leaves: the volume claims.
+	rel.uninstall(t, pod)
+	left := rel.leftovers(t)
+	var unexpected []string
+	for _, o := range left {
+		if !strings.HasPrefix(o, "persistentvolumeclaim/state-"+full+"-") {
+			unexpected = append(unexpected, o)
+		}
+	}
+	Check(t, "helm uninstall leaves only the volume claims", len(unexpected) == 0, "left: %v", left)
+	Check(t, "the notes say the volume claims stay", strings.Contains(rel.notes, "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name),
+		"notes:\n%s", rel.notes)
+}
+
+// runChartScenario writes, through the apiserver at server, a namespace with a Deployment of two
+// replicas, then a label on one of its Pods, and checks the spans of cluster prod-eu-1: the audit
+// spans of both writes, the Pod's window span in its Deployment's trace (through its
+// ReplicaSet, which the processor looks up when it was not in the stream) and the Events' spans.
+func runChartScenario(t *testing.T, env *Env, server, ns string, start time.Time) {
+	t.Helper()
+	kubectlVia(t, env, server, "create", "namespace", ns)
+	t.Cleanup(func() { _, _ = env.RunKubectl("delete", "namespace", ns, "--wait=false") })
+	kubectlVia(t, env, server, "create", "deployment", "web", "-n", ns, "--image=registry.example/web:1", "--replicas=2")
+	pods := waitPods(t, env, ns, "app=web", 2)
+	kubectlVia(t, env, server, "label", "pod", pods[0], "-n", ns, "kubetrail.io/touched=yes")
+
+	w := Window{Start: start, End: time.Now().Add(2 * time.Minute)}
+	spans := env.WaitSpans(t, w, 90*time.Second, func(ss Spans) error {
+		ss = clusterSpans(ss, readmeCluster)
+		if len(ss.ForObject("Deployment", ns, "web").OfType(model.SpanTypeAudit)) == 0 {
+			return fmt.Errorf("no audit span of Deployment %s/web", ns)
+		}
+		if len(ss.ForObject("Pod", ns, pods[0]).OfType(model.SpanTypeAudit)) == 0 {
+			return fmt.Errorf("no audit span of Pod %s/%s", ns, pods[0])
+		}
+		if len(ss.OfType(model.SpanTypeEvent).InNamespace(ns)) == 0 {
+			return fmt.Errorf("no Event span in %s", ns)
+		}
+		return nil
+	})
+	spans = clusterSpans(spans, readmeCluster)
+	dep := spans.ForObject("Deployment", ns, "web").OfType(model.SpanTypeObject)
+	pod0 := spans.ForObject("Pod", ns, pods[0]).OfType(model.SpanTypeObject)
+	Check(t, ns+": the Pod's window span is in its Deployment's trace (owners looked up under the chart's RBAC)",
+		len(dep) > 0 && len(pod0) > 0 && pod0[0].TraceID == dep[0].TraceID,
+		"Deployment window spans %v, Pod window spans %v", dep, pod0)
+	Check(t, ns+": Event spans arrive (list/watch under the chart's RBAC)",
+		len(spans.OfType(model.SpanTypeEvent).InNamespace(ns)) > 0, "none in %s", ns)
+}
+
+// waitPods waits for n Pods matching selector in ns and returns their names, sorted.
+func waitPods(t *testing.T, env *Env, ns, selector string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := env.RunKubectl("get", "pods", "-n", ns, "-l", selector, "-o", "jsonpath={.items[*].metadata.name}")
+		names := strings.Fields(out)
+		if err == nil && len(names) >= n {
+			sort.Strings(names)
+			return names
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pods %s in %s after 60 s: %v %s", len(names), selector, ns, err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// TestHelmInstallDaemonset installs the README's daemonset command and runs its DaemonSet's
+// collector as the pod on a control-plane node would: its hostPath for the audit log is the
+// directory where the testbed's apiserver writes its own (--audit-log-path), its state hostPath a
+// directory of the test's. Writes through the apiserver become spans; uninstall leaves nothing.
+func TestHelmInstallDaemonset(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	start := time.Now()
+	rel := installREADME(t, env, "daemonset")
+	full := rel.name
+	redisIP, err := loopbackIP(6379)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.StartChartRedis(t, rel.ns, "deployment/"+full+"-redis", redisIP)
+	podIP, err := loopbackIP(13133, 8888)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditLog := clusterEnv(env, "KUBETRAIL_AUDIT_LOG")
+	if filepath.Base(auditLog) != "audit.log" {
+		t.Fatalf("the testbed's audit log is %s; the chart's default path ends in audit.log", auditLog)
+	}
+	hostPaths := map[string]string{
+		"/var/log/kubernetes/audit":  filepath.Dir(auditLog), // daemonset.auditLogPath's directory
+		"/var/lib/otelcol-kubetrail": t.TempDir(),            // daemonset.stateHostPath
+	}
+	hosts := map[string]string{fmt.Sprintf("%s-redis.%s.svc", full, rel.ns): redisIP}
+	pod := env.StartChartPod(t, "daemonset", rel.ns, "daemonset/"+full, podIP, hostPaths, hosts)
+	Check(t, "the daemonset pod reads the audit log file", strings.Contains(pod.Config, "/var/log/kubernetes/audit/audit.log"), "config:\n%s", pod.Config)
+
+	runChartScenario(t, env, clusterEnv(env, "KUBETRAIL_APISERVER"), "helm-daemonset", start)
+
+	rel.uninstall(t, pod)
+	left := rel.leftovers(t)
+	Check(t, "helm uninstall of the daemonset mode leaves nothing", len(left) == 0, "left: %v", left)
+	Check(t, "the notes say what stays on the nodes", strings.Contains(rel.notes, "it leaves the read positions and the queue"), "notes:\n%s", rel.notes)
+}
+
+// TestHelmInstallManaged installs the README's managed command (OTLP logs with a client
+// certificate) and runs its collector as the pod would; a shipper (otelcol-kubetrail with its
+// filelog receiver on the testbed's audit log and the OTLP exporter) sends with the client
+// certificate, key and CA the notes' commands copy, and the server name the notes give.
+func TestHelmInstallManaged(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	requireComponent(t, env, "receivers", "file_log")
+	start := time.Now()
+	rel := installREADME(t, env, "managed")
+	full := rel.name
+	redisIP, err := loopbackIP(6379)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.StartChartRedis(t, rel.ns, "deployment/"+full+"-redis", redisIP)
+	podIP, err := loopbackIP(4317, 4318, 13133, 8888)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[string]string{fmt.Sprintf("%s-redis.%s.svc", full, rel.ns): redisIP}
+	pod := env.StartChartPod(t, "managed-0", rel.ns, "statefulset/"+full, podIP, nil, hosts)
+
+	// The shipper's files, by the notes' own commands, in a directory of the test's.
+	dir := t.TempDir()
+	var cmds []string
+	for _, l := range strings.Split(rel.notes, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "kubectl ") && strings.Contains(l, "base64 -d > ") {
+			cmds = append(cmds, l)
+		}
+	}
+	Check(t, "the notes print the three commands that copy the shipper's files", len(cmds) == 3, "%q", cmds)
+	cmd := exec.Command("/bin/bash", "-euo", "pipefail", "-c", strings.Join(cmds, "\n"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PATH="+filepath.Dir(env.Kubectl)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the notes' commands: %v\n%s", err, out)
+	}
+	serverName := regexp.MustCompile(`Give it the server name\s+(\S+?),`).FindStringSubmatch(rel.notes)
+	if serverName == nil {
+		t.Fatalf("the notes name no server name:\n%s", rel.notes)
+	}
+	cfg := Config{}
+	cfg.Set("receivers.file_log.include", []any{clusterEnv(env, "KUBETRAIL_AUDIT_LOG")})
+	cfg.Set("receivers.file_log.start_at", "end")
+	cfg.Set("receivers.file_log.max_log_size", filelogMaxLogSize)
+	cfg.Set("exporters.otlp_grpc.endpoint", podIP+":4317")
+	cfg.Set("exporters.otlp_grpc.tls", map[string]any{
+		"ca_file": filepath.Join(dir, "ca.crt"), "cert_file": filepath.Join(dir, "client.crt"), "key_file": filepath.Join(dir, "client.key"),
+		"server_name_override": serverName[1]})
+	cfg.Set("service.pipelines.logs.receivers", []any{"file_log"})
+	cfg.Set("service.pipelines.logs.exporters", []any{"otlp_grpc"})
+	cfg.Set("service.telemetry.metrics.level", "none")
+	shipper := env.StartExtraCollector(t, "helm-shipper", cfg)
+
+	runChartScenario(t, env, clusterEnv(env, "KUBETRAIL_APISERVER"), "helm-managed", start)
+	Check(t, "the shipper was refused nothing", !shipper.LogContains("Unauthenticated") && !shipper.LogContains("certificate"),
+		"shipper log:\n%s", shipper.LogTail(20))
+
+	rel.uninstall(t, pod)
+	left := rel.leftovers(t)
+	var unexpected []string
+	for _, o := range left {
+		if !strings.HasPrefix(o, "persistentvolumeclaim/state-"+full+"-") {
+			unexpected = append(unexpected, o)
+		}
+	}
+	Check(t, "helm uninstall of the managed mode leaves only the volume claims", len(unexpected) == 0, "left: %v", left)
+}
