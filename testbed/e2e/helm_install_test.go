@@ -112,6 +112,7 @@ type chartRelease struct {
 	env         *Env
 	helm        string
 	name, ns    string
+	mode        string
 	notes       string // what `helm install` printed after NOTES:
 	uninstalled bool
 }
@@ -122,7 +123,7 @@ type chartRelease struct {
 func installREADME(t *testing.T, env *Env, mode string) *chartRelease {
 	t.Helper()
 	args := readmeInstall(t, env.Root, mode)
-	r := &chartRelease{env: env, helm: helmBinary(t), name: args[1]}
+	r := &chartRelease{env: env, helm: helmBinary(t), name: args[1], mode: mode}
 	for i, a := range args {
 		if (a == "-n" || a == "--namespace") && i+1 < len(args) {
 			r.ns = args[i+1]
@@ -223,6 +224,21 @@ func (r *chartRelease) leftovers(t *testing.T) []string {
 		t.Fatalf("kubectl get clusterroles: %v\n%s", err, cluster)
 	}
 	return append(left, strings.Fields(cluster)...)
+}
+
+// checkLeftovers checks that after uninstall only objects whose name starts with keep are left
+// ("" for none) and that the notes say so (notesSay is in them).
+func (r *chartRelease) checkLeftovers(t *testing.T, keep, notesSay string) {
+	t.Helper()
+	left := r.leftovers(t)
+	var unexpected []string
+	for _, o := range left {
+		if keep == "" || !strings.HasPrefix(o, keep) {
+			unexpected = append(unexpected, o)
+		}
+	}
+	Check(t, "helm uninstall leaves only what the notes say ("+r.mode+")", len(unexpected) == 0, "left: %v", left)
+	Check(t, "the notes say what uninstall leaves ("+r.mode+")", strings.Contains(r.notes, notesSay), "no %q in the notes:\n%s", notesSay, r.notes)
 }
 
 // notesKubeconfig runs the commands the install notes print to copy the apiserver's webhook
@@ -383,16 +399,7 @@ func TestHelmInstallGateway(t *testing.T) {
 
 	// helm uninstall leaves what the notes say it leaves: the volume claims.
 	rel.uninstall(t, pod)
-	left := rel.leftovers(t)
-	var unexpected []string
-	for _, o := range left {
-		if !strings.HasPrefix(o, "persistentvolumeclaim/state-"+full+"-") {
-			unexpected = append(unexpected, o)
-		}
-	}
-	Check(t, "helm uninstall leaves only the volume claims", len(unexpected) == 0, "left: %v", left)
-	Check(t, "the notes say the volume claims stay", strings.Contains(rel.notes, "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name),
-		"notes:\n%s", rel.notes)
+	rel.checkLeftovers(t, "persistentvolumeclaim/state-"+full+"-", "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name)
 }
 
 // runChartScenario writes, through the apiserver at server, a namespace with a Deployment of two
@@ -492,9 +499,7 @@ func TestHelmInstallDaemonset(t *testing.T) {
 	runChartScenario(t, env, clusterEnv(env, "KUBETRAIL_APISERVER"), "helm-daemonset", start)
 
 	rel.uninstall(t, pod)
-	left := rel.leftovers(t)
-	Check(t, "helm uninstall of the daemonset mode leaves nothing", len(left) == 0, "left: %v", left)
-	Check(t, "the notes say what stays on the nodes", strings.Contains(rel.notes, "it leaves the read positions and the queue"), "notes:\n%s", rel.notes)
+	rel.checkLeftovers(t, "", "it leaves the read positions and the queue")
 }
 
 // TestHelmInstallManaged installs the README's managed command (OTLP logs with a client
@@ -557,12 +562,5 @@ func TestHelmInstallManaged(t *testing.T) {
 		"shipper log:\n%s", shipper.LogTail(20))
 
 	rel.uninstall(t, pod)
-	left := rel.leftovers(t)
-	var unexpected []string
-	for _, o := range left {
-		if !strings.HasPrefix(o, "persistentvolumeclaim/state-"+full+"-") {
-			unexpected = append(unexpected, o)
-		}
-	}
-	Check(t, "helm uninstall of the managed mode leaves only the volume claims", len(unexpected) == 0, "left: %v", left)
+	rel.checkLeftovers(t, "persistentvolumeclaim/state-"+full+"-", "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name)
 }
