@@ -3,6 +3,7 @@ package auditconv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -246,6 +247,18 @@ var ErrValuesOverBudget = errValuesOverBudget
 // events, or more memory, than its door allows, whatever its size in bytes.
 func (c *Converter) DecodeBodyLimited(data []byte, reuse []Event, lim DecodeLimits) ([]Event, error) {
 	return decodeBodyLimited(data, reuse, c, &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge})
+}
+
+// DecodeItem decodes one event as an EventList holds it: an Event whose kind and apiVersion may
+// be absent (the apiserver writes them on the list only), within lim as DecodeBodyLimited. A
+// record of the k8s_audit receiver's logs output (RawEventName) is one.
+func (c *Converter) DecodeItem(data []byte, lim DecodeLimits) ([]Event, error) {
+	cost := &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge}
+	events, err := decodeDocument(data, false, true, nil, bodyReader{conv: c, index: true, cost: cost})
+	if err != nil {
+		return nil, fmt.Errorf("decoding audit event: %w", err)
+	}
+	return events, nil
 }
 
 // DecodeLine decodes one audit log line (a single Event).

@@ -74,7 +74,7 @@ func BenchmarkDecodeCapture(b *testing.B) {
 			pooled := new([]Event)
 			for b.Loop() {
 				for _, body := range bodies {
-					evs, err := decodeDocument(body, true, *pooled, mode.r)
+					evs, err := decodeDocument(body, true, false, *pooled, mode.r)
 					if err != nil {
 						b.Fatal(err)
 					}

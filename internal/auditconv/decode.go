@@ -274,7 +274,7 @@ func decodeBodyInto(data []byte, reuse []Event, c *Converter) ([]Event, error) {
 // decodeBodyLimited is decodeBodyInto within cost's bounds: it stops at once past the item
 // limit (*TooManyItemsError) or when the budget refuses room (errOverBudget).
 func decodeBodyLimited(data []byte, reuse []Event, c *Converter, cost *decodeCost) ([]Event, error) {
-	events, err := decodeDocument(data, true, reuse, bodyReader{conv: c, index: c != nil, cost: cost})
+	events, err := decodeDocument(data, true, false, reuse, bodyReader{conv: c, index: c != nil, cost: cost})
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit body: %w", err)
 	}
@@ -284,7 +284,7 @@ func decodeBodyLimited(data []byte, reuse []Event, c *Converter, cost *decodeCos
 // decodeLine decodes one audit log line: a single audit.k8s.io/v1 Event, its bodies read as
 // the converter c will (see decodeBodyInto; c never indexes for a log line).
 func decodeLine(line []byte, c *Converter) (Event, error) {
-	events, err := decodeDocument(line, false, nil, bodyReader{conv: c})
+	events, err := decodeDocument(line, false, false, nil, bodyReader{conv: c})
 	if err != nil {
 		return Event{}, fmt.Errorf("decoding audit log line: %w", err)
 	}
@@ -292,8 +292,9 @@ func decodeLine(line []byte, c *Converter) (Event, error) {
 }
 
 // decodeDocument decodes an Event, or with lists an EventList, which shares the Event's
-// top-level kind and apiVersion: the members of both are read in one loop.
-func decodeDocument(d []byte, lists bool, items []Event, r bodyReader) ([]Event, error) {
+// top-level kind and apiVersion: the members of both are read in one loop. With item, the
+// document may also be an EventList's item: an Event without kind and apiVersion.
+func decodeDocument(d []byte, lists, item bool, items []Event, r bodyReader) ([]Event, error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
 		return nil, errAt(i, "empty body")
@@ -349,6 +350,9 @@ func decodeDocument(d []byte, lists bool, items []Event, r bodyReader) ([]Event,
 	}
 	if end := skipSpace(d, i); end != len(d) {
 		return nil, errAt(end, "data after the top-level value")
+	}
+	if item && kind == "" && apiVersion == "" {
+		return []Event{ev}, nil
 	}
 	if apiVersion != auditAPIVersion {
 		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)

@@ -1,0 +1,222 @@
+package auditconv
+
+import "fmt"
+
+// RawEventName is the event name of a log record that holds one audit event as an EventList
+// carried it (RawEvent.Raw: an Event without kind and apiVersion), as k8s_audit's logs output
+// writes it; the connector decodes such a record with Converter.DecodeItem.
+const RawEventName = "k8s.audit.event"
+
+// RawEvent is one audit event of a body as it was received: its JSON bytes, unchanged, and the
+// key of the object it is about, read without decoding anything else. An edge collector
+// forwards it as is (k8s_audit's logs output); the key keeps an object's events together (one
+// Kafka partition).
+type RawEvent struct {
+	// Raw is the event's JSON object, a slice of the body it was scanned from.
+	Raw []byte
+	// Key is objectRef's apiGroup, resource, namespace and name; all empty for an event
+	// without objectRef (a non-resource request).
+	Key ObjectKey
+}
+
+// ObjectKey names an object as objectRef does. Its strings are shared among events (resources,
+// groups and namespaces recur); Name is the event's own.
+type ObjectKey struct {
+	APIGroup, Resource, Namespace, Name string
+}
+
+// ScanEventList splits an audit.k8s.io/v1 EventList (a webhook body) into its events, appended
+// to dst[:0]: each item's bytes and object key. The whole body is checked to be well-formed JSON
+// and of that kind and apiVersion; nothing else of an event is decoded, and an item that is not
+// an object (or null) is kept as it stands, with an empty key, for the consumer to refuse. More
+// than maxItems items (0: no limit) stop the scan with *TooManyItemsError.
+func ScanEventList(data []byte, maxItems int, dst []RawEvent) ([]RawEvent, error) {
+	events, err := scanDocument(data, true, maxItems, dst[:0])
+	if err != nil {
+		return nil, fmt.Errorf("scanning audit body: %w", err)
+	}
+	return events, nil
+}
+
+// ScanEvent is ScanEventList for one audit.k8s.io/v1 Event (an audit log line).
+func ScanEvent(line []byte) (RawEvent, error) {
+	events, err := scanDocument(line, false, 0, nil)
+	if err != nil {
+		return RawEvent{}, fmt.Errorf("scanning audit log line: %w", err)
+	}
+	return events[0], nil
+}
+
+// scanDocument is decodeDocument that keeps each item's bytes and key only.
+func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEvent, error) {
+	i := skipSpace(d, 0)
+	if i >= len(d) {
+		return nil, errAt(i, "empty body")
+	}
+	start := i
+	if d[i] != '{' {
+		end, err := skipValue(d, i, 0)
+		if err != nil {
+			return nil, err
+		}
+		if skipSpace(d, end) != len(d) {
+			return nil, errAt(end, "data after the top-level value")
+		}
+		return nil, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
+	}
+	var (
+		kind, apiVersion string
+		own              ObjectKey // the document's own objectRef (a single Event)
+		err              error
+	)
+	i++
+	for first := true; ; first = false {
+		var key []byte
+		var done bool
+		key, i, done, err = objectNext(d, i, first)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			break
+		}
+		switch string(key) {
+		case "kind":
+			kind, i, err = topString(d, i, "kind")
+		case "apiVersion":
+			apiVersion, i, err = topString(d, i, "apiVersion")
+		case "items":
+			if !lists {
+				i, err = skipValue(d, i, 1)
+				break
+			}
+			items, i, err = scanItems(d, i, maxItems, items)
+		case "objectRef":
+			i, err = scanObjectRef(d, i, 1, &own)
+		default:
+			i, err = skipValue(d, i, 1)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if end := skipSpace(d, i); end != len(d) {
+		return nil, errAt(end, "data after the top-level value")
+	}
+	if apiVersion != auditAPIVersion {
+		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)
+	}
+	switch {
+	case lists && kind == kindEventList:
+		if items == nil {
+			items = []RawEvent{}
+		}
+		return items, nil
+	case kind == kindEvent:
+		return append(items[:0], RawEvent{Raw: d[start:i], Key: own}), nil
+	default:
+		return nil, fmt.Errorf("%w: kind %q", errWrongKind, kind)
+	}
+}
+
+// scanItems scans an EventList's items array at d[i].
+func scanItems(d []byte, i, maxItems int, items []RawEvent) ([]RawEvent, int, error) {
+	switch d[i] {
+	case 'n':
+		end, err := scanLiteral(d, i, "null")
+		return items, end, err
+	case '[':
+	default:
+		if _, err := skipValue(d, i, 1); err != nil {
+			return nil, 0, err
+		}
+		return nil, 0, fmt.Errorf("%w: items is not an array", errWrongKind)
+	}
+	i++
+	for first := true; ; first = false {
+		next, done, err := arrayNext(d, i, first)
+		if err != nil {
+			return nil, 0, err
+		}
+		if done {
+			return items, next, nil
+		}
+		if maxItems > 0 && len(items) >= maxItems {
+			return nil, 0, &TooManyItemsError{Max: maxItems}
+		}
+		var key ObjectKey
+		if d[next] == '{' {
+			i, err = scanEventKey(d, next, 2, &key)
+		} else {
+			i, err = skipValue(d, next, 2)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		items = append(items, RawEvent{Raw: d[next:i], Key: key})
+	}
+}
+
+// scanEventKey reads the objectRef of the event object at d[i], skipping every other member.
+func scanEventKey(d []byte, i, depth int, key *ObjectKey) (int, error) {
+	i++
+	for first := true; ; first = false {
+		k, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		if string(k) == "objectRef" {
+			i, err = scanObjectRef(d, next, depth+1, key)
+		} else {
+			i, err = skipValue(d, next, depth+1)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// scanObjectRef reads apiGroup, resource, namespace and name of the objectRef at d[i]; a value
+// that is not a string counts as empty (the converter downstream refuses such an event).
+func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
+	if d[i] != '{' {
+		return skipValue(d, i, depth)
+	}
+	i++
+	for first := true; ; first = false {
+		k, next, done, err := objectNext(d, i, first)
+		if err != nil || done {
+			return next, err
+		}
+		var dst *string
+		recurs := true
+		switch string(k) {
+		case "apiGroup":
+			dst = &key.APIGroup
+		case "resource":
+			dst = &key.Resource
+		case "namespace":
+			dst = &key.Namespace
+		case "name":
+			dst, recurs = &key.Name, false
+		}
+		if dst == nil || d[next] != '"' {
+			if i, err = skipValue(d, next, depth+1); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		end, plain, err := scanString(d, next)
+		if err != nil {
+			return 0, err
+		}
+		if recurs {
+			*dst = symbols.ofQuoted(d[next+1:end-1], plain)
+		} else if plain {
+			*dst = string(d[next+1 : end-1])
+		} else {
+			*dst = string(unquote(d[next+1 : end-1]))
+		}
+		i = end
+	}
+}
