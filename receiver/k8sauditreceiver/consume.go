@@ -6,11 +6,15 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
 
 // The input attribute of otelcol_k8s_audit_receive_lag, one per door of this receiver.
@@ -46,4 +50,57 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 		st.Drop(auditconv.ReasonConsumerPermanent, n)
 	}
 	return n, err
+}
+
+// consumeRaw hands a batch of one cluster, its events as received, to the logs output: a log
+// record each, its body the event's JSON bytes, grouped in one ResourceLogs per object whose
+// resource is k8s.cluster.name and the object's key (API group, resource, namespace, name), so
+// that an exporter partitioning by resource attributes (kafka's
+// partition_logs_by_resource_attributes) keeps each object's events in one partition, in order.
+// It returns the record count and the consumer's error.
+func (r *auditReceiver) consumeRaw(ctx context.Context, obs *receiverhelper.ObsReport, cluster string, events []auditconv.RawEvent) (n int, err error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	ctx = obs.StartLogsOp(ctx)
+	ld := rawLogs(cluster, events, time.Now(), r.set.BuildInfo.Version)
+	n = ld.LogRecordCount()
+	err = r.logs.ConsumeLogs(ctx, ld)
+	obs.EndLogsOp(ctx, "audit", n, err)
+	return n, err
+}
+
+// rawLogs builds the logs of consumeRaw; observed is every record's observed time.
+func rawLogs(cluster string, events []auditconv.RawEvent, observed time.Time, version string) plog.Logs {
+	ld := plog.NewLogs()
+	rls := ld.ResourceLogs()
+	byKey := make(map[auditconv.ObjectKey]plog.LogRecordSlice, 8)
+	ts := pcommon.NewTimestampFromTime(observed)
+	for _, ev := range events {
+		records, ok := byKey[ev.Key]
+		if !ok {
+			rl := rls.AppendEmpty()
+			attrs := rl.Resource().Attributes()
+			attrs.EnsureCapacity(5)
+			attrs.PutStr(model.AttrClusterName, cluster)
+			for _, kv := range [...]struct{ k, v string }{
+				{model.AttrObjectAPIGroup, ev.Key.APIGroup}, {model.AttrObjectResource, ev.Key.Resource},
+				{model.AttrNamespaceName, ev.Key.Namespace}, {model.AttrObjectName, ev.Key.Name},
+			} {
+				if kv.v != "" {
+					attrs.PutStr(kv.k, kv.v)
+				}
+			}
+			sl := rl.ScopeLogs().AppendEmpty()
+			sl.Scope().SetName(metadata.ScopeName)
+			sl.Scope().SetVersion(version)
+			records = sl.LogRecords()
+			byKey[ev.Key] = records
+		}
+		lr := records.AppendEmpty()
+		lr.SetEventName(auditconv.RawEventName)
+		lr.SetObservedTimestamp(ts)
+		lr.Body().SetEmptyBytes().FromRaw(ev.Raw)
+	}
+	return ld
 }

@@ -1,14 +1,12 @@
 package k8sauditreceiver
 
 import (
-	"context"
 	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/config/configoptional"
-	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/receiver"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
@@ -74,7 +72,8 @@ func NewFactory() receiver.Factory {
 	return receiver.NewFactory(
 		metadata.Type,
 		createDefaultConfig,
-		receiver.WithTraces(createTraces, metadata.TracesStability))
+		receiver.WithTraces(createTraces, metadata.TracesStability),
+		receiver.WithLogs(createLogs, metadata.LogsStability))
 }
 
 func createDefaultConfig() component.Config {
@@ -100,8 +99,4 @@ func createDefaultConfig() component.Config {
 		StartAt:             startAtEnd,
 		Conversion:          auditconv.DefaultSettings(),
 	}
-}
-
-func createTraces(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Traces) (receiver.Traces, error) {
-	return newAuditReceiver(set, cfg.(*Config), next)
 }

@@ -24,7 +24,7 @@ func FuzzDecodeWithinBudget(f *testing.F) {
 	f.Add([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","verb":"update","stage":"ResponseComplete","responseObject":{"a":[[[],{}],0]}}`), uint16(2))
 	cfg := createDefaultConfig().(*Config)
 	cfg.Cluster = "fuzz"
-	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, &switchConsumer{})
+	r, err := newTracesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, &switchConsumer{})
 	if err != nil {
 		f.Fatal(err)
 	}

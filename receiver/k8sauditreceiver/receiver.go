@@ -28,9 +28,12 @@ import (
 // auditReceiver runs the webhook server and the file tailers; both feed one converter, so a
 // diff can span a webhook event and a file event of the same object.
 type auditReceiver struct {
-	cfg       *Config
-	set       receiver.Settings
-	next      consumer.Traces
+	cfg  *Config
+	set  receiver.Settings
+	next consumer.Traces // the traces output: spans; nil without a traces pipeline
+	// logs is the logs output: each audit event as received, one log record, for an edge
+	// collector that forwards to Kafka; nil without a logs pipeline.
+	logs      consumer.Logs
 	telemetry *metadata.TelemetryBuilder
 	obsHTTP   *receiverhelper.ObsReport
 	obsFile   *receiverhelper.ObsReport
@@ -49,7 +52,7 @@ type auditReceiver struct {
 	storage  storage.Client
 }
 
-func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) (*auditReceiver, error) {
+func newAuditReceiver(set receiver.Settings, cfg *Config) (*auditReceiver, error) {
 	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, fmt.Errorf("creating telemetry: %w", err)
@@ -67,7 +70,7 @@ func newAuditReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) 
 		return nil, err
 	}
 	r := &auditReceiver{
-		cfg: cfg, set: set, next: next, telemetry: tb, obsHTTP: obsHTTP, obsFile: obsFile,
+		cfg: cfg, set: set, telemetry: tb, obsHTTP: obsHTTP, obsFile: obsFile,
 		shutdownBudget: defaultShutdownBudget,
 	}
 	r.tel = auditconv.Telemetry{
@@ -100,6 +103,10 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 	bg, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 
+	if len(r.cfg.Files) > 0 && r.next == nil {
+		cancel()
+		return errors.New("files: the audit log files feed the traces output only; the logs output (an edge collector's) takes the webhook's events: put this receiver in a traces pipeline, or remove files")
+	}
 	if len(r.cfg.Files) > 0 {
 		client, err := r.storageClient(ctx, host)
 		if err != nil {

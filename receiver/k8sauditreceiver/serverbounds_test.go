@@ -219,7 +219,7 @@ func startObservedReceiver(t *testing.T, next consumer.Traces, mutate func(*Conf
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	core, logs := observer.New(zap.InfoLevel)
 	set.Logger = zap.New(core)
-	r, err := newAuditReceiver(set, cfg, next)
+	r, err := newTracesReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func newTailEnv(t *testing.T, startAt string) *tailEnv {
 	cfg.StartAt = startAt
 	env := &tailEnv{path: filepath.Join(t.TempDir(), "audit.log"), next: &switchConsumer{}, store: storagetest.NewMemClient()}
 	cfg.Files = []string{env.path}
-	r, err := newAuditReceiver(receivertest.NewNopSettings(metadata.Type), cfg, env.next)
+	r, err := newTracesReceiver(receivertest.NewNopSettings(metadata.Type), cfg, env.next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestAuditLogFixturesGiveTheWebhookSpans(t *testing.T) {
 			sink := new(consumertest.TracesSink)
 			set := receivertest.NewNopSettings(metadata.Type)
 			set.BuildInfo.Version = "test"
-			r, err := newAuditReceiver(set, cfg, sink)
+			r, err := newTracesReceiver(set, cfg, sink)
 			if err != nil {
 				t.Fatal(err)
 			}

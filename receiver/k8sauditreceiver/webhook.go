@@ -320,6 +320,13 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	if maxEvents <= 0 {
 		maxEvents = defaultMaxEventsPerRequest
 	}
+	if w.r.logs != nil {
+		// The logs output first (an edge collector's): the events as received, split by the
+		// scanner and not decoded. With no traces output that is all.
+		if !w.serveRaw(ctx, rw, res, cluster, data, maxEvents) || w.r.next == nil {
+			return
+		}
+	}
 	var alone bool // the decoded events would pass the budget on their own
 	pooled := auditconv.GetEvents()
 	events, err := w.r.conv.DecodeBodyLimited(data, *pooled, auditconv.DecodeLimits{
@@ -361,23 +368,83 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 
 	n, err := w.r.consume(ctx, w.r.obsHTTP, inputWebhook, cluster, events)
 	if err != nil {
-		if consumererror.IsPermanent(err) {
-			w.reject(ctx, rw, http.StatusInternalServerError, reasonPipelineFailure, "InternalError",
-				"the pipeline refused the batch permanently: "+err.Error())
-			return
-		}
-		code := http.StatusServiceUnavailable
-		if consumererror.ToHTTPStatus(err) == http.StatusTooManyRequests {
-			code = http.StatusTooManyRequests
-		}
-		rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		w.reject(ctx, rw, code, reasonPipelineBusy, "ServiceUnavailable", "the pipeline refused the batch, retry: "+err.Error())
+		w.refused(ctx, rw, err)
 		return
 	}
 	w.r.set.Logger.Debug("Audit batch accepted", zap.String("cluster", cluster),
 		zap.Int("events", len(events)), zap.Int("spans", n))
 	rw.WriteHeader(http.StatusOK)
 }
+
+// refused answers a batch the pipeline refused: 500 for a permanent refusal (the same batch
+// would be refused again), else 503 (or 429 when the pipeline said so) with Retry-After.
+func (w *webhook) refused(ctx context.Context, rw http.ResponseWriter, err error) {
+	if consumererror.IsPermanent(err) {
+		w.reject(ctx, rw, http.StatusInternalServerError, reasonPipelineFailure, "InternalError",
+			"the pipeline refused the batch permanently: "+err.Error())
+		return
+	}
+	code := http.StatusServiceUnavailable
+	if consumererror.ToHTTPStatus(err) == http.StatusTooManyRequests {
+		code = http.StatusTooManyRequests
+	}
+	rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	w.reject(ctx, rw, code, reasonPipelineBusy, "ServiceUnavailable", "the pipeline refused the batch, retry: "+err.Error())
+}
+
+// rawRecordBytes is what a log record of the logs output holds besides its body (record,
+// resource and attribute headers), charged to max_in_flight_bytes.
+const rawRecordBytes = 256
+
+// serveRaw hands the body's events, as received, to the logs output. It answers the request
+// itself when it refuses the body or the pipeline refuses the events (then false); true means
+// the events were accepted and nothing was written yet.
+func (w *webhook) serveRaw(ctx context.Context, rw http.ResponseWriter, res *reservation, cluster string, data []byte, maxEvents int) bool {
+	pooled := rawEventsPool.Get().(*[]auditconv.RawEvent)
+	defer func() {
+		clear(*pooled)
+		rawEventsPool.Put(pooled)
+	}()
+	raws, err := auditconv.ScanEventList(data, maxEvents, *pooled)
+	if err != nil {
+		if _, ok := errors.AsType[*auditconv.TooManyItemsError](err); ok {
+			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyEvents, "RequestEntityTooLarge",
+				fmt.Sprintf("the EventList has more than %d events (max_events_per_request): split the batch (--audit-webhook-batch-max-size)", maxEvents))
+			return false
+		}
+		reason := reasonMalformedJSON
+		if auditconv.IsWrongKind(err) {
+			reason = reasonWrongKind
+		}
+		w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
+		return false
+	}
+	*pooled = raws
+	// The records copy the bodies: their bytes, and a record's overhead each, are charged.
+	charge := int64(len(data)) + int64(len(raws))*rawRecordBytes
+	if alone := res.alone(charge); !res.grow(charge) {
+		if alone {
+			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
+				fmt.Sprintf("as log records, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.Max()))
+			return false
+		}
+		w.busy(ctx, rw, "no room for the log records")
+		return false
+	}
+	n, err := w.r.consumeRaw(ctx, w.r.obsHTTP, cluster, raws)
+	if err != nil {
+		w.refused(ctx, rw, err)
+		return false
+	}
+	w.r.set.Logger.Debug("Audit batch forwarded", zap.String("cluster", cluster), zap.Int("records", n))
+	if w.r.next == nil {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return true
+}
+
+// rawEventsPool keeps the scanned events of a request for the next one.
+var rawEventsPool = sync.Pool{New: func() any { return new([]auditconv.RawEvent) }}
 
 // busy answers 429 with Retry-After: the request would pass max_in_flight_bytes.
 func (w *webhook) busy(ctx context.Context, rw http.ResponseWriter, what string) {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
@@ -102,7 +103,7 @@ func startWebhookWith(t *testing.T, next consumer.Traces, mutate func(*Config)) 
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
-	r, err := newAuditReceiver(set, cfg, next)
+	r, err := newTracesReceiver(set, cfg, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,4 +338,14 @@ func TestConcurrentBatchesAreAllAccepted(t *testing.T) {
 	if got, want := env.next.spans(), senders*want.SpanCount(); got != want {
 		t.Fatalf("spans = %d, want %d", got, want)
 	}
+}
+
+// newTracesReceiver is the receiver with only a traces output, next.
+func newTracesReceiver(set receiver.Settings, cfg *Config, next consumer.Traces) (*auditReceiver, error) {
+	r, err := newAuditReceiver(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.next = next
+	return r, nil
 }

@@ -15,4 +15,5 @@ var (
 
 const (
 	TracesStability = component.StabilityLevelAlpha
+	LogsStability   = component.StabilityLevelAlpha
 )

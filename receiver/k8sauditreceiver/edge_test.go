@@ -1,0 +1,210 @@
+package k8sauditreceiver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
+)
+
+// startEdge starts the receiver through its factory with the outputs given (nil: none), as the
+// collector does for a receiver in a logs pipeline, a traces pipeline or both: one instance.
+func startEdge(t *testing.T, logs consumer.Logs, traces consumer.Traces, mutate func(*Config)) string {
+	t.Helper()
+	f := NewFactory()
+	cfg := f.CreateDefaultConfig().(*Config)
+	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
+	cfg.Cluster = "c1"
+	if mutate != nil {
+		mutate(cfg)
+	}
+	set := receivertest.NewNopSettings(metadata.Type)
+	var comps []component.Component
+	if logs != nil {
+		r, err := f.CreateLogs(context.Background(), set, cfg, logs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comps = append(comps, r)
+	}
+	if traces != nil {
+		r, err := f.CreateTraces(context.Background(), set, cfg, traces)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comps = append(comps, r)
+	}
+	for _, c := range comps {
+		if err := c.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range comps {
+			if err := c.Shutdown(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	shared := comps[0].(*sharedReceiver)
+	for _, c := range comps[1:] {
+		if c.(*sharedReceiver) != shared {
+			t.Fatal("a traces and a logs pipeline got two receivers of one config")
+		}
+	}
+	return "http://" + shared.listenAddr().String()
+}
+
+func postRaw(t *testing.T, url string, body []byte) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// recordedBodies are the recorded webhook posts of the deployment scenario.
+func recordedBodies(t *testing.T) [][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("..", "..", "testbed", "fixtures", "deployment", "audit-webhook", "*.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no recorded bodies: %v", err)
+	}
+	var bodies [][]byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	return bodies
+}
+
+// The logs output forwards each audit event of a real body exactly as the apiserver sent it, a
+// log record each, in one ResourceLogs per object (its cluster and key the resource), each
+// object's events in the body's order.
+func TestLogsOutputForwardsEachEventAsReceived(t *testing.T) {
+	sink := new(consumertest.LogsSink)
+	url := startEdge(t, sink, nil, nil)
+	bodies := recordedBodies(t)
+	want := 0
+	for _, body := range bodies {
+		if code := postRaw(t, url+"/audit/prod-eu-1", body); code != http.StatusOK {
+			t.Fatalf("POST: %d", code)
+		}
+		raws, err := auditconv.ScanEventList(body, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += len(raws)
+		ld := sink.AllLogs()[len(sink.AllLogs())-1]
+		// Each object's records, in order, are the body's events of that object, byte for byte.
+		perKey := map[auditconv.ObjectKey][][]byte{}
+		for _, r := range raws {
+			perKey[r.Key] = append(perKey[r.Key], r.Raw)
+		}
+		if ld.ResourceLogs().Len() != len(perKey) {
+			t.Fatalf("%d ResourceLogs for %d objects", ld.ResourceLogs().Len(), len(perKey))
+		}
+		for _, rl := range ld.ResourceLogs().All() {
+			attrs := rl.Resource().Attributes()
+			get := func(k string) string { v, _ := attrs.Get(k); return v.Str() }
+			if get(model.AttrClusterName) != "prod-eu-1" {
+				t.Fatalf("resource %v: want k8s.cluster.name prod-eu-1 (the path's)", attrs.AsRaw())
+			}
+			key := auditconv.ObjectKey{APIGroup: get(model.AttrObjectAPIGroup), Resource: get(model.AttrObjectResource),
+				Namespace: get(model.AttrNamespaceName), Name: get(model.AttrObjectName)}
+			records := rl.ScopeLogs().At(0).LogRecords()
+			if records.Len() != len(perKey[key]) {
+				t.Fatalf("object %+v: %d records, %d events", key, records.Len(), len(perKey[key]))
+			}
+			for i, lr := range records.All() {
+				if !bytes.Equal(lr.Body().Bytes().AsRaw(), perKey[key][i]) || lr.ObservedTimestamp() == 0 || lr.EventName() != auditconv.RawEventName {
+					t.Fatalf("object %+v record %d: body differs from the event as received", key, i)
+				}
+			}
+		}
+	}
+	if sink.LogRecordCount() != want || want == 0 {
+		t.Fatalf("%d records for %d events", sink.LogRecordCount(), want)
+	}
+}
+
+// In a traces and a logs pipeline at once, one receiver answers each request for both: 200
+// only when both outputs took the batch.
+func TestOneReceiverFeedsTracesAndLogs(t *testing.T) {
+	logs := new(refusingLogs)
+	traces := &switchConsumer{}
+	url := startEdge(t, logs, traces, nil)
+	body := []byte(eventList("a", "b"))
+	if code := postRaw(t, url+"/audit", body); code != http.StatusOK || logs.LogRecordCount() != 2 || traces.spans() != 2 {
+		t.Fatalf("200 with 2 records and 2 spans, got %d, %d, %d", code, logs.LogRecordCount(), traces.spans())
+	}
+	traces.refuse(errors.New("busy"))
+	if code := postRaw(t, url+"/audit", body); code != http.StatusServiceUnavailable {
+		t.Fatalf("traces refused: %d, want 503", code)
+	}
+	traces.refuse(nil)
+	logs.err = consumererror.NewPermanent(errors.New("too large"))
+	if code := postRaw(t, url+"/audit", body); code != http.StatusInternalServerError || traces.spans() != 2 {
+		t.Fatalf("logs refused permanently: %d with %d spans, want 500 and no conversion", code, traces.spans())
+	}
+	logs.err = errors.New("kafka down")
+	if code := postRaw(t, url+"/audit", body); code != http.StatusServiceUnavailable {
+		t.Fatalf("logs refused: %d, want 503", code)
+	}
+	if code := postRaw(t, url+"/audit", []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{]}`)); code != http.StatusBadRequest {
+		t.Fatalf("malformed: %d, want 400", code)
+	}
+}
+
+// The audit log files feed spans only: a receiver with files and no traces output does not
+// start, and says why.
+func TestFilesWithOnlyALogsOutputDoNotStart(t *testing.T) {
+	f := NewFactory()
+	cfg := f.CreateDefaultConfig().(*Config)
+	cfg.ServerConfig.NetAddr.Endpoint = ""
+	cfg.Cluster = "c1"
+	cfg.Files = []string{filepath.Join(t.TempDir(), "audit.log")}
+	r, err := f.CreateLogs(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, new(consumertest.LogsSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background(), componenttest.NewNopHost())
+	if err == nil || !strings.Contains(err.Error(), "traces output only") {
+		t.Fatalf("Start = %v", err)
+	}
+	_ = r.Shutdown(context.Background())
+}
+
+// refusingLogs is a LogsSink that refuses with err when set.
+type refusingLogs struct {
+	consumertest.LogsSink
+	err error
+}
+
+func (c *refusingLogs) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.LogsSink.ConsumeLogs(ctx, ld)
+}
