@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
+	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 	"github.com/kubetrail/kubetrail/testbed/envelope"
 )
@@ -111,6 +112,24 @@ func TestEveryFormatGivesTheWebhookSpans(t *testing.T) {
 				bodies = append(bodies, asMap(t, item))
 			}
 			return []plog.Logs{logsOf(bodies...)}
+		},
+		"k8s_audit's logs output: each event as an EventList held it, bytes body (Kafka edge)": func(t *testing.T, scenario string) []plog.Logs {
+			var out []plog.Logs
+			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
+				raws, err := auditconv.ScanEventList(body, 0, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ld := plog.NewLogs()
+				lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+				for _, r := range raws {
+					lr := lrs.AppendEmpty()
+					lr.SetEventName(auditconv.RawEventName)
+					lr.Body().SetEmptyBytes().FromRaw(r.Raw)
+				}
+				out = append(out, ld)
+			}
+			return out
 		},
 		"aks records per Event Hub message": func(t *testing.T, scenario string) []plog.Logs {
 			var out []plog.Logs
@@ -299,5 +318,31 @@ func TestShuffledCaptureWithDuplicates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An EventList's item (no kind, no apiVersion) is an audit event only where the record says so
+// (the event name k8s_audit's logs output writes): elsewhere it is a record of no known shape.
+func TestAnItemIsAnEventOnlyWhenTheRecordSaysSo(t *testing.T) {
+	raws, err := auditconv.ScanEventList(auditconvtest.FixtureBodies(t, "deployment")[0], 0, nil)
+	if err != nil || len(raws) == 0 {
+		t.Fatal(err)
+	}
+	for _, named := range []bool{true, false} {
+		sink := new(consumertest.TracesSink)
+		c, tel := newTestConnector(t, sink, nil)
+		ld := plog.NewLogs()
+		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		if named {
+			lr.SetEventName(auditconv.RawEventName)
+		}
+		lr.Body().SetEmptyBytes().FromRaw(raws[0].Raw)
+		if err := c.ConsumeLogs(context.Background(), ld); err != nil {
+			t.Fatal(err)
+		}
+		unknown := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_dropped_events", "unknown_format")
+		if named != (unknown == 0) {
+			t.Fatalf("event name set %v: %d dropped as unknown_format", named, unknown)
+		}
 	}
 }

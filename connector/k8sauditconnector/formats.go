@@ -98,6 +98,18 @@ func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
 	if err != nil {
 		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
 	}
+	if lr.EventName() == auditconv.RawEventName && r.allows(formatNative) {
+		// An event as an EventList carried it, forwarded by a k8s_audit receiver's logs output:
+		// no kind or apiVersion of its own.
+		evs, err := r.conv.DecodeItem(data, auditconv.DecodeLimits{MaxItems: maxEventsPerRecord, Charge: r.charge})
+		if err != nil {
+			if t := truncated(data); t != nil {
+				return decoded{}, t
+			}
+			return decoded{}, err
+		}
+		return decoded{events: evs, format: formatNative}, nil
+	}
 	if t := body.Type(); (t == pcommon.ValueTypeMap || t == pcommon.ValueTypeSlice) && r.charge != nil && !r.charge(int64(len(data))) {
 		return decoded{}, auditconv.ErrOverBudget // a parsed body, encoded again
 	}

@@ -32,6 +32,7 @@ type AuditRouter struct {
 	split     []string // when set, items are dealt over these targets instead of routing bodies
 	dealt     int
 	posts     int
+	refused   int // bodies a target refused (answered 502)
 	delivered map[string]int // target → bodies it accepted
 	client    *http.Client
 }
@@ -89,6 +90,13 @@ func (r *AuditRouter) Posts() int {
 	return r.posts
 }
 
+// Refused returns how many bodies a target refused (the apiserver then retries them).
+func (r *AuditRouter) Refused() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
+}
+
 // Delivered returns how many bodies target (a collector's AuditURL) has accepted.
 func (r *AuditRouter) Delivered(target string) int {
 	r.mu.Lock()
@@ -117,6 +125,9 @@ func (r *AuditRouter) handle(w http.ResponseWriter, req *http.Request) {
 	for _, target := range route(n, body) {
 		if err := r.forward(req.Context(), target+req.URL.Path, req.Header.Get("Content-Type"), body); err != nil {
 			log.Printf("e2e: audit router: POST %d to %s: %v", n, target, err)
+			r.mu.Lock()
+			r.refused++
+			r.mu.Unlock()
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}

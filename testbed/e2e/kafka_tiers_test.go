@@ -1,0 +1,95 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// kafkaEdgeConfig is distribution/examples/kafka-edge.yaml's pipeline on the test's broker: the
+// webhook's events as log records, into Kafka keyed by object, acknowledged by the broker before
+// the webhook answers.
+func kafkaEdgeConfig(bootstrap, topic string) Config {
+	cfg := Config{}
+	cfg.Set("receivers.k8s_audit.cluster", ClusterName)
+	cfg.Set("exporters.kafka.brokers", []any{bootstrap})
+	cfg.Set("exporters.kafka.logs.topic", topic)
+	cfg.Set("exporters.kafka.logs.encoding", "otlp_proto")
+	cfg.Set("exporters.kafka.partition_logs_by_resource_attributes", true)
+	cfg.Set("exporters.kafka.producer.required_acks", "all")
+	cfg.Set("exporters.kafka.producer.max_message_bytes", 8<<20)
+	cfg.Set("exporters.kafka.sending_queue.enabled", false)
+	cfg.Set("exporters.kafka.timeout", "10s")
+	cfg.Set("service.pipelines.logs/edge.receivers", []any{"k8s_audit"})
+	cfg.Set("service.pipelines.logs/edge.exporters", []any{"kafka"})
+	cfg.Set("service.telemetry.metrics.level", "none")
+	return cfg
+}
+
+// kafkaProcessingConfig is distribution/examples/kafka-processing.yaml's consumer and connector,
+// writing the audit spans to a file (out) to be compared with the apiserver's audit log.
+func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
+	cfg := Config{}
+	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
+	cfg.Set("receivers.kafka.logs.topics", []any{topic})
+	cfg.Set("receivers.kafka.logs.encoding", "otlp_proto")
+	cfg.Set("receivers.kafka.group_id", group)
+	cfg.Set("receivers.kafka.initial_offset", "earliest")
+	cfg.Set("receivers.kafka.message_marking.after", true)
+	cfg.Set("receivers.kafka.message_marking.on_error", false)
+	cfg.Set("receivers.kafka.error_backoff.enabled", true)
+	cfg.Set("receivers.kafka.session_timeout", "6s")
+	cfg.Set("receivers.kafka.heartbeat_interval", "1s")
+	cfg.Set("connectors.k8s_audit.cluster_attribute", "k8s.cluster.name")
+	cfg.Set("exporters.file.path", out)
+	cfg.Set("exporters.file.rotation.max_megabytes", 1024)
+	cfg.Set("service.pipelines.logs/audit.receivers", []any{"kafka"})
+	cfg.Set("service.pipelines.logs/audit.exporters", []any{"k8s_audit"})
+	cfg.Set("service.pipelines.traces.receivers", []any{"k8s_audit"})
+	cfg.Set("service.pipelines.traces.exporters", []any{"file"})
+	cfg.Set("service.telemetry.metrics.level", "none")
+	return cfg
+}
+
+// TestKafkaTiersSurviveAProcessingOutage puts the apiserver's webhook in front of an edge
+// collector (k8s_audit's logs output into the kafka exporter, kafka-edge.yaml) and runs the
+// deployment scenario while no processing tier runs, then waits past the testbed apiserver's
+// retry budget (about 10 s with its 1 s initial backoff) before starting the processing tier
+// (kafka receiver, k8s_audit connector, kafka-processing.yaml). The apiserver saw no refusal, and
+// every write of the scenario in its audit log is exactly one audit span.
+func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	requireComponent(t, env, "receivers", "kafka")
+	requireComponent(t, env, "exporters", "kafka")
+	requireComponent(t, env, "connectors", "k8s_audit")
+	requireComponent(t, env, "exporters", "file")
+	const topic, partitions, group = "kube-audit-tiers", 2, "kubetrail-processing"
+	bootstrap := startKafka(t, env, topic, partitions)
+
+	edge := env.StartExtraCollector(t, "kafka-edge", kafkaEdgeConfig(bootstrap, topic))
+	env.Router.SetRoute(ToAll(edge.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+	refusedBefore := env.Router.Refused()
+
+	// The outage: the scenario runs with no processing tier at all.
+	run, err := env.RunScenario("deployment")
+	if err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	const outage = 30 * time.Second
+	time.Sleep(time.Until(run.Start.Add(outage)))
+	Check(t, "the edge answered every batch 200 while the processing tier was down", env.Router.Refused() == refusedBefore && env.Router.Delivered(edge.AuditURL) > 0,
+		"%d refused, %d delivered:\n%s", env.Router.Refused()-refusedBefore, env.Router.Delivered(edge.AuditURL), edge.LogTail(20))
+
+	out := filepath.Join(env.OutDir, "kafka-tiers-spans.jsonl")
+	_ = os.Remove(out)
+	env.StartExtraCollector(t, "kafka-processing", kafkaProcessingConfig(bootstrap, topic, group, out))
+	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	got := waitAuditSpans(t, logged, out)
+	checkEachWriteOnce(t, "edge and processing tiers after a 30 s outage", logged, got)
+}
