@@ -3,18 +3,24 @@
 package e2e
 
 import (
+	"bytes"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/model"
 )
 
 // kafkaEdgeConfig is distribution/examples/kafka-edge.yaml's pipeline on the test's broker: the
 // webhook's events as log records, into Kafka keyed by object, acknowledged by the broker before
 // the webhook answers.
-func kafkaEdgeConfig(bootstrap, topic string) Config {
+func kafkaEdgeConfig(bootstrap, topic, cluster string) Config {
 	cfg := Config{}
-	cfg.Set("receivers.k8s_audit.cluster", ClusterName)
+	cfg.Set("receivers.k8s_audit.cluster", cluster)
 	cfg.Set("exporters.kafka.brokers", []any{bootstrap})
 	cfg.Set("exporters.kafka.logs.topic", topic)
 	cfg.Set("exporters.kafka.logs.encoding", "otlp_proto")
@@ -59,7 +65,10 @@ func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 // deployment scenario while no processing tier runs, then waits past the testbed apiserver's
 // retry budget (about 10 s with its 1 s initial backoff) before starting the processing tier
 // (kafka receiver, k8s_audit connector, kafka-processing.yaml). The apiserver saw no refusal, and
-// every write of the scenario in its audit log is exactly one audit span.
+// every write of the scenario in its audit log is exactly one audit span. A second cluster's edge
+// produces into the same topic meanwhile (the recorded deployment capture, posted as cluster
+// fleet-b): its spans are exactly those the capture converts to, and no trace holds spans of both
+// clusters.
 func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	AfterOthers(t)
 	env := Testbed(t)
@@ -71,7 +80,9 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	const topic, partitions, group = "kube-audit-tiers", 2, "kubetrail-processing"
 	bootstrap := startKafka(t, env, topic, partitions)
 
-	edge := env.StartExtraCollector(t, "kafka-edge", kafkaEdgeConfig(bootstrap, topic))
+	edge := env.StartExtraCollector(t, "kafka-edge", kafkaEdgeConfig(bootstrap, topic, ClusterName))
+	const other = "fleet-b"
+	edgeB := env.StartExtraCollector(t, "kafka-edge-b", kafkaEdgeConfig(bootstrap, topic, other))
 	env.Router.SetRoute(ToAll(edge.AuditURL))
 	t.Cleanup(env.RestoreRoute)
 	refusedBefore := env.Router.Refused()
@@ -80,6 +91,27 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	run, err := env.RunScenario("deployment")
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
+	}
+	// The other cluster's stream, and the spans it converts to in-process.
+	want := map[string]bool{}
+	conv := auditconv.New(auditconv.Options{Settings: auditconv.DefaultSettings(), ScopeName: "e2e"})
+	for _, body := range auditconvtest.FixtureBodies(t, "deployment") {
+		resp, err := http.Post(edgeB.AuditURL+"/audit/"+other, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("edge %s: %d", other, resp.StatusCode)
+		}
+		events, err := conv.DecodeBody(body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st auditconv.Stats
+		for _, s := range SpansFromTraces(conv.Convert(other, events, &st)) {
+			want[s.SpanID] = true
+		}
 	}
 	const outage = 30 * time.Second
 	time.Sleep(time.Until(run.Start.Add(outage)))
@@ -92,4 +124,38 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
 	got := waitAuditSpans(t, logged, out)
 	checkEachWriteOnce(t, "edge and processing tiers after a 30 s outage", logged, got)
+
+	spans := auditSpansIn(t, out)
+	fleet := spans.WithAttr(model.AttrClusterName, other)
+	gotB := map[string]bool{}
+	for _, s := range fleet {
+		gotB[s.SpanID] = true
+	}
+	missing, extra := 0, 0
+	for id := range want {
+		if !gotB[id] {
+			missing++
+		}
+	}
+	for id := range gotB {
+		if !want[id] {
+			extra++
+		}
+	}
+	Check(t, "the second cluster's spans through the shared topic are the capture's", len(want) > 0 && missing == 0 && extra == 0 && len(fleet) == len(want),
+		"%d spans expected, %d written (%d distinct): %d missing, %d unexpected", len(want), len(fleet), len(gotB), missing, extra)
+	clusters := map[string]map[string]bool{} // trace ID → clusters
+	for _, s := range spans {
+		if clusters[s.TraceID] == nil {
+			clusters[s.TraceID] = map[string]bool{}
+		}
+		clusters[s.TraceID][s.Attr(model.AttrClusterName)] = true
+	}
+	mixed := 0
+	for _, cs := range clusters {
+		if len(cs) > 1 {
+			mixed++
+		}
+	}
+	Check(t, "two clusters' traces stay apart on one topic", mixed == 0 && len(clusters) > 0, "%d of %d traces hold spans of both clusters", mixed, len(clusters))
 }
