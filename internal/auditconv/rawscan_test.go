@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 )
 
 // scanMatchesDecode checks that ScanEventList splits data into the events decodeBody reads:
@@ -28,7 +29,8 @@ func scanMatchesDecode(t *testing.T, data []byte) {
 		if !json.Valid(r.Raw) {
 			t.Fatalf("event %d: not valid JSON: %.200s", i, r.Raw)
 		}
-		if len(r.Raw) == 0 || !bytes.Contains(data, r.Raw) || &r.Raw[0] == nil {
+		off := uintptr(unsafe.Pointer(unsafe.SliceData(r.Raw))) - uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+		if len(r.Raw) == 0 || off > uintptr(len(data)-len(r.Raw)) || !bytes.Equal(data[off:int(off)+len(r.Raw)], r.Raw) {
 			t.Fatalf("event %d is not a slice of the body", i)
 		}
 		var want ObjectKey

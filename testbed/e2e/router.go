@@ -32,7 +32,7 @@ type AuditRouter struct {
 	split     []string // when set, items are dealt over these targets instead of routing bodies
 	dealt     int
 	posts     int
-	refused   int // bodies a target refused (answered 502)
+	refused   int            // bodies a target refused (answered 502)
 	delivered map[string]int // target → bodies it accepted
 	client    *http.Client
 }
