@@ -295,37 +295,72 @@ func decodeLine(line []byte, c *Converter) (Event, error) {
 // top-level kind and apiVersion: the members of both are read in one loop. With item, the
 // document may also be an EventList's item: an Event without kind and apiVersion.
 func decodeDocument(d []byte, lists, item bool, items []Event, r bodyReader) ([]Event, error) {
+	var ev Event
+	shape, _, _, err := readDocument(d, lists, item,
+		// The document's own members are decoded into an event too (a single Event's are all
+		// of it): its memory is charged, but it is no item of a list.
+		func() error { return r.cost.add(eventBytes) },
+		func(i int) (end int, err error) {
+			items, end, err = decodeItems(d, i, items[:0], r)
+			return end, err
+		},
+		func(key []byte, i int) (int, error) { return ev.decodeField(d, key, i, 1, r) })
+	switch {
+	case err != nil:
+		return nil, err
+	case shape == docList:
+		if items == nil {
+			items = []Event{}
+		}
+		return items, nil
+	default:
+		return []Event{ev}, nil
+	}
+}
+
+// docShape is what a document read by readDocument is.
+type docShape uint8
+
+const (
+	docList  docShape = iota + 1 // an EventList
+	docEvent                     // an Event (or, read as an item, an Event without kind and apiVersion)
+)
+
+// readDocument reads the top-level object of an audit.k8s.io/v1 Event or (with lists)
+// EventList at d: kind and apiVersion itself, the items array through items (lists only;
+// skipped otherwise), every other member through member; begin is called once the document is
+// known to be an object. It checks the whole of d is that one value and says which of the two
+// the document is (with item, an Event without kind and apiVersion is one); start and end are
+// where the object stands in d.
+func readDocument(d []byte, lists, item bool, begin func() error, items func(i int) (int, error), member func(key []byte, i int) (int, error)) (shape docShape, start, end int, err error) {
 	i := skipSpace(d, 0)
 	if i >= len(d) {
-		return nil, errAt(i, "empty body")
+		return 0, 0, 0, errAt(i, "empty body")
 	}
+	start = i
 	if d[i] != '{' {
 		end, err := skipValue(d, i, 0)
 		if err != nil {
-			return nil, err
+			return 0, 0, 0, err
 		}
 		if skipSpace(d, end) != len(d) {
-			return nil, errAt(end, "data after the top-level value")
+			return 0, 0, 0, errAt(end, "data after the top-level value")
 		}
-		return nil, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
+		return 0, 0, 0, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
 	}
-	var (
-		kind, apiVersion string
-		ev               Event
-	)
-	// The document's own members are decoded into an event too (a single Event's are all of
-	// it): its memory is charged, but it is no item of a list.
-	err := r.cost.add(eventBytes)
-	if err != nil {
-		return nil, err
+	if begin != nil {
+		if err := begin(); err != nil {
+			return 0, 0, 0, err
+		}
 	}
+	var kind, apiVersion string
 	i++
 	for first := true; ; first = false {
 		var key []byte
 		var done bool
 		key, i, done, err = objectNext(d, i, first)
 		if err != nil {
-			return nil, err
+			return 0, 0, 0, err
 		}
 		if done {
 			break
@@ -336,37 +371,34 @@ func decodeDocument(d []byte, lists, item bool, items []Event, r bodyReader) ([]
 		case "apiVersion":
 			apiVersion, i, err = topString(d, i, "apiVersion")
 		case "items":
-			if !lists {
+			if lists {
+				i, err = items(i)
+			} else {
 				i, err = skipValue(d, i, 1)
-				break
 			}
-			items, i, err = decodeItems(d, i, items[:0], r)
 		default:
-			i, err = ev.decodeField(d, key, i, 1, r)
+			i, err = member(key, i)
 		}
 		if err != nil {
-			return nil, err
+			return 0, 0, 0, err
 		}
 	}
-	if end := skipSpace(d, i); end != len(d) {
-		return nil, errAt(end, "data after the top-level value")
+	if e := skipSpace(d, i); e != len(d) {
+		return 0, 0, 0, errAt(e, "data after the top-level value")
 	}
 	if item && kind == "" && apiVersion == "" {
-		return []Event{ev}, nil
+		return docEvent, start, i, nil
 	}
 	if apiVersion != auditAPIVersion {
-		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)
+		return 0, 0, 0, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)
 	}
 	switch {
 	case lists && kind == kindEventList:
-		if items == nil {
-			items = []Event{}
-		}
-		return items, nil
+		return docList, start, i, nil
 	case kind == kindEvent:
-		return []Event{ev}, nil
+		return docEvent, start, i, nil
 	default:
-		return nil, fmt.Errorf("%w: kind %q", errWrongKind, kind)
+		return 0, 0, 0, fmt.Errorf("%w: kind %q", errWrongKind, kind)
 	}
 }
 

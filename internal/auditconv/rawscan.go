@@ -49,73 +49,28 @@ func ScanEvent(line []byte) (RawEvent, error) {
 
 // scanDocument is decodeDocument that keeps each item's bytes and key only.
 func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEvent, error) {
-	i := skipSpace(d, 0)
-	if i >= len(d) {
-		return nil, errAt(i, "empty body")
-	}
-	start := i
-	if d[i] != '{' {
-		end, err := skipValue(d, i, 0)
-		if err != nil {
-			return nil, err
-		}
-		if skipSpace(d, end) != len(d) {
-			return nil, errAt(end, "data after the top-level value")
-		}
-		return nil, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
-	}
-	var (
-		kind, apiVersion string
-		own              ObjectKey // the document's own objectRef (a single Event)
-		err              error
-	)
-	i++
-	for first := true; ; first = false {
-		var key []byte
-		var done bool
-		key, i, done, err = objectNext(d, i, first)
-		if err != nil {
-			return nil, err
-		}
-		if done {
-			break
-		}
-		switch string(key) {
-		case "kind":
-			kind, i, err = topString(d, i, "kind")
-		case "apiVersion":
-			apiVersion, i, err = topString(d, i, "apiVersion")
-		case "items":
-			if !lists {
-				i, err = skipValue(d, i, 1)
-				break
+	var own ObjectKey // the document's own objectRef (a single Event)
+	shape, start, end, err := readDocument(d, lists, false, nil,
+		func(i int) (end int, err error) {
+			items, end, err = scanItems(d, i, maxItems, items)
+			return end, err
+		},
+		func(key []byte, i int) (int, error) {
+			if string(key) == "objectRef" {
+				return scanObjectRef(d, i, 1, &own)
 			}
-			items, i, err = scanItems(d, i, maxItems, items)
-		case "objectRef":
-			i, err = scanObjectRef(d, i, 1, &own)
-		default:
-			i, err = skipValue(d, i, 1)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if end := skipSpace(d, i); end != len(d) {
-		return nil, errAt(end, "data after the top-level value")
-	}
-	if apiVersion != auditAPIVersion {
-		return nil, fmt.Errorf("%w: apiVersion %q", errWrongKind, apiVersion)
-	}
+			return skipValue(d, i, 1)
+		})
 	switch {
-	case lists && kind == kindEventList:
+	case err != nil:
+		return nil, err
+	case shape == docList:
 		if items == nil {
 			items = []RawEvent{}
 		}
 		return items, nil
-	case kind == kindEvent:
-		return append(items[:0], RawEvent{Raw: d[start:i], Key: own}), nil
 	default:
-		return nil, fmt.Errorf("%w: kind %q", errWrongKind, kind)
+		return append(items[:0], RawEvent{Raw: d[start:end], Key: own}), nil
 	}
 }
 
