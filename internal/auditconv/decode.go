@@ -435,28 +435,9 @@ func topString(d []byte, i int, field string) (string, int, error) {
 // decodeItems decodes an EventList's items. An item that is not an object becomes an invalid
 // event; a null item an empty one (encoding/json's reading, which the converter filters).
 func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, error) {
-	switch d[i] {
-	case 'n':
-		end, err := scanLiteral(d, i, "null")
-		return nil, end, err
-	case '[':
-	default:
-		if _, err := skipValue(d, i, 1); err != nil {
-			return nil, 0, err
-		}
-		return nil, 0, fmt.Errorf("%w: items is not an array", errWrongKind)
-	}
-	i++
-	for first := true; ; first = false {
-		next, done, err := arrayNext(d, i, first)
-		if err != nil {
-			return nil, 0, err
-		}
-		if done {
-			return items, next, nil
-		}
+	end, err := eachItem(d, i, func(next int) (int, error) {
 		if err := r.cost.item(); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		if len(items) < cap(items) {
 			// A pooled event, reset by putEvents: decoded into, it reuses its storage.
@@ -467,15 +448,45 @@ func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, er
 		ev := &items[len(items)-1]
 		switch d[next] {
 		case '{':
-			i, err = ev.decode(d, next, 2, r)
+			return ev.decode(d, next, 2, r)
 		case 'n':
-			i, err = scanLiteral(d, next, "null")
+			return scanLiteral(d, next, "null")
 		default:
-			i, err = skipValue(d, next, 2)
 			ev.invalidate("item", "not an object")
+			return skipValue(d, next, 2)
 		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return items, end, nil
+}
+
+// eachItem walks the items array of an EventList at d[i], calling item with the offset of each
+// element (item returns the offset after it); items null is an empty list, any other value than
+// an array not an EventList. It returns the offset after the array.
+func eachItem(d []byte, i int, item func(next int) (int, error)) (int, error) {
+	switch d[i] {
+	case 'n':
+		return scanLiteral(d, i, "null")
+	case '[':
+	default:
+		if _, err := skipValue(d, i, 1); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: items is not an array", errWrongKind)
+	}
+	i++
+	for first := true; ; first = false {
+		next, done, err := arrayNext(d, i, first)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
+		}
+		if done {
+			return next, nil
+		}
+		if i, err = item(next); err != nil {
+			return 0, err
 		}
 	}
 }

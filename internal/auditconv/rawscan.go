@@ -52,7 +52,7 @@ func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEv
 	var own ObjectKey // the document's own objectRef (a single Event)
 	shape, start, end, err := readDocument(d, lists, false, nil,
 		func(i int) (end int, err error) {
-			items, end, err = scanItems(d, i, maxItems, items)
+			items, end, err = scanItems(d, i, maxItems, items[:0]) // the last "items" counts, as for the decoder
 			return end, err
 		},
 		func(key []byte, i int) (int, error) {
@@ -76,40 +76,27 @@ func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEv
 
 // scanItems scans an EventList's items array at d[i].
 func scanItems(d []byte, i, maxItems int, items []RawEvent) ([]RawEvent, int, error) {
-	switch d[i] {
-	case 'n':
-		end, err := scanLiteral(d, i, "null")
-		return items, end, err
-	case '[':
-	default:
-		if _, err := skipValue(d, i, 1); err != nil {
-			return nil, 0, err
-		}
-		return nil, 0, fmt.Errorf("%w: items is not an array", errWrongKind)
-	}
-	i++
-	for first := true; ; first = false {
-		next, done, err := arrayNext(d, i, first)
-		if err != nil {
-			return nil, 0, err
-		}
-		if done {
-			return items, next, nil
-		}
+	end, err := eachItem(d, i, func(next int) (int, error) {
 		if maxItems > 0 && len(items) >= maxItems {
-			return nil, 0, &TooManyItemsError{Max: maxItems}
+			return 0, &TooManyItemsError{Max: maxItems}
 		}
 		var key ObjectKey
+		var end int
+		var err error
 		if d[next] == '{' {
-			i, err = scanEventKey(d, next, 2, &key)
+			end, err = scanEventKey(d, next, 2, &key)
 		} else {
-			i, err = skipValue(d, next, 2)
+			end, err = skipValue(d, next, 2)
 		}
-		if err != nil {
-			return nil, 0, err
+		if err == nil {
+			items = append(items, RawEvent{Raw: d[next:end], Key: key})
 		}
-		items = append(items, RawEvent{Raw: d[next:i], Key: key})
+		return end, err
+	})
+	if err != nil {
+		return nil, 0, err
 	}
+	return items, end, nil
 }
 
 // scanEventKey reads the objectRef of the event object at d[i], skipping every other member.

@@ -76,6 +76,7 @@ func TestScanEventListRefusesWhatTheDecoderRefuses(t *testing.T) {
 		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]} x`,
 		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,{},1,{"objectRef":{"resource":3,"name":"a\u0062"}}]}`,
 		`{"items":[{"objectRef":{"apiGroup":"apps","resource":"deployments","namespace":"d","name":"w"}}],"kind":"EventList","apiVersion":"audit.k8s.io/v1"}`,
+		`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{}],"items":[{"objectRef":{"name":"second"}}]}`,
 	} {
 		scanMatchesDecode(t, []byte(body))
 	}
