@@ -39,16 +39,8 @@ func kafkaEdgeConfig(bootstrap, topic, cluster string) Config {
 // writing the audit spans to a file (out) to be compared with the apiserver's audit log.
 func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 	cfg := Config{}
-	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
-	cfg.Set("receivers.kafka.logs.topics", []any{topic})
-	cfg.Set("receivers.kafka.logs.encoding", "otlp_proto")
-	cfg.Set("receivers.kafka.group_id", group)
-	cfg.Set("receivers.kafka.initial_offset", "earliest")
-	cfg.Set("receivers.kafka.message_marking.after", true)
-	cfg.Set("receivers.kafka.message_marking.on_error", false)
+	setKafkaConsumer(cfg, bootstrap, topic, group, "otlp_proto")
 	cfg.Set("receivers.kafka.error_backoff.enabled", true)
-	cfg.Set("receivers.kafka.session_timeout", "6s")
-	cfg.Set("receivers.kafka.heartbeat_interval", "1s")
 	cfg.Set("connectors.k8s_audit.cluster_attribute", "k8s.cluster.name")
 	cfg.Set("exporters.file.path", out)
 	cfg.Set("exporters.file.rotation.max_megabytes", 1024)
@@ -58,6 +50,23 @@ func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 	cfg.Set("service.pipelines.traces.exporters", []any{"file"})
 	cfg.Set("service.telemetry.metrics.level", "none")
 	return cfg
+}
+
+// setKafkaConsumer configures cfg's kafka receiver as the shipped examples do: a consumer group
+// that starts at the oldest message and marks a message only once the pipeline took it, with
+// kfake's shortest session so that a rebalance after a kill is quick.
+func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
+	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
+	cfg.Set("receivers.kafka.logs.topics", []any{topic})
+	cfg.Set("receivers.kafka.logs.encoding", encoding)
+	cfg.Set("receivers.kafka.group_id", group)
+	cfg.Set("receivers.kafka.initial_offset", "earliest")
+	cfg.Set("receivers.kafka.message_marking.after", true)
+	cfg.Set("receivers.kafka.message_marking.on_error", false)
+	// A killed consumer stays a group member until its session times out; the restarted one
+	// waits for that rebalance. kfake's minimum keeps it short.
+	cfg.Set("receivers.kafka.session_timeout", "6s")
+	cfg.Set("receivers.kafka.heartbeat_interval", "1s")
 }
 
 // TestKafkaTiersSurviveAProcessingOutage puts the apiserver's webhook in front of an edge

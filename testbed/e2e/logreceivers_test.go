@@ -337,17 +337,7 @@ func TestAuditEventsThroughKafka(t *testing.T) {
 	out := filepath.Join(env.OutDir, "kafka-spans.jsonl")
 	_ = os.Remove(out)
 	cfg := Config{}
-	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
-	cfg.Set("receivers.kafka.logs.topics", []any{topic})
-	cfg.Set("receivers.kafka.logs.encoding", "raw")
-	cfg.Set("receivers.kafka.group_id", group)
-	cfg.Set("receivers.kafka.initial_offset", "earliest")
-	cfg.Set("receivers.kafka.message_marking.after", true)
-	cfg.Set("receivers.kafka.message_marking.on_error", false)
-	// The killed consumer stays a group member until its session times out; the restarted one
-	// waits for that rebalance. kfake's minimum keeps it short.
-	cfg.Set("receivers.kafka.session_timeout", "6s")
-	cfg.Set("receivers.kafka.heartbeat_interval", "1s")
+	setKafkaConsumer(cfg, bootstrap, topic, group, "raw")
 	cfg.Set("connectors.k8s_audit.cluster", ClusterName)
 	cfg.Set("exporters.file.path", out)
 	// With rotation the file exporter writes through to the file at each export (no buffer a
