@@ -125,8 +125,9 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
-			_ = c.Close()
+			// Counted before the close: whoever sees the connection closed sees it counted.
 			l.refused()
+			_ = c.Close()
 			continue
 		}
 		return &limitedConn{Conn: c, l: l}, nil
