@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -174,6 +175,50 @@ func TestOneReceiverFeedsTracesAndLogs(t *testing.T) {
 	}
 	if code := postRaw(t, url+"/audit", []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{]}`)); code != http.StatusBadRequest {
 		t.Fatalf("malformed: %d, want 400", code)
+	}
+}
+
+// The logs output's own refusals: a batch of more events than max_events_per_request, and one
+// whose records alone would pass max_in_flight_bytes, are 413s, counted by reason, and reach no
+// consumer.
+func TestLogsOutputRefusesWhatPassesItsBounds(t *testing.T) {
+	sink := new(consumertest.LogsSink)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	cfg := createDefaultConfig().(*Config)
+	cfg.ServerConfig.NetAddr.Endpoint = "127.0.0.1:0"
+	cfg.Cluster = "c1"
+	cfg.MaxEventsPerRequest = 2
+	cfg.MaxInFlightBytes = 64 << 10
+	r, err := newAuditReceiver(set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.logs = sink
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	url := "http://" + r.listenAddr().String() + "/audit"
+	if code := postRaw(t, url, []byte(eventList("a", "b", "c"))); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("3 events past max_events_per_request 2: %d, want 413", code)
+	}
+	// A body of 36 KB fits max_in_flight_bytes (64 KiB); with its records' copy, 72 KB, it does
+	// not, alone.
+	big := strings.Repeat("x", 36<<10)
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"` + big + `"}]}`
+	if code := postRaw(t, url, []byte(body)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("records past max_in_flight_bytes alone: %d, want 413", code)
+	}
+	for _, reason := range []string{reasonTooManyEvents, reasonTooLarge} {
+		if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_rejected_requests", reason); n != 1 {
+			t.Errorf("rejected_requests{reason=%s} = %d, want 1", reason, n)
+		}
+	}
+	if sink.LogRecordCount() != 0 {
+		t.Fatalf("%d records reached the consumer", sink.LogRecordCount())
 	}
 }
 
