@@ -296,11 +296,7 @@ func TestAllSpansUnique(t *testing.T) {
 func TestEveryAuditedWriteIsOneSpan(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
-	start, end := env.RunsSpan()
-	if start.IsZero() {
-		t.Fatal("no scenario ran")
-	}
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), start, end)
+	start, end, logged := env.RunsWrites(t)
 	spans := env.SpansIn(t, Window{Start: start.Add(-time.Second), End: end.Add(2 * time.Second)}).OfType(model.SpanTypeAudit)
 	perID := spans.CountBy(func(s *Span) string { return s.Attr(model.AttrAuditID) })
 	var missing, doubled []string

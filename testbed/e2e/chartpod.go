@@ -56,20 +56,10 @@ type podTemplate struct {
 }
 
 type podContainer struct {
-	Name    string   `json:"name"`
-	Command []string `json:"command"`
-	Args    []string `json:"args"`
-	Env     []struct {
-		Name      string `json:"name"`
-		Value     string `json:"value"`
-		ValueFrom *struct {
-			FieldRef *struct {
-				FieldPath string `json:"fieldPath"`
-			} `json:"fieldRef"`
-			SecretKeyRef    *keyRef `json:"secretKeyRef"`
-			ConfigMapKeyRef *keyRef `json:"configMapKeyRef"`
-		} `json:"valueFrom"`
-	} `json:"env"`
+	Name         string   `json:"name"`
+	Command      []string `json:"command"`
+	Args         []string `json:"args"`
+	Env          []envVar `json:"env"`
 	VolumeMounts []struct {
 		Name      string `json:"name"`
 		MountPath string `json:"mountPath"`
@@ -78,6 +68,40 @@ type podContainer struct {
 		Name          string `json:"name"`
 		ContainerPort int    `json:"containerPort"`
 	} `json:"ports"`
+}
+
+// envVar is an EnvVar of a container.
+type envVar struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	ValueFrom *struct {
+		FieldRef *struct {
+			FieldPath string `json:"fieldPath"`
+		} `json:"fieldRef"`
+		SecretKeyRef    *keyRef `json:"secretKeyRef"`
+		ConfigMapKeyRef *keyRef `json:"configMapKeyRef"`
+	} `json:"valueFrom"`
+}
+
+// envValue resolves an EnvVar of the workload's container as the kubelet would: a value, a key
+// of a Secret or ConfigMap of ns, or a field of the pod (fields, by fieldPath). Anything else
+// fails the test.
+func (e *Env) envValue(t *testing.T, ns, workload string, ev envVar, fields map[string]string) string {
+	t.Helper()
+	switch f := ev.ValueFrom; {
+	case f == nil:
+		return ev.Value
+	case f.SecretKeyRef != nil:
+		return string(objectData(t, e, ns, "secret", f.SecretKeyRef.Name)[f.SecretKeyRef.Key])
+	case f.ConfigMapKeyRef != nil:
+		return string(objectData(t, e, ns, "configmap", f.ConfigMapKeyRef.Name)[f.ConfigMapKeyRef.Key])
+	case f.FieldRef != nil:
+		if v, ok := fields[f.FieldRef.FieldPath]; ok {
+			return v
+		}
+	}
+	t.Fatalf("%s: env %s: a reference the test does not resolve", workload, ev.Name)
+	return ""
 }
 
 type keyRef struct {
@@ -294,31 +318,15 @@ func (e *Env) StartChartPod(t *testing.T, name, ns, workload string, ip string, 
 		}
 	}
 
-	api, err := url.Parse(clusterEnv(e, "KUBETRAIL_APISERVER"))
+	api, err := url.Parse(e.APIServer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	podEnv := []string{"PATH=/usr/local/bin:/usr/bin:/bin",
 		"KUBERNETES_SERVICE_HOST=" + api.Hostname(), "KUBERNETES_SERVICE_PORT=" + api.Port()}
+	fields := map[string]string{"status.podIP": ip, "metadata.name": name, "metadata.namespace": ns}
 	for _, ev := range c.Env {
-		var v string
-		switch {
-		case ev.ValueFrom == nil:
-			v = ev.Value
-		case ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "status.podIP":
-			v = ip
-		case ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			v = name
-		case ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			v = ns
-		case ev.ValueFrom.SecretKeyRef != nil:
-			v = string(objectData(t, e, ns, "secret", ev.ValueFrom.SecretKeyRef.Name)[ev.ValueFrom.SecretKeyRef.Key])
-		case ev.ValueFrom.ConfigMapKeyRef != nil:
-			v = string(objectData(t, e, ns, "configmap", ev.ValueFrom.ConfigMapKeyRef.Name)[ev.ValueFrom.ConfigMapKeyRef.Key])
-		default:
-			t.Fatalf("%s: env %s: a reference a ChartPod does not resolve", workload, ev.Name)
-		}
-		podEnv = append(podEnv, ev.Name+"="+v)
+		podEnv = append(podEnv, ev.Name+"="+e.envValue(t, ns, workload, ev, fields))
 	}
 
 	// The ServiceAccount's credentials, as the kubelet projects them.
@@ -327,7 +335,7 @@ func (e *Env) StartChartPod(t *testing.T, name, ns, workload string, ip string, 
 	if err != nil {
 		t.Fatalf("TokenRequest for %s/%s: %v\n%s", ns, tmpl.ServiceAccountName, err, stderrOf(err))
 	}
-	ca, err := os.ReadFile(clusterEnv(e, "KUBETRAIL_CA"))
+	ca, err := os.ReadFile(e.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,16 +398,6 @@ func waitHTTP(u string, p *Process, timeout time.Duration) error {
 	return fmt.Errorf("%s did not answer 200 within %s", u, timeout)
 }
 
-// clusterEnv is one variable of the control plane's env file.
-func clusterEnv(e *Env, key string) string {
-	for _, kv := range e.ClusterEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
 // loopbackIP returns an address 127.0.0.N (N ≥ 20) where none of ports is taken: the address a
 // ChartPod or a chart's Service plays. Each is handed out once per run.
 func loopbackIP(ports ...int) (string, error) {
@@ -444,14 +442,7 @@ func (e *Env) StartChartRedis(t *testing.T, ns, workload, ip string) {
 	c := tmpl.Containers[0]
 	vars := map[string]string{}
 	for _, ev := range c.Env {
-		switch {
-		case ev.ValueFrom == nil:
-			vars[ev.Name] = ev.Value
-		case ev.ValueFrom.SecretKeyRef != nil:
-			vars[ev.Name] = string(objectData(t, e, ns, "secret", ev.ValueFrom.SecretKeyRef.Name)[ev.ValueFrom.SecretKeyRef.Key])
-		default:
-			t.Fatalf("%s: env %s: a reference StartChartRedis does not resolve", workload, ev.Name)
-		}
+		vars[ev.Name] = e.envValue(t, ns, workload, ev, nil)
 	}
 	expand := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 	var args []string
@@ -489,8 +480,8 @@ func (e *Env) StartAPIServer(t *testing.T, name, webhookKubeconfig, policy strin
 		t.Fatal(err)
 	}
 	pki := filepath.Join(e.StateDir, "pki")
-	bin := filepath.Join(clusterEnv(e, "KUBETRAIL_K8S_BIN"), "kube-apiserver")
-	etcd := clusterEnv(e, "KUBETRAIL_ETCD")
+	bin := filepath.Join(e.K8sBin, "kube-apiserver")
+	etcd := e.Etcd
 	if etcd == "" {
 		t.Fatal("the control plane's env has no KUBETRAIL_ETCD (testbed/hack/cluster-up.sh writes it)")
 	}

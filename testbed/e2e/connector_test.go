@@ -24,12 +24,8 @@ func TestAuditLogThroughTheConnector(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
 	requireComponent(t, env, "connectors", "k8s_audit")
-	start, end := env.RunsSpan()
-	if start.IsZero() {
-		t.Fatal("no scenario ran")
-	}
-	auditLog := filepath.Join(env.StateDir, "audit.log")
-	logged := loggedWrites(t, auditLog, start, end)
+	start, end, logged := env.RunsWrites(t)
+	auditLog := env.AuditLog()
 
 	port, err := FreePort()
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -193,7 +192,7 @@ func TestAuditDiffsAcrossTwoReplicas(t *testing.T) {
 		kubectl("label", "serviceaccount", probe, "-n", "default", "--overwrite", fmt.Sprintf("step=%d", i))
 	}
 	kubectl("delete", "serviceaccount", probe, "-n", "default")
-	auditLog := filepath.Join(env.StateDir, "audit.log")
+	auditLog := env.AuditLog()
 	logged := loggedWrites(t, auditLog, since, time.Now())
 	checkEachWriteOnce(t, "diffs across two replicas", logged, waitAuditSpans(t, logged, outA, outB))
 	across := checkDiffsAsOneCollector(t, "diffs across two replicas", auditLog, since, outA, outB)

@@ -31,6 +31,10 @@ type Env struct {
 
 	Kubeconfig string   // admin kubeconfig of the testbed
 	Kubectl    string   // kubectl binary matching the control plane
+	APIServer  string   // the apiserver's URL (https://127.0.0.1:port)
+	CAFile     string   // the testbed CA, which signed the apiserver's certificate
+	K8sBin     string   // the directory of the control-plane binaries
+	Etcd       string   // etcd's client URL
 	ClusterEnv []string // the variables of <state>/env (KUBECONFIG, KUBECTL, …), for scripts
 
 	CollectorBin string
@@ -304,6 +308,14 @@ func (e *Env) clusterUp() error {
 			e.Kubeconfig = v
 		case "KUBECTL":
 			e.Kubectl = v
+		case "KUBETRAIL_APISERVER":
+			e.APIServer = v
+		case "KUBETRAIL_CA":
+			e.CAFile = v
+		case "KUBETRAIL_K8S_BIN":
+			e.K8sBin = v
+		case "KUBETRAIL_ETCD":
+			e.Etcd = v
 		}
 	}
 	return nil
@@ -366,6 +378,16 @@ func (e *Env) RunsSpan() (start, end time.Time) {
 		}
 	}
 	return start, end
+}
+
+// RunsWrites is RunsSpan with the writes the apiserver's audit log holds in that span (see
+// loggedWrites); t fails now when no scenario ran.
+func (e *Env) RunsWrites(t *testing.T) (start, end time.Time, logged map[string]string) {
+	t.Helper()
+	if start, end = e.RunsSpan(); start.IsZero() {
+		t.Fatal("no scenario ran")
+	}
+	return start, end, loggedWrites(t, e.AuditLog(), start, end)
 }
 
 // Run returns the run TestMain made of scenario name; the test fails now if it did not run or
@@ -467,6 +489,9 @@ func (e *Env) RestoreRoute() {
 		e.Router.SetRoute(ToAll(e.Collector.AuditURL))
 	}
 }
+
+// AuditLog is the apiserver's audit log file (--audit-log-path).
+func (e *Env) AuditLog() string { return filepath.Join(e.StateDir, "audit.log") }
 
 // RunKubectl runs kubectl against the testbed and returns its combined output.
 func (e *Env) RunKubectl(args ...string) (string, error) {

@@ -17,12 +17,8 @@ func TestAuditLogFileModeMatchesTheWebhook(t *testing.T) {
 	env := Testbed(t)
 	requireAuditReceiver(t, env)
 	requireComponent(t, env, "exporters", "file")
-	start, end := env.RunsSpan()
-	if start.IsZero() {
-		t.Fatal("no scenario ran")
-	}
-	auditLog := filepath.Join(env.StateDir, "audit.log")
-	logged := loggedWrites(t, auditLog, start, end)
+	start, end, logged := env.RunsWrites(t)
+	auditLog := env.AuditLog()
 
 	out := filepath.Join(env.OutDir, "filemode-spans.jsonl")
 	_ = os.Remove(out)

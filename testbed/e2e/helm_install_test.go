@@ -484,19 +484,16 @@ func TestHelmInstallDaemonset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auditLog := clusterEnv(env, "KUBETRAIL_AUDIT_LOG")
-	if filepath.Base(auditLog) != "audit.log" {
-		t.Fatalf("the testbed's audit log is %s; the chart's default path ends in audit.log", auditLog)
-	}
+	// The apiserver writes <state>/audit.log; the chart reads /var/log/kubernetes/audit/audit.log.
 	hostPaths := map[string]string{
-		"/var/log/kubernetes/audit":  filepath.Dir(auditLog), // daemonset.auditLogPath's directory
-		"/var/lib/otelcol-kubetrail": t.TempDir(),            // daemonset.stateHostPath
+		"/var/log/kubernetes/audit":  filepath.Dir(env.AuditLog()), // daemonset.auditLogPath's directory
+		"/var/lib/otelcol-kubetrail": t.TempDir(),                  // daemonset.stateHostPath
 	}
 	hosts := map[string]string{fmt.Sprintf("%s-redis.%s.svc", full, rel.ns): redisIP}
 	pod := env.StartChartPod(t, "daemonset", rel.ns, "daemonset/"+full, podIP, hostPaths, hosts)
 	Check(t, "the daemonset pod reads the audit log file", strings.Contains(pod.Config, "/var/log/kubernetes/audit/audit.log"), "config:\n%s", pod.Config)
 
-	runChartScenario(t, env, clusterEnv(env, "KUBETRAIL_APISERVER"), "helm-daemonset", start)
+	runChartScenario(t, env, env.APIServer, "helm-daemonset", start)
 
 	rel.uninstall(t, pod)
 	rel.checkLeftovers(t, "", "it leaves the read positions and the queue")
@@ -545,7 +542,7 @@ func TestHelmInstallManaged(t *testing.T) {
 		t.Fatalf("the notes name no server name:\n%s", rel.notes)
 	}
 	cfg := Config{}
-	cfg.Set("receivers.file_log.include", []any{clusterEnv(env, "KUBETRAIL_AUDIT_LOG")})
+	cfg.Set("receivers.file_log.include", []any{env.AuditLog()})
 	cfg.Set("receivers.file_log.start_at", "end")
 	cfg.Set("receivers.file_log.max_log_size", filelogMaxLogSize)
 	cfg.Set("exporters.otlp_grpc.endpoint", podIP+":4317")
@@ -557,7 +554,7 @@ func TestHelmInstallManaged(t *testing.T) {
 	cfg.Set("service.telemetry.metrics.level", "none")
 	shipper := env.StartExtraCollector(t, "helm-shipper", cfg)
 
-	runChartScenario(t, env, clusterEnv(env, "KUBETRAIL_APISERVER"), "helm-managed", start)
+	runChartScenario(t, env, env.APIServer, "helm-managed", start)
 	Check(t, "the shipper was refused nothing", !shipper.LogContains("Unauthenticated") && !shipper.LogContains("certificate"),
 		"shipper log:\n%s", shipper.LogTail(20))
 

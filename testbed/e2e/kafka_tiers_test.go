@@ -134,7 +134,7 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	out := filepath.Join(env.OutDir, "kafka-tiers-spans.jsonl")
 	_ = os.Remove(out)
 	env.StartExtraCollector(t, "kafka-processing", kafkaProcessingConfig(bootstrap, topic, group, out))
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	logged := loggedWrites(t, env.AuditLog(), run.Start, run.End)
 	got := waitAuditSpans(t, logged, out)
 	checkEachWriteOnce(t, "edge and processing tiers after a 30 s outage", logged, got)
 
@@ -257,12 +257,12 @@ func TestKafkaProcessingReplicaKilled(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("scenario: %v", err)
 	}
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	logged := loggedWrites(t, env.AuditLog(), run.Start, run.End)
 	got := waitAuditSpans(t, logged, outs["kafka-proc-a"], outs["kafka-proc-b"])
 	checkEachWriteOnce(t, "two processing replicas, one killed mid-stream", logged, got)
 	// shared_diff_base off: a partition holds all of an object's events, so its diffs are one
 	// collector's; only the first write of an object after the rebalance may lack one (counted).
-	checkDiffsAsOneCollector(t, "two processing replicas, local diff bases", filepath.Join(env.StateDir, "audit.log"), run.Start,
+	checkDiffsAsOneCollector(t, "two processing replicas, local diff bases", env.AuditLog(), run.Start,
 		outs["kafka-proc-a"], outs["kafka-proc-b"])
 	// How many of a's spans b read again after the rebalance and dropped by their Redis marks:
 	// as many as a had exported since its last commit (often none: the kill can fall right

@@ -97,13 +97,9 @@ func TestAuditLogThroughFilelog(t *testing.T) {
 	requireComponent(t, env, "receivers", "file_log")
 	requireComponent(t, env, "connectors", "k8s_audit")
 	requireComponent(t, env, "exporters", "file")
-	start, end := env.RunsSpan()
-	if start.IsZero() {
-		t.Fatal("no scenario ran")
-	}
+	start, end, logged := env.RunsWrites(t)
 	t0 := time.Now()
-	auditLog := filepath.Join(env.StateDir, "audit.log")
-	logged := loggedWrites(t, auditLog, start, end)
+	auditLog := env.AuditLog()
 	lines := auditLogLines(t, auditLog)
 	largest := 0
 	for _, l := range lines {
@@ -294,13 +290,9 @@ func TestAuditEventsThroughKafka(t *testing.T) {
 	requireComponent(t, env, "receivers", "kafka")
 	requireComponent(t, env, "connectors", "k8s_audit")
 	requireComponent(t, env, "exporters", "file")
-	start, end := env.RunsSpan()
-	if start.IsZero() {
-		t.Fatal("no scenario ran")
-	}
+	start, end, logged := env.RunsWrites(t)
 	t0 := time.Now()
-	auditLog := filepath.Join(env.StateDir, "audit.log")
-	logged := loggedWrites(t, auditLog, start, end)
+	auditLog := env.AuditLog()
 	msgs, native, aks := kafkaMessages(t, auditLogLines(t, auditLog))
 	largest := 0
 	for _, m := range msgs {

@@ -361,7 +361,7 @@ func TestObjectLinkTwoReplicasShareRedis(t *testing.T) {
 	// The apiserver posts its last batch up to --audit-webhook-batch-max-wait after the scenario
 	// ends: keep the route until every write it logged during the run went through the proxy, or
 	// the rest of the run would go to the main collector, under another cluster name.
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	logged := loggedWrites(t, env.AuditLog(), run.Start, run.End)
 	deadline := time.Now().Add(30 * time.Second)
 	var missing []string
 	for id, what := range logged {

@@ -45,7 +45,7 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 	out := filepath.Join(env.OutDir, name+"-spans.jsonl")
 	_ = os.Remove(out)
 	cfg := doorConfig(out, prefix)
-	cfg.Set("receivers.k8s_audit.files", []any{filepath.Join(env.StateDir, "audit.log")})
+	cfg.Set("receivers.k8s_audit.files", []any{env.AuditLog()})
 	cfg.Set("receivers.k8s_audit.storage", "file_storage/"+name)
 	cfg.Set("extensions.file_storage/"+name+".directory", dir)
 	cfg.Set("service.extensions", []any{"file_storage/" + name})
@@ -75,7 +75,7 @@ func TestAuditOutagePastTheWebhookRetriesIsCoveredByTheLogFile(t *testing.T) {
 	Check(t, "outage: the collector went down while the scenario ran", stopAt.Before(run.End),
 		"down at %s, scenario %s – %s", stopAt.Format(time.StampMilli), run.Start.Format(time.StampMilli), run.End.Format(time.StampMilli))
 
-	logged := loggedWrites(t, filepath.Join(env.StateDir, "audit.log"), run.Start, run.End)
+	logged := loggedWrites(t, env.AuditLog(), run.Start, run.End)
 	got := waitAuditSpans(t, logged, out)
 	// Reading the counter after the spans settled: the retries of the outage's batches are over.
 	dropped := webhookAuditErrors(t, env) - dropsBefore
@@ -119,7 +119,7 @@ func TestAuditRollingRestartOfTwoReplicas(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // posts after the second restart, to both replicas
 	stopWriter()
-	auditLog := filepath.Join(env.StateDir, "audit.log")
+	auditLog := env.AuditLog()
 	logged := loggedWrites(t, auditLog, since, time.Now())
 	got := waitAuditSpans(t, logged, outA, outB)
 	checkEachWriteOnce(t, "rolling restart of two replicas", logged, got)

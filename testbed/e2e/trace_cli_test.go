@@ -56,8 +56,8 @@ func TestTraceCommandMergesARolloutAcrossWindows(t *testing.T) {
 	AfterOthers(t)
 	env := Testbed(t)
 	requireObjectLink(t, env)
-	bin := filepath.Join(env.Root, "bin", "kubetrail")
-	if _, err := os.Stat(bin); !Check(t, "bin/kubetrail is built", err == nil, "%v (make build)", err) {
+	bin := kubetrailBinary(t, env)
+	if bin == "" {
 		return
 	}
 	cfg := env.CollectorConfig()
@@ -166,8 +166,8 @@ func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
 	AfterOthers(t)
 	env := Testbed(t)
 	requireObjectLink(t, env)
-	bin := filepath.Join(env.Root, "bin", "kubetrail")
-	if _, err := os.Stat(bin); !Check(t, "bin/kubetrail is built", err == nil, "%v (make build)", err) {
+	bin := kubetrailBinary(t, env)
+	if bin == "" {
 		return
 	}
 	plugin := filepath.Join(t.TempDir(), "kubectl-trail") // kubectl runs a plugin by this name
@@ -223,4 +223,14 @@ func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
 func cliHead(s string) string {
 	lines := strings.SplitN(s, "\n", 6)
 	return strings.Join(lines[:min(5, len(lines))], "\n")
+}
+
+// kubetrailBinary is bin/kubetrail, checked to be built; "" (and a failed check) when it is not.
+func kubetrailBinary(t *testing.T, env *Env) string {
+	t.Helper()
+	bin := filepath.Join(env.Root, "bin", "kubetrail")
+	if _, err := os.Stat(bin); !Check(t, "bin/kubetrail is built", err == nil, "%v (make build)", err) {
+		return ""
+	}
+	return bin
 }
