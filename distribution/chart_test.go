@@ -833,6 +833,28 @@ func requireWebhookTLS(t *testing.T, cfg map[string]any, names []any) {
 	}
 }
 
+// checkTLSMount checks that the pods mount only tls.crt, tls.key and ca.crt of the TLS Secret
+// volume v (not the CA key), at /etc/otelcol-kubetrail-tls in the collector container.
+func checkTLSMount(t *testing.T, v, collector any) {
+	t.Helper()
+	var mounted []string
+	for _, item := range dig(v, "secret", "items").([]any) {
+		mounted = append(mounted, dig(item, "key").(string))
+	}
+	if slices.Sort(mounted); !reflect.DeepEqual(mounted, []string{"ca.crt", "tls.crt", "tls.key"}) {
+		t.Errorf("the pods mount %v of the TLS Secret, want ca.crt, tls.crt, tls.key (not the CA key)", mounted)
+	}
+	var mountPath any
+	for _, m := range dig(collector, "volumeMounts").([]any) {
+		if dig(m, "name") == "tls" {
+			mountPath = dig(m, "mountPath")
+		}
+	}
+	if mountPath != "/etc/otelcol-kubetrail-tls" {
+		t.Errorf("tls volume mounted at %v", mountPath)
+	}
+}
+
 // tlsVolume is the webhook certificate's volume of a workload (nil without one).
 func tlsVolume(workload map[string]any) any {
 	vols, _ := dig(workload, "spec", "template", "spec", "volumes").([]any)
@@ -873,22 +895,7 @@ func TestChartSecureByDefault(t *testing.T) {
 		if n := dig(v, "secret", "secretName"); n != "kt-kubetrail-tls" {
 			t.Fatalf("tls volume %v, want the Secret kt-kubetrail-tls", v)
 		}
-		var mounted []string
-		for _, item := range dig(v, "secret", "items").([]any) {
-			mounted = append(mounted, dig(item, "key").(string))
-		}
-		if slices.Sort(mounted); !reflect.DeepEqual(mounted, []string{"ca.crt", "tls.crt", "tls.key"}) {
-			t.Errorf("the pods mount %v of the TLS Secret, want ca.crt, tls.crt, tls.key (not the CA key)", mounted)
-		}
-		var mountPath any
-		for _, m := range dig(collector, "volumeMounts").([]any) {
-			if dig(m, "name") == "tls" {
-				mountPath = dig(m, "mountPath")
-			}
-		}
-		if mountPath != "/etc/otelcol-kubetrail-tls" {
-			t.Errorf("tls volume mounted at %v", mountPath)
-		}
+		checkTLSMount(t, v, collector)
 	})
 
 	t.Run("no NodePort", func(t *testing.T) {
@@ -1222,22 +1229,7 @@ func TestChartManagedSecureByDefault(t *testing.T) {
 		if n := dig(v, "secret", "secretName"); n != "kt-kubetrail-receiver-tls" {
 			t.Fatalf("tls volume %v, want the Secret kt-kubetrail-receiver-tls", v)
 		}
-		var mounted []string
-		for _, item := range dig(v, "secret", "items").([]any) {
-			mounted = append(mounted, dig(item, "key").(string))
-		}
-		if slices.Sort(mounted); !reflect.DeepEqual(mounted, []string{"ca.crt", "tls.crt", "tls.key"}) {
-			t.Errorf("the pods mount %v of the TLS Secret, want ca.crt, tls.crt, tls.key (not the CA key)", mounted)
-		}
-		var mountPath any
-		for _, m := range dig(collector, "volumeMounts").([]any) {
-			if dig(m, "name") == "tls" {
-				mountPath = dig(m, "mountPath")
-			}
-		}
-		if mountPath != "/etc/otelcol-kubetrail-tls" {
-			t.Errorf("tls volume mounted at %v", mountPath)
-		}
+		checkTLSMount(t, v, collector)
 		if objs["Secret/kt-kubetrail-tls"] != nil || objs["Secret/kt-kubetrail-apiserver-kubeconfig"] != nil {
 			t.Errorf("the webhook's Secrets rendered in mode managed")
 		}

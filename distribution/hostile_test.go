@@ -166,25 +166,32 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	}
 }
 
-// TestASlowBodyIsAnswered400ByTheBinary: a body that arrives slower than read_timeout is cut
-// there and answered 400 with a Status naming the timeout, not a closed connection: the
-// shipped config with read_timeout 2s (write_timeout 4s, past it, as the receiver requires).
-func TestASlowBodyIsAnswered400ByTheBinary(t *testing.T) {
-	requireBinary(t)
+// shippedConfigWith writes distribution/config.yaml with lines added to the k8s_audit receiver
+// (after its cluster line) into a file of the test's, and returns its path.
+func shippedConfigWith(t *testing.T, lines string) string {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "distribution", "config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const clusterLine = "    cluster: ${env:KUBETRAIL_CLUSTER:-local}\n"
 	if !strings.Contains(string(raw), clusterLine) {
-		t.Fatalf("distribution/config.yaml has no %q line to add the timeouts after", clusterLine)
+		t.Fatalf("distribution/config.yaml has no %q line to add %q after", clusterLine, lines)
 	}
 	config := filepath.Join(t.TempDir(), "config.yaml")
-	// min_body_rate off: at ten bytes a second it would cut the body first (408), as it should.
-	body := strings.Replace(string(raw), clusterLine, clusterLine+"    read_timeout: 2s\n    write_timeout: 4s\n    min_body_rate: 0\n", 1)
-	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(strings.Replace(string(raw), clusterLine, clusterLine+lines, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return config
+}
+
+// TestASlowBodyIsAnswered400ByTheBinary: a body that arrives slower than read_timeout is cut
+// there and answered 400 with a Status naming the timeout, not a closed connection: the
+// shipped config with read_timeout 2s (write_timeout 4s, past it, as the receiver requires).
+func TestASlowBodyIsAnswered400ByTheBinary(t *testing.T) {
+	requireBinary(t)
+	// min_body_rate off: at ten bytes a second it would cut the body first (408), as it should.
+	config := shippedConfigWith(t, "    read_timeout: 2s\n    write_timeout: 4s\n    min_body_rate: 0\n")
 	auditPort, healthPort := freePort(t), freePort(t)
 	startCollectorFile(t, config, healthPort,
 		fmt.Sprintf("KUBETRAIL_AUDIT_ENDPOINT=127.0.0.1:%d", auditPort),
@@ -230,19 +237,7 @@ func TestASlowBodyIsAnswered400ByTheBinary(t *testing.T) {
 // holds the same rows to it in the heap, in process).
 func TestWebhookDoorsStayWithinTheBoundOnTheBinary(t *testing.T) {
 	requireBinary(t)
-	raw, err := os.ReadFile(filepath.Join(root, "distribution", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const clusterLine = "    cluster: ${env:KUBETRAIL_CLUSTER:-local}\n"
-	if !strings.Contains(string(raw), clusterLine) {
-		t.Fatalf("distribution/config.yaml has no %q line to add compression_algorithms after", clusterLine)
-	}
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	body := strings.Replace(string(raw), clusterLine, clusterLine+"    compression_algorithms: [\"\", gzip, zstd]\n", 1)
-	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := shippedConfigWith(t, "    compression_algorithms: [\"\", gzip, zstd]\n")
 	var addr string // the webhook of the row being run
 	post := func(body []byte, encoding string) (int, error) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/audit", bytes.NewReader(body))
