@@ -30,6 +30,7 @@ func kafkaEdgeConfig(bootstrap, topic, cluster string) Config {
 	cfg.Set("exporters.kafka.logs.encoding", "otlp_proto")
 	cfg.Set("exporters.kafka.partition_logs_by_resource_attributes", true)
 	cfg.Set("exporters.kafka.producer.required_acks", "all")
+	cfg.Set("exporters.kafka.producer.allow_auto_topic_creation", false)
 	cfg.Set("exporters.kafka.producer.max_message_bytes", 8<<20)
 	cfg.Set("exporters.kafka.sending_queue.enabled", false)
 	cfg.Set("exporters.kafka.timeout", "10s")
@@ -44,7 +45,7 @@ func kafkaEdgeConfig(bootstrap, topic, cluster string) Config {
 func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 	cfg := Config{}
 	setKafkaConsumer(cfg, bootstrap, topic, group, "otlp_proto")
-	cfg.Set("receivers.kafka.error_backoff.enabled", true)
+	cfg.Set("receivers.kafka.error_backoff", map[string]any{"enabled": true, "initial_interval": "1s", "max_interval": "30s", "max_elapsed_time": "5m"})
 	cfg.Set("connectors.k8s_audit.cluster_attribute", "k8s.cluster.name")
 	cfg.Set("exporters.file.path", out)
 	cfg.Set("exporters.file.rotation.max_megabytes", 1024)
