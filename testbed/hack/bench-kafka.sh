@@ -1,0 +1,435 @@
+#!/usr/bin/env bash
+# `make bench-kafka`: the two Kafka tiers of docs/operations.md ("Scaling out with Kafka") through
+# bin/otelcol-kubetrail, on one machine. The edge: k8s_audit's logs output into the kafka
+# exporter (otlp_proto, keyed by the object's resource attributes, acks all, no queue: the webhook
+# answers once Kafka has the batch). The processing tier: kafka receiver (one consumer group,
+# earliest, a message marked only once the pipeline took it, error_backoff) -> k8s_audit connector
+# -> k8s_object_link (Redis ID map on 127.0.0.1:6379 under a key prefix of its own per run,
+# owner_wait 0s, no owner_lookup: there is no apiserver) -> otlp_grpc into testbed/cmd/benchaudit's
+# sink. The broker is testbed/cmd/kafka (franz-go's kfake, in memory), a fresh one per run.
+#
+# Two kinds of run, one table row each:
+#   lag      the processing replicas start first; benchaudit then posts fresh object trees at RATES
+#            for RUN_SECONDS. Row: edge CPU µs and bytes allocated per posted event, the processing
+#            replicas' CPU µs per posted event (summed, same interval), lag p50/p99/max, spans lost
+#            and duplicated. Lag = when the sink first received an audit span minus when benchaudit
+#            started writing the request that carried its event to the edge; an apiserver's own
+#            wait to fill a batch comes before that and is not counted.
+#   catchup  no processing tier while benchaudit posts OUTAGE worth of events at RATE; then the
+#            script starts CATCHUP_REPLICAS replicas. Row: the same, plus the time from their start
+#            to the last span and the catch-up rate (audit spans over first to last arrival).
+#
+#   testbed/hack/bench-kafka.sh                                  # every figure of docs/performance.md
+#   RUNS=catchup OUTAGE=20s testbed/hack/bench-kafka.sh          # a quick smoke run of the catch-up
+#   RUNS=lag RATES=5000 REPLICAS=2 PROCESSING_QUEUE="off memory-batch" testbed/hack/bench-kafka.sh
+#
+# Environment:
+#   CAPTURE           as bench-audit.sh: testbed/fixtures/audit-webhook-demo.jsonl.gz if present,
+#                     else every recorded scenario under testbed/fixtures
+#   RUNS              "lag catchup" (default) or one of them
+#   RATES             events/s of the lag runs (default "1000 5000")
+#   REPLICAS          processing replicas of the lag runs (default "1 2")
+#   PROCESSING_QUEUE  the processing tier's otlp_grpc exporter: off (default; the Helm chart's mode
+#                     kafka: no sending_queue, so a message is committed once the backend took its
+#                     spans) and/or memory-batch (the in-memory sending_queue with batching, flush
+#                     200 ms: committed once queued, lost with the process); a list runs each
+#   RUN_SECONDS       how long a lag run sends (default 60)
+#   OUTAGE            how long the processing tier is down in the catch-up run, 20s, 5m or seconds
+#                     (default 5m)
+#   RATE              events/s during the outage (default 1000)
+#   CATCHUP_REPLICAS  processing replicas that drain the backlog (default 2)
+#   CONNS             connections benchaudit spreads its batches over (default 4: an apiserver sends
+#                     batches concurrently, and the edge answers each only once Kafka acked it)
+#   PARTITIONS        partitions of the topic (default 4)
+#   WORKLOAD          fresh (default: new objects every pass) or replay
+#   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
+#   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
+# Everything it starts is stopped by PID; logs, configs and rows in build/bench-kafka/. Each run's
+# Redis keys (prefix bench-kafka-<time>-<run>:) are deleted after it when redis-cli is installed;
+# otherwise they expire with the window (30 min).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOFLAGS=${GOFLAGS:--trimpath}
+OUT=build/bench-kafka
+COLLECTOR=${COLLECTOR:-bin/otelcol-kubetrail}
+RUNS=${RUNS:-lag catchup}
+RATES=${RATES:-1000 5000}
+REPLICAS=${REPLICAS:-1 2}
+PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
+RUN_SECONDS=${RUN_SECONDS:-60}
+OUTAGE=${OUTAGE:-5m}
+RATE=${RATE:-1000}
+CATCHUP_REPLICAS=${CATCHUP_REPLICAS:-2}
+CONNS=${CONNS:-4}
+PARTITIONS=${PARTITIONS:-4}
+WORKLOAD=${WORKLOAD:-fresh}
+REDIS=${REDIS:-127.0.0.1:6379}
+TOPIC=kube-audit
+if [[ -z ${CAPTURE:-} ]]; then
+  if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
+    CAPTURE=testbed/fixtures/audit-webhook-demo.jsonl.gz
+  else
+    CAPTURE=$(find testbed/fixtures -mindepth 2 -maxdepth 2 -type d -name audit-webhook -printf '%h\n' | sort | paste -sd, -)
+  fi
+fi
+
+die() { echo "bench-kafka: $*" >&2; exit 1; }
+seconds_of() { # seconds_of 90 | 20s | 5m | 1h
+  local v=$1 n m
+  case $v in
+    *h) n=${v%h} m=3600 ;;
+    *m) n=${v%m} m=60 ;;
+    *s) n=${v%s} m=1 ;;
+    *) n=$v m=1 ;;
+  esac
+  [[ $n =~ ^[0-9]+$ ]] || die "$v is not a duration (20s, 5m, 1h or seconds)"
+  echo $((n * m))
+}
+[[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
+OUTAGE_S=$(seconds_of "$OUTAGE")
+for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
+done
+for q in $PROCESSING_QUEUE; do
+  [[ $q == off || $q == memory-batch ]] || die "PROCESSING_QUEUE=$q: want off or memory-batch"
+done
+for r in $RUNS; do
+  [[ $r == lag || $r == catchup ]] || die "RUNS=$r: want lag and/or catchup"
+done
+(exec 3<>"/dev/tcp/${REDIS%:*}/${REDIS##*:}") 2>/dev/null || die "no Redis answers on $REDIS (make redis starts one)"
+
+mkdir -p "$OUT"
+go build -o "$OUT/benchaudit" ./testbed/cmd/benchaudit
+go build -o "$OUT/kafka" ./testbed/cmd/kafka
+
+# Every process this script started and has not stopped yet, and the run's Redis prefix.
+PIDS=()
+BA_PID="" PREFIX=""
+stop_all() {
+  local pid i
+  if [[ -n $BA_PID ]]; then
+    kill "$BA_PID" 2>/dev/null || true
+    wait "$BA_PID" 2>/dev/null || true
+    BA_PID=""
+  fi
+  # The processing replicas and the edge first, the broker last (it was started first).
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    pid=${PIDS[$i]}
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+  if [[ -n $PREFIX ]] && command -v redis-cli >/dev/null; then
+    redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" --scan --pattern "$PREFIX*" |
+      xargs -r -d '\n' -n 500 redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" unlink >/dev/null || true
+  fi
+  PREFIX=""
+  return 0
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+# Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
+read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
+if ((EPH_LOW > 12000)); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then printf -v "$1" '%s' "$p"; return; fi
+  done
+  die "no free port on 127.0.0.1"
+}
+
+telemetry() { # telemetry METRICS_PORT: the service's telemetry block
+  cat <<EOF
+  telemetry:
+    metrics:
+      level: normal
+      readers:
+        - pull:
+            exporter:
+              prometheus: {host: 127.0.0.1, port: $1}
+EOF
+}
+
+# The edge of distribution/examples/kafka-edge.yaml and the chart's mode kafka.
+edge_config() { # edge_config FILE
+  cat >"$1" <<EOF
+receivers:
+  k8s_audit:
+    endpoint: 127.0.0.1:$EDGE_PORT
+    cluster: bench
+exporters:
+  kafka:
+    brokers: ["$BOOTSTRAP"]
+    logs:
+      topic: $TOPIC
+      encoding: otlp_proto
+    partition_logs_by_resource_attributes: true
+    producer:
+      required_acks: all
+      allow_auto_topic_creation: false
+      max_message_bytes: 8388608
+    sending_queue:
+      enabled: false
+    timeout: 10s
+    retry_on_failure: {enabled: true, initial_interval: 1s, max_interval: 5s, max_elapsed_time: 20s}
+service:
+$(telemetry "$EDGE_METRICS")
+  pipelines:
+    logs/edge:
+      receivers: [k8s_audit]
+      exporters: [kafka]
+EOF
+}
+
+# The processing tier of the chart's mode kafka, without owner_lookup (no apiserver here) and with
+# the run's own Redis key prefix.
+processing_config() { # processing_config FILE METRICS_PORT QUEUE
+  local queue="    sending_queue:
+      enabled: false"
+  if [[ $3 == memory-batch ]]; then
+    queue="    sending_queue:
+      enabled: true
+      batch: {flush_timeout: 200ms}"
+  fi
+  cat >"$1" <<EOF
+receivers:
+  kafka:
+    brokers: ["$BOOTSTRAP"]
+    logs:
+      topics: [$TOPIC]
+      encoding: otlp_proto
+    group_id: kubetrail-processing
+    initial_offset: earliest
+    message_marking: {after: true, on_error: false}
+    error_backoff: {enabled: true, initial_interval: 1s, max_interval: 30s, max_elapsed_time: 5m}
+connectors:
+  k8s_audit:
+    cluster_attribute: k8s.cluster.name
+processors:
+  k8s_object_link:
+    owner_wait: 0s
+    id_map:
+      backend: redis
+      redis:
+        addresses: ["$REDIS"]
+        key_prefix: "$PREFIX"
+exporters:
+  otlp_grpc:
+    endpoint: 127.0.0.1:$SINK_PORT
+    tls: {insecure: true}
+$queue
+    retry_on_failure: {enabled: true, initial_interval: 5s, max_interval: 30s, max_elapsed_time: 0}
+service:
+$(telemetry "$2")
+  pipelines:
+    logs/audit:
+      receivers: [kafka]
+      exporters: [k8s_audit]
+    traces:
+      receivers: [k8s_audit]
+      processors: [k8s_object_link]
+      exporters: [otlp_grpc]
+EOF
+}
+
+wait_metrics() { # wait_metrics PID PORT LOG: until the collector's metrics endpoint answers
+  for _ in $(seq 300); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$2/metrics" 2>/dev/null && return
+    kill -0 "$1" 2>/dev/null || { tail -20 "$3" >&2; die "a collector exited (log: $3)"; }
+    sleep 0.1
+  done
+  die "a collector did not start within 30 s (log: $3)"
+}
+
+start_broker() { # start_broker NAME: a fresh in-memory broker with the topic; sets BOOTSTRAP
+  local addr=$OUT/$1.kafka.addr
+  : >"$addr"
+  "$OUT/kafka" -topic "$TOPIC:$PARTITIONS" >"$addr" 2>"$OUT/$1.kafka.log" &
+  KAFKA_PID=$!
+  PIDS+=("$KAFKA_PID")
+  for _ in $(seq 100); do
+    BOOTSTRAP=$(head -1 "$addr")
+    [[ -n $BOOTSTRAP ]] && return
+    kill -0 "$KAFKA_PID" 2>/dev/null || die "the broker exited (log: $OUT/$1.kafka.log)"
+    sleep 0.1
+  done
+  die "the broker did not start within 10 s"
+}
+
+start_edge() { # start_edge NAME
+  free_port EDGE_PORT
+  free_port EDGE_METRICS
+  edge_config "$OUT/$1.edge.yaml"
+  "$COLLECTOR" --config "$OUT/$1.edge.yaml" >"$OUT/$1.edge.log" 2>&1 &
+  EDGE_PID=$!
+  PIDS+=("$EDGE_PID")
+  wait_metrics "$EDGE_PID" "$EDGE_METRICS" "$OUT/$1.edge.log"
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$EDGE_PORT") 2>/dev/null && return
+    sleep 0.1
+  done
+  die "the edge's webhook does not listen (log: $OUT/$1.edge.log)"
+}
+
+start_processing() { # start_processing NAME N QUEUE: N replicas; their PIDs into $OUT/NAME.pids
+  local i port
+  PROC_PIDS=() PROC_PORTS=() PROC_LOGS=()
+  for i in $(seq "$2"); do
+    free_port port
+    processing_config "$OUT/$1.processing-$i.yaml" "$port" "$3"
+    "$COLLECTOR" --config "$OUT/$1.processing-$i.yaml" >"$OUT/$1.processing-$i.log" 2>&1 &
+    PIDS+=("$!")
+    PROC_PIDS+=("$!") PROC_PORTS+=("$port") PROC_LOGS+=("$OUT/$1.processing-$i.log")
+  done
+  echo "${PROC_PIDS[*]}" >"$OUT/$1.pids"
+}
+
+wait_settled() { # wait until every replica was given a partition, then SETTLE seconds more
+  local i
+  for i in "${!PROC_PIDS[@]}"; do
+    wait_metrics "${PROC_PIDS[$i]}" "${PROC_PORTS[$i]}" "${PROC_LOGS[$i]}"
+  done
+  for _ in $(seq 600); do
+    local all=1
+    for i in "${!PROC_LOGS[@]}"; do
+      grep -q "\"assigned\": \"$TOPIC\[" "${PROC_LOGS[$i]}" || all=0
+      kill -0 "${PROC_PIDS[$i]}" 2>/dev/null || die "a processing replica exited (log: ${PROC_LOGS[$i]})"
+    done
+    if ((all)); then
+      # A later joiner's rebalance takes a moment to reach the first one.
+      sleep "${SETTLE:-3}"
+      return
+    fi
+    sleep 0.1
+  done
+  die "the processing replicas were not all given partitions within 60 s (logs: ${PROC_LOGS[*]})"
+}
+
+wait_file() { # wait_file PATH: until benchaudit created it (or exited)
+  until [[ -e $1 ]]; do
+    kill -0 "$BA_PID" 2>/dev/null || { wait "$BA_PID" || true; BA_PID=""; die "benchaudit exited early"; }
+    sleep 0.1
+  done
+}
+
+replicas() { if (($1 == 1)); then echo "1 replica"; else echo "$1 replicas"; fi; }
+
+peak_mib() { # peak_mib PID: VmHWM in MiB
+  awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "?"
+}
+
+# What the processing replicas report after a run: spans dropped as redelivered duplicates.
+dropped_duplicates() {
+  local port sum=0 v
+  for port in "${PROC_PORTS[@]}"; do
+    v=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null |
+      awk '/^otelcol_k8s_object_link_spans_dropped/ && /reason="duplicate"/ { s += $NF } END { printf "%d", s }') || v=0
+    sum=$((sum + ${v:-0}))
+  done
+  echo "$sum"
+}
+
+ROWS=$OUT/rows.tsv
+: >"$ROWS"
+FAILED=0
+RUN_ID=$(date +%s)
+N=0
+benchaudit_args() { # the flags every run shares
+  BA_ARGS=(-url "http://127.0.0.1:$EDGE_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$EDGE_PID"
+    -metrics "http://127.0.0.1:$EDGE_METRICS/metrics" -capture "$CAPTURE" -workload "$WORKLOAD"
+    -report tiers -conns "$CONNS" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv")
+}
+
+finish_row() { # finish_row: benchaudit's row plus broker and processing peak RSS and dropped duplicates
+  local rss="" pid
+  for pid in "${PROC_PIDS[@]}"; do rss+="${rss:+, }$(peak_mib "$pid")"; done
+  if [[ -s $OUT/row.tsv ]]; then
+    printf '%s\t%s\t%s\t%s\n' "$(cat "$OUT/row.tsv")" "$(peak_mib "$KAFKA_PID")" "$rss" "$(dropped_duplicates)" >>"$ROWS"
+  fi
+  rm -f "$OUT/row.tsv"
+}
+
+lag_run() { # lag_run RATE REPLICAS QUEUE
+  local name label
+  N=$((N + 1))
+  name="lag-$1-$2-$3"
+  label="$1/s, $(replicas "$2"), queue $3"
+  PREFIX="bench-kafka-$RUN_ID-$N:"
+  free_port SINK_PORT
+  start_broker "$name"
+  start_edge "$name"
+  echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  rm -f "$OUT/$name.ready" "$OUT/$name.pids"
+  benchaudit_args
+  # The sink listens before the replicas start (their exporter connects at once), and nothing is
+  # sent before every replica holds partitions.
+  # A tier that falls behind drains for longer than benchaudit's default 2 minutes.
+  "$OUT/benchaudit" "${BA_ARGS[@]}" -label "$label" -rate "$1" -events $(($1 * RUN_SECONDS)) -drain-timeout 30m \
+    -ready-file "$OUT/$name.ready" -extra-pids-file "$OUT/$name.pids" >"$OUT/$name.out" 2>&1 &
+  BA_PID=$!
+  wait_file "$OUT/$name.ready"
+  start_processing "$name" "$2" "$3"
+  wait_settled
+  rm -f "$OUT/$name.ready"
+  if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
+  BA_PID=""
+  sed 's/^/   /' "$OUT/$name.out"
+  finish_row
+  stop_all
+}
+
+catchup_run() { # catchup_run REPLICAS QUEUE
+  local name label
+  N=$((N + 1))
+  name="catchup-$OUTAGE_S-$1-$2"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2"
+  PREFIX="bench-kafka-$RUN_ID-$N:"
+  free_port SINK_PORT
+  start_broker "$name"
+  start_edge "$name"
+  echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  rm -f "$OUT/$name.pause" "$OUT/$name.pids"
+  benchaudit_args
+  # The drain gives up after 5 × quiet without a span: the replicas' start and group join come first.
+  "$OUT/benchaudit" "${BA_ARGS[@]}" -label "$label" -rate "$RATE" -events $((RATE * OUTAGE_S)) \
+    -pause-file "$OUT/$name.pause" -extra-pids-file "$OUT/$name.pids" -quiet 5s -drain-timeout 60m >"$OUT/$name.out" 2>&1 &
+  BA_PID=$!
+  wait_file "$OUT/$name.pause"
+  echo "   $((RATE * OUTAGE_S)) events in Kafka, broker peak RSS $(peak_mib "$KAFKA_PID") MiB; starting $1 processing replica(s)"
+  start_processing "$name" "$1" "$2"
+  rm -f "$OUT/$name.pause"
+  if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
+  BA_PID=""
+  sed 's/^/   /' "$OUT/$name.out"
+  finish_row
+  stop_all
+}
+
+echo "bench-kafka: $(nproc) cores, capture $CAPTURE, $WORKLOAD workload, $PARTITIONS partitions, $CONNS connections"
+for run in $RUNS; do
+  for queue in $PROCESSING_QUEUE; do
+    if [[ $run == lag ]]; then
+      for rate in $RATES; do
+        for replicas in $REPLICAS; do
+          lag_run "$rate" "$replicas" "$queue"
+        done
+      done
+    else
+      catchup_run "$CATCHUP_REPLICAS" "$queue"
+    fi
+  done
+done
+
+{
+  echo
+  echo "bench-kafka, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $WORKLOAD, $PARTITIONS partitions, $CONNS connections"
+  echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
+} | tee "$OUT/table.md"
+((FAILED == 0)) || die "a run failed"
+awk -F'\t' '{ split($12, a, " / "); if (a[3] != 0 || $13 != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost or duplicated audit spans"
