@@ -46,7 +46,7 @@
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
 # Everything it starts is stopped by PID; logs, configs and rows in build/bench-kafka/. Each run's
 # Redis keys (prefix bench-kafka-<time>-<run>:) are deleted after it when redis-cli is installed;
-# otherwise they expire with the window (30 min).
+# otherwise they expire with the window and its grace (about 32 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -120,12 +120,24 @@ stop_all() {
     wait "$pid" 2>/dev/null || true
   done
   PIDS=()
-  if [[ -n $PREFIX ]] && command -v redis-cli >/dev/null; then
-    redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" --scan --pattern "$PREFIX*" |
-      xargs -r -d '\n' -n 500 redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" unlink >/dev/null || true
-  fi
+  [[ -n $PREFIX ]] && delete_prefix "$PREFIX"
   PREFIX=""
   return 0
+}
+
+# The ID map's keys are binary (a newline may be part of one), so they are deleted in Redis itself,
+# one SCAN page per call, never read back through the shell.
+delete_prefix() { # delete_prefix PREFIX
+  command -v redis-cli >/dev/null || return 0
+  local cursor=0 page
+  local lua='local r = redis.call("SCAN", ARGV[1], "MATCH", ARGV[2], "COUNT", 1000)
+for _, k in ipairs(r[2]) do redis.call("UNLINK", k) end
+return r[1]'
+  for _ in $(seq 100000); do
+    page=$(redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" --raw eval "$lua" 0 "$cursor" "$1*") || return 0
+    cursor=$page
+    [[ $cursor == 0 ]] && return 0
+  done
 }
 trap stop_all EXIT
 trap 'exit 130' INT TERM
