@@ -30,9 +30,17 @@ tls:
 {{- end }}
 {{- end }}
 
+{{/*
+The collector's config: of the one workload in modes gateway, daemonset and managed, of the
+processing tier in mode kafka (its edge's is kubetrail.edgeConfig). Modes managed and kafka take
+the audit events as log records (managed.receivers, or the kafka receiver) into the k8s_audit
+connector.
+*/}}
 {{- define "kubetrail.baseConfig" -}}
 {{- $gateway := eq .Values.mode "gateway" -}}
 {{- $managed := eq .Values.mode "managed" -}}
+{{- $kafka := eq .Values.mode "kafka" -}}
+{{- $logs := or $managed $kafka -}}
 {{- $redis := include "kubetrail.redisAddresses" . | fromJsonArray -}}
 extensions:
   health_check:
@@ -53,6 +61,27 @@ extensions:
 receivers:
   {{- if $managed }}
   {{- include "kubetrail.managedReceivers" . | fromJson | toYaml | nindent 2 }}
+  {{- else if $kafka }}
+  kafka:
+    {{- include "kubetrail.kafkaClient" . | nindent 4 }}
+    logs:
+      topics: [{{ .Values.kafka.topic | quote }}]
+      encoding: otlp_proto
+    group_id: {{ default (include "kubetrail.processingName" .) .Values.kafka.groupId | quote }}
+    # A new group starts at the oldest message Kafka keeps: latest would skip the very backlog
+    # this tier exists to drain.
+    initial_offset: earliest
+    # A message is committed only once the pipeline took it (the spans are at the OTLP backend);
+    # a refusal is read again, never skipped, retried in place with backoff.
+    message_marking:
+      after: true
+      on_error: false
+    # error_backoff has no defaults: enabled alone would retry in a tight loop.
+    error_backoff:
+      enabled: true
+      initial_interval: 1s
+      max_interval: 30s
+      max_elapsed_time: 5m
   {{- else }}
   k8s_audit:
     cluster: {{ .Values.clusterName | quote }}
@@ -117,9 +146,15 @@ processors:
       # The resources the ClusterRole grants get on (ownerLookup.resources), and no other.
       resources: {{ toJson . }}
     {{- end }}
+    {{- if $kafka }}
+    # Nothing held: a span held for an owner is acknowledged, its message committed, and a killed
+    # replica would lose it. Owners not in the stream are looked up.
+    owner_wait: 0s
+    {{- else }}
     owner_wait: {{ .Values.ownerWait }}
+    {{- end }}
     storage: file_storage/queue
-{{- if $managed }}
+{{- if $logs }}
 connectors:
   # Audit events in the log records of logs/audit -> audit spans into traces (managed.connector).
   k8s_audit:
@@ -127,7 +162,12 @@ connectors:
     {{- if and $redis .Values.redis.sharedDiffBase }}
     {{- $shared = dict "shared_diff_base" (dict "redis" (include "kubetrail.redisConnection" . | fromYaml)) }}
     {{- end }}
-    {{- mustMergeOverwrite (dict "cluster" .Values.clusterName "window" .Values.window) $shared (deepCopy .Values.managed.connector) | toYaml | nindent 4 }}
+    {{- if $kafka }}
+    {{- /* The edge put the cluster on each record's resource (clusterName, or the name posted to
+    /audit/<name>). */}}
+    {{- $_ := set $shared "cluster_attribute" "k8s.cluster.name" }}
+    {{- end }}
+    {{- mustMergeOverwrite (dict "cluster" .Values.clusterName "window" .Values.window) $shared (deepCopy (ternary .Values.managed.connector (dict) $managed)) | toYaml | nindent 4 }}
 {{- end }}
 exporters:
   otlp_grpc:
@@ -137,6 +177,12 @@ exporters:
     {{- with .Values.otlp.headers }}
     headers: {{ toJson . }}
     {{- end }}
+    {{- if $kafka }}
+    # No queue: a Kafka message is committed once the backend took its spans. The topic is the
+    # queue, with Kafka's retention as its bound.
+    sending_queue:
+      enabled: false
+    {{- else }}
     sending_queue:
       storage: file_storage/queue
       sizer: requests
@@ -148,6 +194,7 @@ exporters:
         sizer: bytes
         min_size: 524288
         max_size: 3145728
+    {{- end }}
     retry_on_failure:
       enabled: true
       initial_interval: 5s
@@ -164,9 +211,9 @@ service:
                 host: ${env:POD_IP}
                 port: 8888
   pipelines:
-    {{- if $managed }}
+    {{- if $logs }}
     logs/audit:
-      receivers: {{ include "kubetrail.managedReceivers" . | fromJson | keys | sortAlpha | toJson }}
+      receivers: {{ if $kafka }}[kafka]{{ else }}{{ include "kubetrail.managedReceivers" . | fromJson | keys | sortAlpha | toJson }}{{ end }}
       processors: [memory_limiter]
       exporters: [k8s_audit]
     {{- end }}
@@ -198,8 +245,127 @@ the shippers' certificates and nothing else, by default) may send; re-read hourl
 {{- end -}}
 {{- end -}}
 
+{{/* The config of the StatefulSet or DaemonSet: in mode kafka the edge's. */}}
 {{- define "kubetrail.config" -}}
+{{- if eq .Values.mode "kafka" -}}
+{{- include "kubetrail.edgeConfig" . -}}
+{{- else -}}
+{{- include "kubetrail.processingConfig" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* kubetrail.baseConfig with config merged over it: the one workload's, or the processing tier's. */}}
+{{- define "kubetrail.processingConfig" -}}
 {{- $base := include "kubetrail.baseConfig" . | fromYaml -}}
 {{- if hasKey $base "Error" -}}{{- fail (printf "rendered collector config does not parse: %s" (get $base "Error")) -}}{{- end -}}
 {{- mustMergeOverwrite $base (deepCopy .Values.config) | toYaml -}}
+{{- end -}}
+
+{{/*
+Mode kafka: the brokers and their authentication, as both tiers' kafka components take them
+(configkafka). The SASL password comes from the env (KAFKA_SASL_PASSWORD, kafka.sasl.passwordSecret),
+the CA and the client certificate from mounted Secrets (kubetrail.secretVolumes).
+*/}}
+{{- define "kubetrail.kafkaClient" -}}
+{{- $k := .Values.kafka -}}
+brokers: {{ toJson $k.brokers }}
+{{- if $k.tls.enabled }}
+tls:
+  insecure: false
+  {{- if $k.tls.caSecret }}
+  ca_file: /etc/otelcol-kubetrail-kafka-tls/ca.crt
+  {{- end }}
+  {{- if $k.tls.clientSecret }}
+  cert_file: /etc/otelcol-kubetrail-kafka-client/tls.crt
+  key_file: /etc/otelcol-kubetrail-kafka-client/tls.key
+  {{- end }}
+  {{- with $k.tls.serverName }}
+  server_name_override: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- with $k.sasl.mechanism }}
+auth:
+  sasl:
+    mechanism: {{ . }}
+    username: {{ $k.sasl.username | quote }}
+    password: ${env:KAFKA_SASL_PASSWORD}
+{{- end }}
+{{- end -}}
+
+{{/*
+Mode kafka, the edge: the webhook (as gateway mode's, TLS and client names included) with the
+k8s_audit receiver's logs output into the kafka exporter. Each audit event is one log record, its
+body the event's bytes as received, its resource the cluster and the object's key, by which the
+exporter keys the message: an object's events stay in one partition, in order. Nothing else is
+decoded and nothing is kept: the exporter has no queue, so the pipeline returns, and the webhook
+answers 200, only once every in-sync replica has the records (acks all); a refusal is a 503 and
+the apiserver resends its batch. kafka.edge.config is merged over it.
+*/}}
+{{- define "kubetrail.edgeBaseConfig" -}}
+extensions:
+  health_check:
+    endpoint: ${env:POD_IP}:13133
+receivers:
+  k8s_audit:
+    cluster: {{ .Values.clusterName | quote }}
+    endpoint: ${env:POD_IP}:9880
+    {{- if include "kubetrail.webhookCerts" . }}
+    # HTTPS only, and only a client certificate signed by ca.crt with one of these names (the
+    # apiserver's) may post; the certificate is re-read hourly, so a renewal needs no restart.
+    tls:
+      cert_file: /etc/otelcol-kubetrail-tls/tls.crt
+      key_file: /etc/otelcol-kubetrail-tls/tls.key
+      client_ca_file: /etc/otelcol-kubetrail-tls/ca.crt
+      min_version: "1.2"
+      reload_interval: 1h
+    allowed_client_names: {{ toJson .Values.gateway.tls.allowedClientNames }}
+    {{- end }}
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_percentage: 80
+    spike_limit_percentage: 20
+exporters:
+  kafka:
+    {{- include "kubetrail.kafkaClient" . | nindent 4 }}
+    logs:
+      topic: {{ .Values.kafka.topic | quote }}
+      # OTLP keeps the body's bytes and the resource the processing tier reads.
+      encoding: otlp_proto
+    partition_logs_by_resource_attributes: true
+    producer:
+      required_acks: all
+      # A missing topic is a 503, not one the broker creates with its defaults.
+      allow_auto_topic_creation: false
+      max_message_bytes: {{ int .Values.kafka.edge.maxMessageBytes }}
+    sending_queue:
+      enabled: false
+    timeout: 10s
+    retry_on_failure:
+      enabled: true
+      initial_interval: 1s
+      max_interval: 5s
+      # Within the apiserver's wait for an answer; past it the apiserver resends the batch.
+      max_elapsed_time: 20s
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: ${env:POD_IP}
+                port: 8888
+  pipelines:
+    logs/edge:
+      receivers: [k8s_audit]
+      processors: [memory_limiter]
+      exporters: [kafka]
+{{- end -}}
+
+{{- define "kubetrail.edgeConfig" -}}
+{{- $base := include "kubetrail.edgeBaseConfig" . | fromYaml -}}
+{{- if hasKey $base "Error" -}}{{- fail (printf "rendered edge config does not parse: %s" (get $base "Error")) -}}{{- end -}}
+{{- mustMergeOverwrite $base (deepCopy .Values.kafka.edge.config) | toYaml -}}
 {{- end -}}

@@ -12,6 +12,33 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+The labels that select the collector pods of the webhook's StatefulSet (and its Services, PDB and
+NetworkPolicy). Mode kafka adds the component, since the processing Deployment's pods carry the
+same name and instance; the other modes keep the selector they always had (a StatefulSet's
+selector cannot change on upgrade).
+*/}}
+{{- define "kubetrail.podSelectorLabels" -}}
+{{ include "kubetrail.selectorLabels" . }}
+{{- if eq .Values.mode "kafka" }}
+app.kubernetes.io/component: edge
+{{- end }}
+{{- end -}}
+
+{{- define "kubetrail.processingSelectorLabels" -}}
+{{ include "kubetrail.selectorLabels" . }}
+app.kubernetes.io/component: processing
+{{- end -}}
+
+{{- define "kubetrail.processingName" -}}
+{{- printf "%s-processing" (include "kubetrail.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "true" when the release receives the apiserver's audit webhook: modes gateway and kafka. */}}
+{{- define "kubetrail.hasWebhook" -}}
+{{- if has .Values.mode (list "gateway" "kafka") -}}true{{- end -}}
+{{- end -}}
+
 {{- define "kubetrail.labels" -}}
 {{ include "kubetrail.selectorLabels" . }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
@@ -53,7 +80,7 @@ Where the webhook's certificates come from: "" (gateway.tls.insecurePlainHTTP, o
 */}}
 {{- define "kubetrail.webhookCerts" -}}
 {{- $tls := .Values.gateway.tls -}}
-{{- if and (eq .Values.mode "gateway") (not $tls.insecurePlainHTTP) -}}
+{{- if and (include "kubetrail.hasWebhook" .) (not $tls.insecurePlainHTTP) -}}
 {{- if $tls.existingSecret -}}existingSecret
 {{- else if $tls.certManager.enabled -}}certManager
 {{- else -}}generate
@@ -196,8 +223,26 @@ current-context: default
 {{- if not (regexMatch "^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$" .Values.clusterName) -}}
 {{- fail "clusterName is required: 1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit (--set clusterName=prod-eu-1)" -}}
 {{- end -}}
-{{- if and (ne .Values.mode "daemonset") (gt (int .Values.gateway.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
+{{- if and (has .Values.mode (list "gateway" "managed")) (gt (int .Values.gateway.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
 {{- fail "gateway.replicas > 1 needs a shared ID map: set redis.addresses or redis.bundled.enabled=true" -}}
+{{- end -}}
+{{- if eq .Values.mode "kafka" -}}
+{{- $k := .Values.kafka -}}
+{{- if not $k.brokers -}}
+{{- fail "kafka.brokers is required in mode kafka: the bootstrap brokers as host:port, e.g. --set 'kafka.brokers={kafka-0.kafka.svc:9092,kafka-1.kafka.svc:9092}'" -}}
+{{- end -}}
+{{- if gt (int $k.processing.replicas) (int $k.partitions) -}}
+{{- fail (printf "kafka.processing.replicas (%d) > kafka.partitions (%d): a partition is read by one replica at a time, so the others would idle; add partitions to the topic (and raise kafka.partitions) first" (int $k.processing.replicas) (int $k.partitions)) -}}
+{{- end -}}
+{{- if and (gt (int $k.processing.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
+{{- fail "kafka.processing.replicas > 1 needs a shared ID map: set redis.addresses or redis.bundled.enabled=true" -}}
+{{- end -}}
+{{- if and $k.sasl.mechanism (or (not $k.sasl.username) (not $k.sasl.passwordSecret)) -}}
+{{- fail "kafka.sasl.mechanism needs kafka.sasl.username and kafka.sasl.passwordSecret ({name, key} of a Secret holding the password)" -}}
+{{- end -}}
+{{- if and (not $k.tls.enabled) (or $k.tls.caSecret $k.tls.clientSecret $k.tls.serverName) -}}
+{{- fail "kafka.tls.caSecret, clientSecret and serverName take effect only with kafka.tls.enabled=true" -}}
+{{- end -}}
 {{- end -}}
 {{- $tls := .Values.gateway.tls -}}
 {{- if and $tls.existingSecret $tls.certManager.enabled -}}
@@ -236,19 +281,20 @@ current-context: default
 {{- if and (eq .Values.mode "managed") .Values.managed.networkPolicy.enabled .Values.managed.service.ports (not .Values.managed.networkPolicy.from) -}}
 {{- fail "managed.networkPolicy.from is required: who may send audit logs to the receivers' ports (managed.service.ports), as NetworkPolicy peers: your log shipper's pods, e.g. --set-json 'managed.networkPolicy.from=[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"logging\"}},\"podSelector\":{\"matchLabels\":{\"app\":\"fluent-bit\"}}}]', or the addresses a provider delivers from as ipBlock. The NetworkPolicy admits only them. Or set managed.networkPolicy.enabled=false (no policy: every pod can send, with a client certificate unless managed.tls.insecurePlaintext)" -}}
 {{- end -}}
-{{- if and (eq .Values.mode "gateway") .Values.gateway.networkPolicy.enabled (not .Values.gateway.networkPolicy.controlPlaneCIDRs) -}}
+{{- if and (include "kubetrail.hasWebhook" .) .Values.gateway.networkPolicy.enabled (not .Values.gateway.networkPolicy.controlPlaneCIDRs) -}}
 {{- fail "gateway.networkPolicy.controlPlaneCIDRs is required: the addresses the kube-apiserver reaches the webhook from, i.e. the control-plane nodes' IPs or subnet (kubectl get nodes -l node-role.kubernetes.io/control-plane -o wide), e.g. --set 'gateway.networkPolicy.controlPlaneCIDRs={10.0.0.10/32,10.0.0.11/32}'. The NetworkPolicy admits only them to the webhook port. Or set gateway.networkPolicy.enabled=false (no policy; the client certificate still authenticates)" -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
 GOMEMLIMIT for "auto": 80% of resources.limits.memory, in MiB. Empty when there is no limit.
+dict: goMemLimit (the value), resources (the container's).
 */}}
 {{- define "kubetrail.goMemLimit" -}}
-{{- $v := .Values.goMemLimit -}}
+{{- $v := .goMemLimit -}}
 {{- if eq $v "auto" -}}
 {{- $lim := "" -}}
-{{- with .Values.resources.limits }}{{ with .memory }}{{ $lim = toString . }}{{ end }}{{ end -}}
+{{- with .resources.limits }}{{ with .memory }}{{ $lim = toString . }}{{ end }}{{ end -}}
 {{- if $lim -}}
 {{- $bytes := 0 -}}
 {{- if hasSuffix "Gi" $lim -}}{{- $bytes = mul (trimSuffix "Gi" $lim | int64) 1073741824 -}}

@@ -1,34 +1,47 @@
-{{/* The collector container, shared by the StatefulSet (modes gateway, managed) and the DaemonSet. */}}
+{{/*
+The collector container. dict: root, and tier: "" for the one workload of modes gateway,
+daemonset and managed (the StatefulSet or the DaemonSet), "edge" or "processing" in mode kafka.
+*/}}
 {{- define "kubetrail.container" -}}
-{{- $gateway := eq .Values.mode "gateway" -}}
-{{- $managed := eq .Values.mode "managed" -}}
+{{- $root := .root -}}
+{{- $tier := .tier -}}
+{{- $v := $root.Values -}}
+{{- $webhook := or (eq $v.mode "gateway") (eq $tier "edge") -}}
+{{- $managed := eq $v.mode "managed" -}}
+{{- $resources := ternary $v.kafka.edge.resources $v.resources (eq $tier "edge") -}}
 - name: otelcol-kubetrail
-  image: {{ include "kubetrail.image" . }}
-  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  image: {{ include "kubetrail.image" $root }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
   args: ["--config=/etc/otelcol-kubetrail/config.yaml"]
   env:
     - name: POD_IP
       valueFrom: {fieldRef: {fieldPath: status.podIP}}
-    {{- with include "kubetrail.goMemLimit" . }}
+    {{- with include "kubetrail.goMemLimit" (dict "goMemLimit" $v.goMemLimit "resources" $resources) }}
     - name: GOMEMLIMIT
       value: {{ . | quote }}
     {{- end }}
-    {{- with include "kubetrail.redisPasswordSecret" . }}
+    {{- if ne $tier "edge" }}
+    {{- with include "kubetrail.redisPasswordSecret" $root }}
     {{- $secret := . | fromJson }}
     - name: REDIS_PASSWORD
       valueFrom: {secretKeyRef: {name: {{ $secret.name }}, key: {{ $secret.key }}}}
     {{- end }}
+    {{- end }}
+    {{- if and $tier $v.kafka.sasl.mechanism }}
+    - name: KAFKA_SASL_PASSWORD
+      valueFrom: {secretKeyRef: {name: {{ $v.kafka.sasl.passwordSecret.name }}, key: {{ $v.kafka.sasl.passwordSecret.key }}}}
+    {{- end }}
     {{- if $managed }}
-    {{- with .Values.managed.env }}
+    {{- with $v.managed.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
     {{- end }}
   ports:
-    {{- if $gateway }}
+    {{- if $webhook }}
     - {name: audit, containerPort: 9880}
     {{- end }}
     {{- if $managed }}
-    {{- range .Values.managed.service.ports }}
+    {{- range $v.managed.service.ports }}
     - {name: {{ .name }}, containerPort: {{ .port }}}
     {{- end }}
     {{- end }}
@@ -39,32 +52,42 @@
   livenessProbe:
     httpGet: {path: /, port: health}
   resources:
-    {{- toYaml .Values.resources | nindent 4 }}
+    {{- toYaml $resources | nindent 4 }}
   securityContext:
-    {{- toYaml .Values.securityContext | nindent 4 }}
+    {{- toYaml $v.securityContext | nindent 4 }}
   volumeMounts:
     - {name: config, mountPath: /etc/otelcol-kubetrail, readOnly: true}
     - {name: state, mountPath: /var/lib/otelcol-kubetrail}
-    {{- if include "kubetrail.mountedTLSSecretName" . }}
+    {{- if and (ne $tier "processing") (include "kubetrail.mountedTLSSecretName" $root) }}
     - {name: tls, mountPath: /etc/otelcol-kubetrail-tls, readOnly: true}
     {{- end }}
-    {{- if and .Values.redis.tls.enabled .Values.redis.tls.caSecret }}
+    {{- if and (ne $tier "edge") $v.redis.tls.enabled $v.redis.tls.caSecret }}
     - {name: redis-tls, mountPath: /etc/otelcol-kubetrail-redis-tls, readOnly: true}
     {{- end }}
-    {{- if eq .Values.mode "daemonset" }}
-    - {name: audit-log, mountPath: {{ dir .Values.daemonset.auditLogPath }}, readOnly: true}
+    {{- if and $tier $v.kafka.tls.enabled }}
+    {{- if $v.kafka.tls.caSecret }}
+    - {name: kafka-tls, mountPath: /etc/otelcol-kubetrail-kafka-tls, readOnly: true}
+    {{- end }}
+    {{- if $v.kafka.tls.clientSecret }}
+    - {name: kafka-client, mountPath: /etc/otelcol-kubetrail-kafka-client, readOnly: true}
+    {{- end }}
+    {{- end }}
+    {{- if eq $v.mode "daemonset" }}
+    - {name: audit-log, mountPath: {{ dir $v.daemonset.auditLogPath }}, readOnly: true}
     {{- end }}
 {{- end -}}
 
+{{/* dict: root, and config: the collector config of the pods (its checksum restarts them). */}}
 {{- define "kubetrail.podMetadata" -}}
+{{- $root := .root -}}
 labels:
-  {{- include "kubetrail.selectorLabels" . | nindent 2 }}
-  {{- with .Values.podLabels }}
+  {{- .selector | nindent 2 }}
+  {{- with $root.Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 annotations:
-  checksum/config: {{ include "kubetrail.config" . | sha256sum }}
-  {{- with .Values.podAnnotations }}
+  checksum/config: {{ .config | sha256sum }}
+  {{- with $root.Values.podAnnotations }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end -}}
@@ -85,9 +108,13 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* Volumes of the Secrets the collector container mounts (both workloads). */}}
+{{/* Volumes of the Secrets the collector container mounts. dict: root, tier (as kubetrail.container). */}}
 {{- define "kubetrail.secretVolumes" -}}
-{{- with include "kubetrail.mountedTLSSecretName" . }}
+{{- $root := .root -}}
+{{- $tier := .tier -}}
+{{- $v := $root.Values -}}
+{{- if ne $tier "processing" }}
+{{- with include "kubetrail.mountedTLSSecretName" $root }}
 # Only the webhook's (or the OTLP receiver's) certificate, key and client CA: not the CA key the
 # chart keeps beside them.
 - name: tls
@@ -98,13 +125,33 @@ affinity:
       - {key: tls.key, path: tls.key}
       - {key: ca.crt, path: ca.crt}
 {{- end }}
-{{- with .Values.redis.tls }}
+{{- end }}
+{{- if ne $tier "edge" }}
+{{- with $v.redis.tls }}
 {{- if and .enabled .caSecret }}
 - name: redis-tls
   secret:
     secretName: {{ .caSecret.name }}
     items:
       - {key: {{ .caSecret.key }}, path: ca.crt}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $tier $v.kafka.tls.enabled }}
+{{- with $v.kafka.tls.caSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .name }}
+    items:
+      - {key: {{ .key }}, path: ca.crt}
+{{- end }}
+{{- with $v.kafka.tls.clientSecret }}
+- name: kafka-client
+  secret:
+    secretName: {{ . }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
 {{- end }}
 {{- end }}
 {{- end -}}
