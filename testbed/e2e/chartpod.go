@@ -50,9 +50,11 @@ type ChartPod struct {
 
 // podTemplate is the part of a workload's pod template a ChartPod reads.
 type podTemplate struct {
-	ServiceAccountName string         `json:"serviceAccountName"`
-	Containers         []podContainer `json:"containers"`
-	Volumes            []podVolume    `json:"volumes"`
+	ServiceAccountName string `json:"serviceAccountName"`
+	// AutomountServiceAccountToken false: the kubelet mounts no token.
+	AutomountServiceAccountToken *bool          `json:"automountServiceAccountToken"`
+	Containers                   []podContainer `json:"containers"`
+	Volumes                      []podVolume    `json:"volumes"`
 }
 
 type podContainer struct {
@@ -329,17 +331,16 @@ func (e *Env) StartChartPod(t *testing.T, name, ns, workload string, ip string, 
 		podEnv = append(podEnv, ev.Name+"="+e.envValue(t, ns, workload, ev, fields))
 	}
 
-	// The ServiceAccount's credentials, as the kubelet projects them.
+	// The ServiceAccount's credentials, as the kubelet projects them; none when the pod spec says
+	// so (an empty directory where they would be).
 	sa := filepath.Join(root, "serviceaccount")
-	token, err := exec.Command(e.Kubectl, "--kubeconfig", e.Kubeconfig, "create", "token", tmpl.ServiceAccountName, "-n", ns, "--duration", "2h").Output()
-	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v\n%s", ns, tmpl.ServiceAccountName, err, stderrOf(err))
+	if a := tmpl.AutomountServiceAccountToken; a != nil && !*a {
+		if err := os.MkdirAll(sa, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		e.writeToken(t, sa, ns, tmpl.ServiceAccountName)
 	}
-	ca, err := os.ReadFile(e.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeVolume(t, sa, map[string][]byte{"token": []byte(strings.TrimSpace(string(token))), "ca.crt": ca, "namespace": []byte(ns)}, nil)
 
 	hostsFile := writeHosts(t, filepath.Join(root, "hosts"), hosts)
 
@@ -368,6 +369,21 @@ func (e *Env) StartChartPod(t *testing.T, name, ns, workload string, ip string, 
 		t.Fatalf("%s: %v\n%s", name, err, proc.LogTail(30))
 	}
 	return p
+}
+
+// writeToken writes into dir what the kubelet projects for a pod of ServiceAccount ns/account: a
+// TokenRequest token, the apiserver's CA and the namespace.
+func (e *Env) writeToken(t *testing.T, dir, ns, account string) {
+	t.Helper()
+	token, err := exec.Command(e.Kubectl, "--kubeconfig", e.Kubeconfig, "create", "token", account, "-n", ns, "--duration", "2h").Output()
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v\n%s", ns, account, err, stderrOf(err))
+	}
+	ca, err := os.ReadFile(e.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeVolume(t, dir, map[string][]byte{"token": []byte(strings.TrimSpace(string(token))), "ca.crt": ca, "namespace": []byte(ns)}, nil)
 }
 
 // Stop stops the pod's collector (SIGTERM, as the kubelet does).

@@ -5,12 +5,16 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +37,7 @@ const readmeCluster = "prod-eu-1"
 // readmeInstall returns the README's `helm install` command for mode, as helm's arguments: the
 // fenced sh blocks of README.md whose command starts with `helm install kubetrail`; a block is the
 // daemonset one when it sets mode=daemonset, the managed one when it sets mode=managed, and the
-// gateway one otherwise. One per mode (a repetition must be identical).
+// gateway one otherwise (kafka likewise). One per mode (a repetition must be identical).
 func readmeInstall(t *testing.T, root, mode string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -54,7 +58,7 @@ func readmeInstall(t *testing.T, root, mode string) []string {
 			}
 			m := "gateway"
 			for _, w := range words {
-				if w == "mode=daemonset" || w == "mode=managed" {
+				if w == "mode=daemonset" || w == "mode=managed" || w == "mode=kafka" {
 					m = strings.TrimPrefix(w, "mode=")
 				}
 			}
@@ -118,9 +122,10 @@ type chartRelease struct {
 }
 
 // installREADME runs the README's install command for mode, from the repository root, against
-// the testbed (--kubeconfig), with otlp.endpoint the testbed's Jaeger: the only value added. The
-// release is uninstalled when the test ends, if the test did not.
-func installREADME(t *testing.T, env *Env, mode string) *chartRelease {
+// the testbed (--kubeconfig), with otlp.endpoint the testbed's Jaeger: the only value added but
+// for the test's own sets (kafka.brokers, which only the test can know). The release is
+// uninstalled when the test ends, if the test did not.
+func installREADME(t *testing.T, env *Env, mode string, sets ...string) *chartRelease {
 	t.Helper()
 	args := readmeInstall(t, env.Root, mode)
 	r := &chartRelease{env: env, helm: helmBinary(t), name: args[1], mode: mode}
@@ -133,6 +138,9 @@ func installREADME(t *testing.T, env *Env, mode string) *chartRelease {
 		t.Fatalf("the README's install command names no namespace: %q", args)
 	}
 	args = append(args, "--kubeconfig", env.Kubeconfig, "--set", "otlp.endpoint="+env.Jaeger.OTLPGRPC)
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
 	out := r.run(t, args...)
 	_, r.notes, _ = strings.Cut(out, "NOTES:\n")
 	t.Cleanup(func() {
@@ -560,4 +568,115 @@ func TestHelmInstallManaged(t *testing.T) {
 
 	rel.uninstall(t, pod)
 	rel.checkLeftovers(t, "persistentvolumeclaim/state-"+full+"-", "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name)
+}
+
+// TestHelmInstallKafka installs the README's kafka command with the testbed's broker as
+// kafka.brokers, creates the topic as the notes' kafka-topics.sh command says (its name and
+// partitions, on testbed/cmd/kafka), and runs both tiers as their pods would: the edge's
+// StatefulSet (no ServiceAccount token: it calls no API) behind a kube-apiserver whose audit
+// webhook is the kubeconfig the notes' commands copy, and the processing Deployment's collector.
+// Writes through that apiserver become spans with owners looked up under the chart's RBAC; with
+// the processing pod stopped, a write is still answered (the apiserver saw no refusal) and its
+// span arrives once a new processing pod starts. Uninstall leaves nothing in the cluster, and the
+// notes say what stays in Kafka.
+func TestHelmInstallKafka(t *testing.T) {
+	AfterOthers(t)
+	env := Testbed(t)
+	requireComponent(t, env, "receivers", "kafka")
+	requireComponent(t, env, "exporters", "kafka")
+	start := time.Now()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := fmt.Sprintf("127.0.0.1:%d", port)
+	rel := installREADME(t, env, "kafka", "kafka.brokers={"+broker+"}")
+	full := rel.name
+
+	// The topic, as the notes' command creates it.
+	create := regexp.MustCompile(`kafka-topics\.sh --bootstrap-server (\S+) --create --topic (\S+) \\\s*--partitions (\d+)`).FindStringSubmatch(rel.notes)
+	if create == nil {
+		t.Fatalf("the notes print no kafka-topics.sh --create command:\n%s", rel.notes)
+	}
+	Check(t, "the notes' topic command names the release's brokers", create[1] == broker, "bootstrap %q, want %q", create[1], broker)
+	partitions, _ := strconv.Atoi(create[3])
+	if got := startKafka(t, env, create[2], partitions, "-ports", strconv.Itoa(port)); got != broker {
+		t.Fatalf("broker at %s, want %s", got, broker)
+	}
+
+	redisIP, err := loopbackIP(6379)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.StartChartRedis(t, rel.ns, "deployment/"+full+"-redis", redisIP)
+	hosts := map[string]string{fmt.Sprintf("%s-redis.%s.svc", full, rel.ns): redisIP}
+	edgeIP, err := loopbackIP(9880, 13133, 8888)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := env.StartChartPod(t, "kafka-edge-0", rel.ns, "statefulset/"+full, edgeIP, nil, hosts)
+	Check(t, "the edge's config forwards the webhook to Kafka, acknowledged by every in-sync replica",
+		strings.Contains(edge.Config, "client_ca_file:") && strings.Contains(edge.Config, "required_acks: all") && !strings.Contains(edge.Config, "redis"),
+		"config:\n%s", edge.Config)
+	procIP, err := loopbackIP(13133, 8888)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := env.StartChartPod(t, "kafka-processing-0", rel.ns, "deployment/"+full+"-processing", procIP, nil, hosts)
+
+	svcHost := fmt.Sprintf("%s.%s.svc", full, rel.ns)
+	kubeconfig := rel.notesKubeconfig(t)
+	api2 := env.StartAPIServer(t, "helm-kafka", kubeconfig, filepath.Join(env.Root, "distribution", "audit-policy.yaml"), map[string]string{svcHost: edgeIP})
+	ns := "helm-kafka"
+	runChartScenario(t, env, api2, ns, start)
+
+	// The processing tier down: the edge still answers, and Kafka keeps the event until a new
+	// processing pod reads it.
+	if err := proc.Stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	checkNoAuthErrors(t, proc)
+	refusedBefore := edgeRefusals(t, edgeIP)
+	t1 := time.Now()
+	kubectlVia(t, env, api2, "create", "configmap", "while-processing-down", "-n", ns, "--from-literal=k=v")
+	time.Sleep(3 * time.Second) // the apiserver's batch (--audit-webhook-batch-max-wait=1s) is answered meanwhile
+	proc = env.StartChartPod(t, "kafka-processing-1", rel.ns, "deployment/"+full+"-processing", procIP, nil, hosts)
+	env.WaitSpans(t, Window{Start: t1, End: time.Now().Add(time.Minute)}, 90*time.Second, func(ss Spans) error {
+		if n := len(clusterSpans(ss, readmeCluster).ForObject("ConfigMap", ns, "while-processing-down").OfType(model.SpanTypeAudit)); n != 1 {
+			return fmt.Errorf("%d audit spans of ConfigMap %s/while-processing-down, want 1", n, ns)
+		}
+		return nil
+	})
+	Check(t, "the edge refused nothing while the processing tier was down", edgeRefusals(t, edgeIP) == refusedBefore,
+		"refusals %v before, %v after", refusedBefore, edgeRefusals(t, edgeIP))
+
+	rel.uninstall(t, edge, proc)
+	rel.checkLeftovers(t, "", "offsets of the consumer group "+full+"-processing")
+}
+
+// edgeRefusals is how many webhook requests the edge answered with an error status so far
+// (otelcol_k8s_audit_rejected_requests, every reason), from its metrics port as the chart
+// exposes it (POD_IP:8888). A scrape that fails, or shows no k8s_audit metric at all, fails the
+// test: it must not read as zero.
+func edgeRefusals(t *testing.T, ip string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + net.JoinHostPort(ip, "8888") + "/metrics")
+	if err != nil {
+		t.Fatalf("edge metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "otelcol_k8s_audit_") {
+		t.Fatalf("edge metrics: %d %v: no k8s_audit metrics in\n%s", resp.StatusCode, err, truncate(string(body), 2000))
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "otelcol_k8s_audit_rejected_requests") {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }

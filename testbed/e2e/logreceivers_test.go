@@ -212,15 +212,15 @@ func kafkaMessages(t *testing.T, lines [][]byte) (msgs [][]byte, native, aks int
 }
 
 // startKafka starts testbed/cmd/kafka with one topic of the given partitions and returns its
-// bootstrap address, which it prints once it serves.
-func startKafka(t *testing.T, env *Env, topic string, partitions int) string {
+// bootstrap address, which it prints once it serves. args are more of its flags (-ports).
+func startKafka(t *testing.T, env *Env, topic string, partitions int, args ...string) string {
 	t.Helper()
 	if _, err := os.Stat(env.KafkaBin); err != nil {
 		t.Fatalf("no Kafka broker binary (testbed/hack/e2e.sh builds it: go build -o %s ./testbed/cmd/kafka): %v", env.KafkaBin, err)
 	}
 	logPath := filepath.Join(env.OutDir, "kafka.log")
 	_ = os.Remove(logPath)
-	p, err := StartProcess("kafka", logPath, env.pidDir, nil, env.KafkaBin, "-topic", fmt.Sprintf("%s:%d", topic, partitions), "-log-level", "warn")
+	p, err := StartProcess("kafka", logPath, env.pidDir, nil, env.KafkaBin, append([]string{"-topic", fmt.Sprintf("%s:%d", topic, partitions), "-log-level", "warn"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
