@@ -44,6 +44,9 @@
 #   WORKLOAD          fresh (default: new objects every pass) or replay
 #   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
+#   PROFILE           1: in each lag run, a CPU profile of the edge and of the first processing replica
+#                     (PROFILE_SECONDS, default 20, from 5 s after the first request), and where
+#                     their CPU goes (build/bench-kafka/<run>.{edge,processing}.cpu.pprof)
 # Everything it starts is stopped by PID; logs, configs and rows in build/bench-kafka/. Each run's
 # Redis keys (prefix bench-kafka-<time>-<run>:) are deleted after it when redis-cli is installed;
 # otherwise they expire with the window and its grace (about 32 minutes).
@@ -65,6 +68,8 @@ CONNS=${CONNS:-4}
 PARTITIONS=${PARTITIONS:-4}
 WORKLOAD=${WORKLOAD:-fresh}
 REDIS=${REDIS:-127.0.0.1:6379}
+PROFILE=${PROFILE:-0}
+PROFILE_SECONDS=${PROFILE_SECONDS:-20}
 TOPIC=kube-audit
 if [[ -z ${CAPTURE:-} ]]; then
   if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
@@ -88,7 +93,7 @@ seconds_of() { # seconds_of 90 | 20s | 5m | 1h
 }
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
 OUTAGE_S=$(seconds_of "$OUTAGE")
-for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS; do
+for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
 done
 for q in $PROCESSING_QUEUE; do
@@ -154,7 +159,16 @@ free_port() {
   die "no free port on 127.0.0.1"
 }
 
-telemetry() { # telemetry METRICS_PORT: the service's telemetry block
+pprof() { # pprof PORT: the pprof extension on PORT, nothing for no port
+  [[ -n $1 ]] || return 0
+  cat <<EOF
+extensions:
+  pprof: {endpoint: 127.0.0.1:$1}
+EOF
+}
+
+telemetry() { # telemetry METRICS_PORT [PPROF_PORT]: the service's telemetry (and extensions) block
+  [[ -n ${2:-} ]] && echo "  extensions: [pprof]"
   cat <<EOF
   telemetry:
     metrics:
@@ -169,6 +183,7 @@ EOF
 # The edge of distribution/examples/kafka-edge.yaml and the chart's mode kafka.
 edge_config() { # edge_config FILE
   cat >"$1" <<EOF
+$(pprof "$EDGE_PPROF")
 receivers:
   k8s_audit:
     endpoint: 127.0.0.1:$EDGE_PORT
@@ -189,7 +204,7 @@ exporters:
     timeout: 10s
     retry_on_failure: {enabled: true, initial_interval: 1s, max_interval: 5s, max_elapsed_time: 20s}
 service:
-$(telemetry "$EDGE_METRICS")
+$(telemetry "$EDGE_METRICS" "$EDGE_PPROF")
   pipelines:
     logs/edge:
       receivers: [k8s_audit]
@@ -199,7 +214,7 @@ EOF
 
 # The processing tier of the chart's mode kafka, without owner_lookup (no apiserver here) and with
 # the run's own Redis key prefix.
-processing_config() { # processing_config FILE METRICS_PORT QUEUE
+processing_config() { # processing_config FILE METRICS_PORT QUEUE [PPROF_PORT]
   local queue="    sending_queue:
       enabled: false"
   if [[ $3 == memory-batch ]]; then
@@ -208,6 +223,7 @@ processing_config() { # processing_config FILE METRICS_PORT QUEUE
       batch: {flush_timeout: 200ms}"
   fi
   cat >"$1" <<EOF
+$(pprof "${4:-}")
 receivers:
   kafka:
     brokers: ["$BOOTSTRAP"]
@@ -236,7 +252,7 @@ exporters:
 $queue
     retry_on_failure: {enabled: true, initial_interval: 5s, max_interval: 30s, max_elapsed_time: 0}
 service:
-$(telemetry "$2")
+$(telemetry "$2" "${4:-}")
   pipelines:
     logs/audit:
       receivers: [kafka]
@@ -272,9 +288,11 @@ start_broker() { # start_broker NAME: a fresh in-memory broker with the topic; s
   die "the broker did not start within 10 s"
 }
 
-start_edge() { # start_edge NAME
+start_edge() { # start_edge NAME [profile]: with profile, the pprof extension on EDGE_PPROF
   free_port EDGE_PORT
   free_port EDGE_METRICS
+  EDGE_PPROF=""
+  [[ ${2:-} == profile ]] && free_port EDGE_PPROF
   edge_config "$OUT/$1.edge.yaml"
   "$COLLECTOR" --config "$OUT/$1.edge.yaml" >"$OUT/$1.edge.log" 2>&1 &
   EDGE_PID=$!
@@ -287,12 +305,14 @@ start_edge() { # start_edge NAME
   die "the edge's webhook does not listen (log: $OUT/$1.edge.log)"
 }
 
-start_processing() { # start_processing NAME N QUEUE: N replicas; their PIDs into $OUT/NAME.pids
+start_processing() { # start_processing NAME N QUEUE [profile]: N replicas; their PIDs into $OUT/NAME.pids
   local i port
-  PROC_PIDS=() PROC_PORTS=() PROC_LOGS=()
+  PROC_PIDS=() PROC_PORTS=() PROC_LOGS=() PROC_PPROF=""
+  [[ ${4:-} == profile ]] && free_port PROC_PPROF
   for i in $(seq "$2"); do
     free_port port
-    processing_config "$OUT/$1.processing-$i.yaml" "$port" "$3"
+    # With profile, the first replica has the pprof extension.
+    processing_config "$OUT/$1.processing-$i.yaml" "$port" "$3" "$( ((i == 1)) && echo "$PROC_PPROF")"
     "$COLLECTOR" --config "$OUT/$1.processing-$i.yaml" >"$OUT/$1.processing-$i.log" 2>&1 &
     PIDS+=("$!")
     PROC_PIDS+=("$!") PROC_PORTS+=("$port") PROC_LOGS+=("$OUT/$1.processing-$i.log")
@@ -372,8 +392,10 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   label="$1/s, $(replicas "$2"), queue $3"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
+  local profile="" prof_pids=() what pid
+  [[ $PROFILE == 1 ]] && profile=profile
   start_broker "$name"
-  start_edge "$name"
+  start_edge "$name" "$profile"
   echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$OUT/$name.ready" "$OUT/$name.pids"
   benchaudit_args
@@ -384,12 +406,28 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
     -ready-file "$OUT/$name.ready" -extra-pids-file "$OUT/$name.pids" >"$OUT/$name.out" 2>&1 &
   BA_PID=$!
   wait_file "$OUT/$name.ready"
-  start_processing "$name" "$2" "$3"
+  start_processing "$name" "$2" "$3" "$profile"
   wait_settled
   rm -f "$OUT/$name.ready"
+  if [[ -n $profile ]]; then
+    # Five seconds in, both tiers are at the run's pace.
+    (sleep 5 && curl -fsS -o "$OUT/$name.edge.cpu.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+    prof_pids+=("$!")
+    (sleep 5 && curl -fsS -o "$OUT/$name.processing.cpu.pprof" "http://127.0.0.1:$PROC_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+    prof_pids+=("$!")
+  fi
   if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
   BA_PID=""
   sed 's/^/   /' "$OUT/$name.out"
+  for pid in "${prof_pids[@]}"; do
+    wait "$pid" || echo "   a CPU profile failed (a run shorter than PROFILE_SECONDS + 5 s?)"
+  done
+  for what in edge processing; do
+    if [[ -s $OUT/$name.$what.cpu.pprof ]]; then
+      echo "   where the $what's CPU went ($OUT/$name.$what.cpu.pprof, cumulative, top functions):"
+      go tool pprof -top -cum -nodecount=35 "$OUT/$name.$what.cpu.pprof" 2>/dev/null | sed -n '6,41p' | sed 's/^/     /'
+    fi
+  done
   finish_row
   stop_all
 }
