@@ -411,6 +411,14 @@ func (c *Converter) readBodies(e *eventSpan) {
 				if e.obj.UID == "" {
 					e.obj.UID = m.UID
 				}
+			case ev.Verb == "delete" && m.Kind == "Status" && e.obj.UID == "":
+				// A deletion that removed the object at once answers with a Status whose
+				// details name the object and its UID: the object deleted, even when the
+				// name has a newer holder by the time the event is read (a late or reordered
+				// log delivery) or the cache never saw it.
+				if name, uid := scanStatusDetails(ev.ResponseObject); uid != "" && (ref.Name == "" || name == ref.Name) {
+					e.obj.UID = uid
+				}
 			}
 		}
 		if !described && e.respBody.raw != nil {

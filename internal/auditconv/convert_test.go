@@ -361,6 +361,44 @@ func TestIdentityAndIDs(t *testing.T) {
 			t.Fatal("the delete must join the Namespace its create named (same name key, so the cached UID)")
 		}
 	})
+	// A deletion that removed the object at once answers with a Status naming its UID. Read late
+	// (a log delivery that reorders), after the name's next holder was created, the delete
+	// still belongs to the object it deleted, not to the one the cache now knows by that name;
+	// and a delete of an object the cache never saw gets its UID too.
+	t.Run("a delete answered with a Status joins the UID in its details", func(t *testing.T) {
+		c := testConverter()
+		ref := objectReference{Resource: "configmaps", Namespace: "ns", Name: "cfg", APIVersion: "v1"}
+		cm := func(uid, rv string) string {
+			return `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cfg","namespace":"ns","uid":"` + uid + `","resourceVersion":"` + rv + `"}}`
+		}
+		gone := func(uid string) eventOpt {
+			return withResponse(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":{"name":"cfg","kind":"configmaps","uid":"` + uid + `"}}`)
+		}
+		spans := allSpans(must(convertOne(t, c,
+			event("c1", "create", "alice", ref, 201, withResponse(cm("old", "1"))),
+			event("c2", "create", "alice", ref, 201, withResponse(cm("new", "3")), at(2*time.Second)),
+			event("d1", "delete", "alice", ref, 200, gone("old"), at(time.Second)),
+			event("d9", "delete", "alice", objectReference{Resource: "configmaps", Namespace: "ns", Name: "unseen", APIVersion: "v1"}, 200,
+				withResponse(`{"kind":"Status","apiVersion":"v1","status":"Success","details":{"name":"unseen","kind":"configmaps","uid":"u-unseen"}}`)),
+			event("d8", "delete", "alice", objectReference{Resource: "configmaps", Namespace: "ns", Name: "other", APIVersion: "v1"}, 200,
+				withResponse(`{"kind":"Status","apiVersion":"v1","status":"Success","details":{"name":"not-other","kind":"configmaps","uid":"u-wrong"}}`)))))
+		byID := map[string]ptrace.Span{}
+		for _, sp := range spans {
+			byID[attrStr(sp.Attributes(), model.AttrAuditID)] = sp
+		}
+		if len(byID) != 5 {
+			t.Fatalf("spans of %d audit IDs, want 5", len(byID))
+		}
+		// d8's details name another object: not taken (the cache knows no "other" either).
+		for id, want := range map[string]string{"c1": "old", "c2": "new", "d1": "old", "d9": "u-unseen", "d8": "<absent>"} {
+			if got := attrStr(byID[id].Attributes(), model.AttrObjectUID); got != want {
+				t.Errorf("%s: k8s.object.uid = %q, want %q", id, got, want)
+			}
+		}
+		if byID["d1"].TraceID() != byID["c1"].TraceID() || byID["d1"].TraceID() == byID["c2"].TraceID() {
+			t.Error("the late delete must be in the deleted object's trace, not its namesake's")
+		}
+	})
 	t.Run("a failure is an error with the Status reason, message and causes", func(t *testing.T) {
 		st := status{Code: 422, Reason: "Invalid", Message: `Deployment.apps "demo" is invalid`,
 			Details: &statusDetails{Causes: []statusCause{{Type: "FieldValueInvalid", Message: "Invalid value: -1", Field: "spec.replicas"}}}}

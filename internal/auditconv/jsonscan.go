@@ -733,6 +733,30 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 	}
 }
 
+// scanStatusDetails reads details.name and details.uid of a Status body (what a deletion answers when
+// the object is gone at once); empty strings when it has none or does not parse.
+func scanStatusDetails(raw []byte) (name, uid string) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return "", ""
+	}
+	i++
+	for first := true; ; first = false {
+		key, next, done, err := objectNext(raw, i, first)
+		if err != nil || done {
+			return name, uid
+		}
+		if string(key) == "details" {
+			i, err = scanMembers(raw, next, 1, stringMembers("name", &name, "uid", &uid))
+		} else {
+			i, err = skipValue(raw, next, 1)
+		}
+		if err != nil {
+			return "", ""
+		}
+	}
+}
+
 // scanMember reads the string member name of the object at d[i] (at nesting depth) into dst
 // (the last one counts; a value of another type counts as ""); anything else, or a value that
 // is not an object, is skipped.
