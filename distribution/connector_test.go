@@ -224,3 +224,80 @@ func TestConnectorDoorStaysWithinItsBoundOnTheBinary(t *testing.T) {
 		t.Errorf("peak RSS %d MiB over the baseline, past 256 MiB", peak>>20)
 	}
 }
+
+// The k8s_audit receiver (webhook) and the k8s_audit connector (OTLP logs) in one collector, both
+// fed the recorded capture: the collector's Prometheus endpoint answers 200 with the shared
+// metric names once per component (the connector's series say input="connector"). Their
+// metrics share names so that a dashboard reads both alike; without the connector's label the
+// endpoint collected the same series twice and answered every scrape with a 500.
+func TestReceiverAndConnectorMetricsInOneCollector(t *testing.T) {
+	requireBinary(t)
+	bodies := recordedBodies(t, "deployment")
+	webhook, otlpPort, healthPort, metricsPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	startCollector(t, fmt.Sprintf(`
+extensions:
+  health_check: {endpoint: 127.0.0.1:%d}
+receivers:
+  k8s_audit: {endpoint: 127.0.0.1:%d, cluster: disttest}
+  otlp: {protocols: {http: {endpoint: 127.0.0.1:%d}}}
+connectors:
+  k8s_audit/logs: {cluster: other}
+exporters:
+  debug: {verbosity: basic}
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      readers:
+        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}
+  pipelines:
+    logs: {receivers: [otlp], exporters: [k8s_audit/logs]}
+    traces: {receivers: [k8s_audit, k8s_audit/logs], exporters: [debug]}
+`, healthPort, webhook, otlpPort, metricsPort), healthPort)
+	for _, b := range bodies {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/audit/disttest", webhook), "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ld := plog.NewLogs()
+		ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr(string(b))
+		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp2, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/logs", otlpPort), "application/json", bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp2.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp2.StatusCode != http.StatusOK {
+			t.Fatalf("webhook %d, OTLP logs %d", resp.StatusCode, resp2.StatusCode)
+		}
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics answered %d:\n%s", resp.StatusCode, body)
+	}
+	for _, name := range []string{"otelcol_k8s_audit_in_flight_bytes", "otelcol_k8s_audit_diff_cache_objects"} {
+		var receiver, connector int
+		for _, line := range strings.Split(string(body), "\n") {
+			if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+				continue
+			}
+			if strings.Contains(line, `input="connector"`) {
+				connector++
+			} else {
+				receiver++
+			}
+		}
+		if receiver != 1 || connector != 1 {
+			t.Errorf("%s: %d series of the receiver, %d of the connector; want one each:\n%s", name, receiver, connector, body)
+		}
+	}
+}

@@ -47,7 +47,7 @@ type auditConnector struct {
 	logger    *zap.Logger // sampled: one bad source can send thousands of bad records a second
 	next      consumer.Traces
 	telemetry *metadata.TelemetryBuilder
-	tel       auditconv.Telemetry
+	inst      instruments
 	conv      *auditconv.Converter
 	rd        reader
 	dedup     *dedup // nil when dedup_window is 0
@@ -71,17 +71,7 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 	}))
 	c := &auditConnector{
 		cfg: cfg, logger: logger, shapeLogger: set.Logger, next: next, telemetry: tb, now: time.Now,
-		tel: auditconv.Telemetry{
-			FilteredEvents:      tb.K8sAuditFilteredEvents,
-			DroppedEvents:       tb.K8sAuditDroppedEvents,
-			TraceContextInvalid: tb.K8sAuditTraceContextInvalid,
-			CacheObjects:        tb.K8sAuditDiffCacheObjects,
-			CacheBytes:          tb.K8sAuditDiffCacheBytes,
-			CacheEvictions:      tb.K8sAuditDiffCacheEvictions,
-			DiffsSkipped:        tb.K8sAuditDiffsSkipped,
-			DiffBaseRecords:     tb.K8sAuditDiffBaseRecords,
-			ReceiveLag:          tb.K8sAuditReceiveLag,
-		},
+		inst:     newInstruments(tb),
 		formats:  map[string]metric.MeasurementOption{},
 		inFlight: bytebudget.New(cfg.MaxInFlightBytes),
 	}
@@ -93,12 +83,12 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 		ScopeName:    metadata.ScopeName,
 		ScopeVersion: set.BuildInfo.Version,
 		Logger:       logger,
-		Telemetry:    c.tel,
+		Telemetry:    c.inst.conv,
 	})
 	c.rd = reader{conv: c.conv, format: cfg.Format}
 	if cfg.DedupWindow > 0 {
 		c.dedup = newDedup(cfg.DedupWindow, cfg.DedupMaxBytes, func() time.Time { return c.now() },
-			func(d int64) { tb.K8sAuditDedupBytes.Add(context.Background(), d) })
+			func(d int64) { c.inst.dedupBytes.Add(context.Background(), d) })
 	}
 	return c, nil
 }
@@ -165,7 +155,7 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 		if !cb.charge(n) {
 			return false
 		}
-		c.telemetry.K8sAuditInFlightBytes.Add(ctx, n)
+		c.inst.inFlightBytes.Add(ctx, n)
 		return true
 	}
 	duplicates, refused := 0, 0
@@ -177,10 +167,10 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 			st.Drop(auditconv.ReasonInvalidEvent, len(b.ids))
 		}
 		c.inFlight.Release(cb.held)
-		c.telemetry.K8sAuditInFlightBytes.Add(ctx, -cb.held)
-		st.Record(ctx, c.tel)
+		c.inst.inFlightBytes.Add(ctx, -cb.held)
+		st.Record(ctx, c.inst.conv)
 		if duplicates > 0 {
-			c.telemetry.K8sAuditDuplicateEvents.Add(ctx, int64(duplicates))
+			c.inst.duplicateEvents.Add(ctx, int64(duplicates))
 		}
 	}()
 	for _, rl := range ld.ResourceLogs().All() {
@@ -200,7 +190,7 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 					st.Drop(reasonRequestTooLarge, 1)
 				case over:
 					st, duplicates = auditconv.Stats{}, 0 // all of it comes again
-					c.telemetry.K8sAuditInFlightRefused.Add(ctx, 1)
+					c.inst.inFlightRefused.Add(ctx, 1)
 					return errInFlightSpent
 				}
 			}
@@ -246,7 +236,7 @@ func (c *auditConnector) read(ctx context.Context, rd *reader, b *batch, st *aud
 		c.dropRecord(st, err)
 		return 0, false
 	}
-	c.telemetry.K8sAuditLogRecords.Add(ctx, 1, c.formats[d.format])
+	c.inst.logRecords.Add(ctx, 1, c.formats[d.format])
 	cluster := c.clusterOf(lr.Attributes(), res, d.cluster)
 	if cluster == "" {
 		st.Drop(reasonNoCluster, max(len(d.events), 1))

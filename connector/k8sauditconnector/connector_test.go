@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
 	"github.com/kubetrail/kubetrail/internal/auditconv"
@@ -345,4 +347,64 @@ func TestAnItemIsAnEventOnlyWhenTheRecordSaysSo(t *testing.T) {
 			t.Fatalf("event name set %v: %d dropped as unknown_format", named, unknown)
 		}
 	}
+}
+
+// Every measurement the connector makes says input=connector: its metrics share their names with
+// the k8s_audit receiver's, and in one collector with both the Prometheus endpoint would
+// otherwise collect the same series twice and fail every scrape. The recorded capture, a
+// redelivery and a record of no known shape exercise the conversion's instruments and the
+// connector's own.
+func TestEveryMeasurementSaysConnector(t *testing.T) {
+	c, tel := newTestConnector(t, consumertest.NewNop(), nil)
+	bodies := auditconvtest.FixtureBodies(t, "deployment")
+	for _, b := range append(bodies, bodies[0]) {
+		if err := c.ConsumeLogs(context.Background(), logsOf(str(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ConsumeLogs(context.Background(), logsOf(str([]byte("not an audit event")))); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := tel.Reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			for _, attrs := range dataPointAttributes(t, m) {
+				seen[m.Name]++
+				if v, ok := attrs.Value("input"); !ok || v.AsString() != "connector" {
+					t.Errorf("%s: a data point without input=connector: %v", m.Name, attrs.ToSlice())
+				}
+			}
+		}
+	}
+	// The instruments a capture, a duplicate and a bad record must have touched.
+	for _, name := range []string{"otelcol_k8s_audit_log_records", "otelcol_k8s_audit_dropped_events",
+		"otelcol_k8s_audit_duplicate_events", "otelcol_k8s_audit_in_flight_bytes", "otelcol_k8s_audit_diff_cache_objects",
+		"otelcol_k8s_audit_dedup_bytes", "otelcol_k8s_audit_receive_lag"} {
+		if seen[name] == 0 {
+			t.Errorf("%s: no data point (have %v)", name, seen)
+		}
+	}
+}
+
+// dataPointAttributes are the attribute sets of a metric's data points.
+func dataPointAttributes(t *testing.T, m metricdata.Metrics) []attribute.Set {
+	t.Helper()
+	var out []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			out = append(out, dp.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			out = append(out, dp.Attributes)
+		}
+	default:
+		t.Fatalf("%s: %T", m.Name, m.Data)
+	}
+	return out
 }

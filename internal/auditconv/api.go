@@ -30,7 +30,8 @@ type Options struct {
 
 // Telemetry holds the instruments a Converter and the doors in front of it count with. Every
 // k8s_audit component generates them from its metadata.yaml under the same names
-// (otelcol_k8s_audit_*), so a dashboard reads the receiver and the connector alike.
+// (otelcol_k8s_audit_*), so a dashboard reads the receiver and the connector alike; the connector
+// labels every measurement input=connector, so that both in one collector write distinct series.
 type Telemetry struct {
 	FilteredEvents      metric.Int64Counter
 	DroppedEvents       metric.Int64Counter
