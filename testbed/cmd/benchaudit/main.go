@@ -46,6 +46,9 @@
 //
 //   - -extra-pids-file: the processes started during a wait, read when it ends;
 //
+//   - -spans-file: each audit span's times (request written, answer read, first arrival), to
+//     tell the edge's share of a lag from the processing tier's;
+//
 //   - -conns: the batches go round robin over several keep-alive connections, each pipelined and
 //     answered in order, as an apiserver sends its batches concurrently; the edge answers a batch
 //     only once Kafka has it, so one connection carries one batch per broker round trip.
@@ -53,6 +56,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -104,6 +108,7 @@ type config struct {
 	extraFile    string  // a file of more such process IDs, read at the end of each wait (-ready-file, -pause-file)
 	readyFile    string  // created once the sink listens; the first request goes once it is removed
 	pauseFile    string  // created after the last answer; the drain clock starts once it is removed
+	spansFile    string  // per audit span of an accepted batch: sent, answered, arrived
 }
 
 func main() {
@@ -132,6 +137,7 @@ func main() {
 	flag.StringVar(&cfg.extraFile, "extra-pids-file", "", "a file of process IDs read when the wait on -ready-file or -pause-file ends, for processes started during it; each counts from then on (-report tiers)")
 	flag.StringVar(&cfg.readyFile, "ready-file", "", "once the sink listens, create this file and wait until it is removed before the first request (-report tiers)")
 	flag.StringVar(&cfg.pauseFile, "pause-file", "", "after the last answer, create this file and wait until it is removed before the drain clock starts (-report tiers)")
+	flag.StringVar(&cfg.spansFile, "spans-file", "", "write a line per audit span of a batch answered 200, in the order sent: Unix ns when its request started to be written, when its answer was read, when the sink first received it (0: never) (-report tiers)")
 	flag.Parse()
 
 	var err error
@@ -202,8 +208,8 @@ func (c *config) validate() error {
 	}
 	switch c.report {
 	case "audit":
-		if len(c.extraPIDs) > 0 || c.extraFile != "" || c.readyFile != "" || c.pauseFile != "" {
-			return errors.New("-extra-pids, -extra-pids-file, -ready-file and -pause-file are reported by -report tiers only")
+		if len(c.extraPIDs) > 0 || c.extraFile != "" || c.readyFile != "" || c.pauseFile != "" || c.spansFile != "" {
+			return errors.New("-extra-pids, -extra-pids-file, -ready-file, -pause-file and -spans-file are reported by -report tiers only")
 		}
 	case "tiers":
 	default:
@@ -258,6 +264,7 @@ type result struct {
 	extraProcs int          // processes of -extra-pids and -extra-pids-file
 	extraCPU   float64      // their CPU seconds, summed, over the same interval as cpu (from a wait's end for the file's)
 	lag        lagSummary   // of the audit spans of batches answered 200 that arrived
+	answer     lagSummary   // of the same spans: their request's answer read minus its write's start
 	catchUp    *catchUpTime // with -pause-file
 }
 
@@ -305,11 +312,11 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
-// postedSpan is an audit span's event as posted: whether its batch was answered 200, and when
-// the request that carried it started to be written.
+// postedSpan is an audit span's event as posted: whether its batch was answered 200, when the
+// request that carried it started to be written, and when its answer was read.
 type postedSpan struct {
-	accepted bool
-	sent     time.Time
+	accepted       bool
+	sent, answered time.Time
 }
 
 // job is one request for a connection to write: a batch of a copy, due at a time (-rate).
@@ -328,8 +335,9 @@ type request struct {
 
 type answer struct {
 	request
-	status int
-	err    error
+	status   int
+	answered time.Time
+	err      error
 }
 
 func run(ctx context.Context, cfg config) (*result, error) {
@@ -432,7 +440,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				answers <- answer{request: r, status: resp.StatusCode}
+				answers <- answer{request: r, status: resp.StatusCode, answered: time.Now()}
 			}
 		})
 	}
@@ -488,7 +496,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		res.events += int64(capture.Batches[a.batch].Events)
 		res.status[strconv.Itoa(a.status)]++
 		for _, id := range a.spans {
-			posted[id] = postedSpan{accepted: a.status == http.StatusOK, sent: a.sent}
+			posted[id] = postedSpan{accepted: a.status == http.StatusOK, sent: a.sent, answered: a.answered}
 		}
 		if a.status == http.StatusOK {
 			res.auditExpected += int64(len(a.spans))
@@ -545,7 +553,7 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	a := sink.account(posted)
 	res.auditArrived, res.auditRefusedArrived, res.auditUnexpected = res.auditExpected-a.missing, a.refused, a.unexpected
 	res.objectsArrived, res.otherArrived, res.duplicates = s.object, s.other, s.duplicates
-	res.lag = summarize(a.lags)
+	res.lag, res.answer = summarize(a.lags), summarize(a.answers)
 	cpu1, extra1 := s.cpu, s.extraCPU
 	if s.last.IsZero() {
 		cpu1, _ = cpuSeconds(cfg.pid, cfg.clkTck)
@@ -561,6 +569,11 @@ func run(ctx context.Context, cfg config) (*result, error) {
 			c.firstAudit, c.lastAudit = s.firstAudit.Sub(resumed), s.lastAudit.Sub(resumed)
 		}
 		res.catchUp = c
+	}
+	if cfg.spansFile != "" {
+		if err := writeFile(cfg.spansFile, func(w io.Writer) error { return sink.writeSpans(w, posted) }); err != nil {
+			return nil, fmt.Errorf("-spans-file: %w", err)
+		}
 	}
 	res.peakRSS, _ = statusKiB(cfg.pid, "VmHWM")
 	if alloc1, ok := scrape(cfg.metrics, "otelcol_process_runtime_total_alloc_bytes"); ok {
@@ -598,6 +611,23 @@ func writeRequests(conn net.Conn, u *url.URL, capture *auditcapture.Capture, job
 		sent <- request{batch: j.batch, spans: spans, bytes: len(buf), sent: at}
 	}
 	return nil
+}
+
+// writeFile creates path and writes it with write, buffered.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	err = write(w)
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // pause creates path and waits until someone removes it.
@@ -748,8 +778,8 @@ type accounting struct {
 	// then finds them marked), so a 503 does not take back every span of its batch
 	unexpected int64 // arrived, never posted
 	// lags of the spans of accepted batches that arrived: first arrival minus the request's
-	// start, unsorted
-	lags []time.Duration
+	// start, and the answer's share of it (answer read minus the request's start), unsorted
+	lags, answers []time.Duration
 }
 
 func (s *sink) account(posted map[pcommon.SpanID]postedSpan) accounting {
@@ -763,6 +793,7 @@ func (s *sink) account(posted map[pcommon.SpanID]postedSpan) accounting {
 			a.missing++
 		case p.accepted:
 			a.lags = append(a.lags, at.Sub(p.sent))
+			a.answers = append(a.answers, p.answered.Sub(p.sent))
 		case arrived:
 			a.refused++
 		}
@@ -773,6 +804,33 @@ func (s *sink) account(posted map[pcommon.SpanID]postedSpan) accounting {
 		}
 	}
 	return a
+}
+
+// writeSpans writes, for each audit span of a batch answered 200 in the order sent, the Unix
+// nanoseconds its request started to be written, its answer was read and it first arrived (0:
+// never), tab-separated: where a lag came from, the edge's answer or what followed it.
+func (s *sink) writeSpans(w io.Writer, posted map[pcommon.SpanID]postedSpan) error {
+	type row struct{ sent, answered, arrived int64 }
+	s.mu.Lock()
+	rows := make([]row, 0, len(posted))
+	for id, p := range posted {
+		if !p.accepted {
+			continue
+		}
+		r := row{sent: p.sent.UnixNano(), answered: p.answered.UnixNano()}
+		if at, ok := s.audit[id]; ok {
+			r.arrived = at.UnixNano()
+		}
+		rows = append(rows, r)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.sent, b.sent) })
+	for _, r := range rows {
+		if _, err := fmt.Fprintf(w, "%d\t%d\t%d\n", r.sent, r.answered, r.arrived); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
@@ -962,8 +1020,9 @@ func (r *result) print(w io.Writer) {
 	if r.extraProcs > 0 {
 		fmt.Fprintf(w, "  other processes' CPU (%d) %.2f s = %.1f µs per posted event\n", r.extraProcs, r.extraCPU, r.extraCPU/float64(r.events)*1e6)
 	}
-	fmt.Fprintf(w, "  lag (first arrival at the sink - start of the request's write) of %d audit spans: p50 %s, p99 %s, max %s\n",
-		r.lag.n, r.lag.p50.Round(100*time.Microsecond), r.lag.p99.Round(100*time.Microsecond), r.lag.max.Round(100*time.Microsecond))
+	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	fmt.Fprintf(w, "  lag (first arrival at the sink - start of the request's write) of %d audit spans: p50 %s, p99 %s, max %s; the answer's share (answer read - start of the write): p50 %s, p99 %s, max %s\n",
+		r.lag.n, round(r.lag.p50), round(r.lag.p99), round(r.lag.max), round(r.answer.p50), round(r.answer.p99), round(r.answer.max))
 	if c := r.catchUp; c != nil {
 		fmt.Fprintf(w, "  catch-up: the pause ended %s after the first request; from then, first audit span after %s, last after %s, drained after %s: %.0f audit spans/s\n",
 			c.paused.Round(time.Millisecond), c.firstAudit.Round(time.Millisecond), c.lastAudit.Round(time.Millisecond),
@@ -1003,9 +1062,9 @@ func (r *result) tsv() string {
 
 // tiersTSV is bench-kafka.sh's row: label, workload, events posted, events/s, the -pid's CPU µs
 // and bytes allocated per posted event and peak RSS (MiB), the other processes' CPU µs per posted
-// event, lag p50, p99 and max (ms), audit spans expected / arrived / lost, duplicate copies, HTTP
-// answers, and after a pause the time from its end to drained (s) and the catch-up rate (audit
-// spans/s); "-" where there is none.
+// event, lag p50, p99 and max and the answer's p99 (ms), audit spans expected / arrived / lost,
+// duplicate copies, HTTP answers, and after a pause the time from its end to drained (s) and the
+// catch-up rate (audit spans/s); "-" where there is none.
 func (r *result) tiersTSV() string {
 	alloc, extra, drained, rate := "n/a", "-", "-", "-"
 	if r.allocBytes >= 0 {
@@ -1024,7 +1083,7 @@ func (r *result) tiersTSV() string {
 		r.label, r.workload, strconv.FormatInt(r.events, 10),
 		fmt.Sprintf("%.0f", float64(r.events)/r.sendTime.Seconds()),
 		fmt.Sprintf("%.1f", r.cpu/float64(r.events)*1e6), alloc, strconv.FormatInt(r.peakRSS/1024, 10),
-		extra, ms(r.lag.p50), ms(r.lag.p99), ms(r.lag.max),
+		extra, ms(r.lag.p50), ms(r.lag.p99), ms(r.lag.max), ms(r.answer.p99),
 		fmt.Sprintf("%d / %d / %d", r.auditExpected, r.auditArrived, lostAudit),
 		strconv.FormatInt(r.duplicates, 10),
 		r.statusText() + r.refusedArrivedText(),

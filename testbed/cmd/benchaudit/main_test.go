@@ -68,6 +68,8 @@ type fakeBehaviour struct {
 	hold <-chan struct{}
 	// requests, when set, counts the requests received
 	requests *atomic.Int64
+	// answerAfter: wait this long before answering, as an edge waits for Kafka's ack
+	answerAfter time.Duration
 }
 
 // fakeCollector answers every webhook request 200 (or 503, see fakeBehaviour) and exports, for each
@@ -106,6 +108,7 @@ func fakeCollector(t *testing.T, sinkAddr string, fb fakeBehaviour) string {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		time.Sleep(fb.answerAfter)
 		if fb.requests != nil {
 			fb.requests.Add(1)
 		}
@@ -258,10 +261,10 @@ func TestRunWaitsThroughThePauseAndTimesTheCatchUp(t *testing.T) {
 	hold := make(chan struct{})
 	sinkAddr := freeAddr(t)
 	cfg := config{
-		url: fakeCollector(t, sinkAddr, fakeBehaviour{hold: hold}), capture: []string{"../../fixtures/deployment"},
+		url: fakeCollector(t, sinkAddr, fakeBehaviour{hold: hold, answerAfter: 20 * time.Millisecond}), capture: []string{"../../fixtures/deployment"},
 		passes: 3, mode: auditcapture.Fresh, sink: sinkAddr, pid: os.Getpid(), clkTck: 100,
 		quiet: 200 * time.Millisecond, drainTimeout: time.Minute, label: "fake", conns: 2, report: "tiers",
-		pauseFile: filepath.Join(dir, "pause"), extraFile: filepath.Join(dir, "pids"),
+		pauseFile: filepath.Join(dir, "pause"), extraFile: filepath.Join(dir, "pids"), spansFile: filepath.Join(dir, "spans"),
 	}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -312,8 +315,38 @@ func TestRunWaitsThroughThePauseAndTimesTheCatchUp(t *testing.T) {
 	if _, err := os.Stat(cfg.pauseFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the pause file is back: %v", err)
 	}
-	if f := strings.Split(res.tsv(), "\t"); len(f) != 16 || f[14] == "-" || f[15] == "-" {
-		t.Errorf("tiers row %q: want 16 columns with the catch-up's", f)
+	if f := strings.Split(res.tsv(), "\t"); len(f) != 17 || f[15] == "-" || f[16] == "-" {
+		t.Errorf("tiers row %q: want 17 columns with the catch-up's", f)
+	}
+	// Every answer was read before the pause began and every span arrived at least an outage
+	// after the pause ended, so each lag passes its answer's share by the outage, and so do their
+	// percentiles.
+	// And no answer came before the edge's wait.
+	if res.answer.n != res.lag.n || res.answer.p50 < 20*time.Millisecond || res.lag.p50-res.answer.p50 < outage || res.lag.max-res.answer.max < outage {
+		t.Errorf("answers of %d spans: p50 %s, max %s; lags p50 %s, max %s: want the lags an outage past the answers",
+			res.answer.n, res.answer.p50, res.answer.max, res.lag.p50, res.lag.max)
+	}
+	// A line per span, in the order sent; each answered after it was sent (the edge answered
+	// at once) and arrived after the outage that followed the answers.
+	raw, err := os.ReadFile(cfg.spansFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	if len(lines) != int(res.auditArrived) {
+		t.Fatalf("%d lines in -spans-file, want one per arrived span (%d)", len(lines), res.auditArrived)
+	}
+	var last int64
+	for i, line := range lines {
+		var sent, answered, arrived int64
+		if _, err := fmt.Sscanf(line, "%d\t%d\t%d", &sent, &answered, &arrived); err != nil {
+			t.Fatalf("line %d %q: %v", i+1, line, err)
+		}
+		if sent < last || time.Duration(answered-sent) < 20*time.Millisecond || time.Duration(arrived-answered) < outage {
+			t.Fatalf("line %d: sent %d (previous %d), answered %d, arrived %d: want sent in order, answered after the edge's wait, arrived an outage later",
+				i+1, sent, last, answered, arrived)
+		}
+		last = sent
 	}
 }
 
@@ -368,8 +401,8 @@ func TestRunSendsNothingUntilTheReadyFileIsRemoved(t *testing.T) {
 	if res.batches == 0 || requests.Load() != res.batches || lost != 0 || res.extraProcs != 1 || res.catchUp != nil {
 		t.Errorf("%d requests received, %d answered, %d spans lost, %d other processes, catch-up %v", requests.Load(), res.batches, lost, res.extraProcs, res.catchUp)
 	}
-	if f := strings.Split(res.tsv(), "\t"); len(f) != 16 || f[7] == "-" || f[14] != "-" || f[15] != "-" {
-		t.Errorf("tiers row %q: want 16 columns, the other processes' CPU and no catch-up", f)
+	if f := strings.Split(res.tsv(), "\t"); len(f) != 17 || f[7] == "-" || f[15] != "-" || f[16] != "-" {
+		t.Errorf("tiers row %q: want 17 columns, the other processes' CPU and no catch-up", f)
 	}
 }
 
@@ -523,6 +556,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"an unknown report", func(c *config) { c.report = "kafka" }, "-report"},
 		{"other processes are not in the audit report", func(c *config) { c.extraPIDs = []int{7} }, "-report tiers"},
 		{"a pause is not in the audit report", func(c *config) { c.pauseFile = "p" }, "-report tiers"},
+		{"span times are not in the audit report", func(c *config) { c.spansFile = "s" }, "-report tiers"},
 		{"the collector counted twice", func(c *config) { c.report, c.extraPIDs = "tiers", []int{7, 42} }, "-extra-pids"},
 		{"a PID file without a wait", func(c *config) { c.report, c.extraFile = "tiers", "f" }, "-ready-file or -pause-file"},
 		{"a start gate is not in the audit report", func(c *config) { c.readyFile = "r" }, "-report tiers"},
