@@ -14,7 +14,9 @@
 #            replicas' CPU µs per posted event (summed, same interval), lag p50/p99/max, spans lost
 #            and duplicated. Lag = when the sink first received an audit span minus when benchaudit
 #            started writing the request that carried its event to the edge; an apiserver's own
-#            wait to fill a batch comes before that and is not counted.
+#            wait to fill a batch comes before that and is not counted. The edge's answer (written
+#            to answer read: the webhook and Kafka's ack) is its first part; each span's three
+#            times are in build/bench-kafka/<run>.spans.tsv (Unix ns, 0: never arrived).
 #   catchup  no processing tier while benchaudit posts OUTAGE worth of events at RATE; then the
 #            script starts CATCHUP_REPLICAS replicas. Row: the same, plus the time from their start
 #            to the last span and the catch-up rate (audit spans over first to last arrival).
@@ -370,10 +372,10 @@ ROWS=$OUT/rows.tsv
 FAILED=0
 RUN_ID=$(date +%s)
 N=0
-benchaudit_args() { # the flags every run shares
+benchaudit_args() { # benchaudit_args NAME: the flags every run shares
   BA_ARGS=(-url "http://127.0.0.1:$EDGE_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$EDGE_PID"
     -metrics "http://127.0.0.1:$EDGE_METRICS/metrics" -capture "$CAPTURE" -workload "$WORKLOAD"
-    -report tiers -conns "$CONNS" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv")
+    -report tiers -conns "$CONNS" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv" -spans-file "$OUT/$1.spans.tsv")
 }
 
 finish_row() { # finish_row: benchaudit's row plus broker and processing peak RSS and dropped duplicates
@@ -398,7 +400,7 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   start_edge "$name" "$profile"
   echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$OUT/$name.ready" "$OUT/$name.pids"
-  benchaudit_args
+  benchaudit_args "$name"
   # The sink listens before the replicas start (their exporter connects at once), and nothing is
   # sent before every replica holds partitions.
   # A tier that falls behind drains for longer than benchaudit's default 2 minutes.
@@ -443,7 +445,7 @@ catchup_run() { # catchup_run REPLICAS QUEUE
   start_edge "$name"
   echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   rm -f "$OUT/$name.pause" "$OUT/$name.pids"
-  benchaudit_args
+  benchaudit_args "$name"
   # The drain gives up after 5 × quiet without a span: the replicas' start and group join come first.
   "$OUT/benchaudit" "${BA_ARGS[@]}" -label "$label" -rate "$RATE" -events $((RATE * OUTAGE_S)) \
     -pause-file "$OUT/$name.pause" -extra-pids-file "$OUT/$name.pids" -quiet 5s -drain-timeout 60m >"$OUT/$name.out" 2>&1 &
@@ -477,9 +479,9 @@ done
 {
   echo
   echo "bench-kafka, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $WORKLOAD, $PARTITIONS partitions, $CONNS connections"
-  echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | the edge's answer p99 (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
 } | tee "$OUT/table.md"
 ((FAILED == 0)) || die "a run failed"
-awk -F'\t' '{ split($12, a, " / "); if (a[3] != 0 || $13 != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost or duplicated audit spans"
+awk -F'\t' '{ split($13, a, " / "); if (a[3] != 0 || $14 != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost or duplicated audit spans"
