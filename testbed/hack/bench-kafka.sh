@@ -378,11 +378,38 @@ benchaudit_args() { # benchaudit_args NAME: the flags every run shares
     -report tiers -conns "$CONNS" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv" -spans-file "$OUT/$1.spans.tsv")
 }
 
-finish_row() { # finish_row: benchaudit's row plus broker and processing peak RSS and dropped duplicates
-  local rss="" pid
+# Everything runs on one machine: how busy it was tells a tier's limit from the machine's.
+machine_mark() { # machine_mark: the machine's busy and total jiffies and Redis's CPU seconds, now
+  local _cpu user nice sys idle iowait irq softirq steal
+  read -r _cpu user nice sys idle iowait irq softirq steal _ </proc/stat
+  MARK_BUSY=$((user + nice + sys + irq + softirq + steal)) MARK_TOTAL=$((user + nice + sys + idle + iowait + irq + softirq + steal))
+  MARK_REDIS=$(redis_cpu)
+}
+
+redis_cpu() { # Redis's CPU seconds (user + sys), 0 without redis-cli
+  command -v redis-cli >/dev/null || { echo 0; return; }
+  redis-cli -h "${REDIS%:*}" -p "${REDIS##*:}" info cpu 2>/dev/null |
+    awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.2f", s }'
+}
+
+cpu_seconds() { # cpu_seconds PID: utime + stime
+  awk -v tck="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / tck }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+finish_row() { # finish_row: benchaudit's row plus broker and processing peak RSS, dropped duplicates, the machine
+  local rss="" pid busy total events broker redis _cpu user nice sys idle iowait irq softirq steal
   for pid in "${PROC_PIDS[@]}"; do rss+="${rss:+, }$(peak_mib "$pid")"; done
+  read -r _cpu user nice sys idle iowait irq softirq steal _ </proc/stat
+  busy=$((user + nice + sys + irq + softirq + steal - MARK_BUSY))
+  total=$((user + nice + sys + idle + iowait + irq + softirq + steal - MARK_TOTAL))
+  busy=$(awk -v b="$busy" -v t="$total" -v n="$(nproc)" 'BEGIN { printf "%.2f", (t > 0 ? b / t * n : 0) }')
+  broker=$(cpu_seconds "$KAFKA_PID")
+  redis=$(awk -v a="$MARK_REDIS" -v b="$(redis_cpu)" 'BEGIN { printf "%.2f", b - a }')
+  echo "   machine: $busy of $(nproc) cores busy on average since the $1; CPU seconds: broker $broker (since its start), Redis $redis"
   if [[ -s $OUT/row.tsv ]]; then
-    printf '%s\t%s\t%s\t%s\n' "$(cat "$OUT/row.tsv")" "$(peak_mib "$KAFKA_PID")" "$rss" "$(dropped_duplicates)" >>"$ROWS"
+    events=$(cut -f3 "$OUT/row.tsv")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(cat "$OUT/row.tsv")" "$(peak_mib "$KAFKA_PID")" "$rss" "$(dropped_duplicates)" \
+      "$(awk -v c="$broker" -v e="$events" 'BEGIN { printf "%.1f", (e > 0 ? c / e * 1e6 : 0) }')" "$busy" >>"$ROWS"
   fi
   rm -f "$OUT/row.tsv"
 }
@@ -410,6 +437,7 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   wait_file "$OUT/$name.ready"
   start_processing "$name" "$2" "$3" "$profile"
   wait_settled
+  machine_mark
   rm -f "$OUT/$name.ready"
   if [[ -n $profile ]]; then
     # Five seconds in, both tiers are at the run's pace.
@@ -430,7 +458,7 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
       go tool pprof -top -cum -nodecount=35 "$OUT/$name.$what.cpu.pprof" 2>/dev/null | sed -n '6,41p' | sed 's/^/     /'
     fi
   done
-  finish_row
+  finish_row "first request"
   stop_all
 }
 
@@ -452,12 +480,13 @@ catchup_run() { # catchup_run REPLICAS QUEUE
   BA_PID=$!
   wait_file "$OUT/$name.pause"
   echo "   $((RATE * OUTAGE_S)) events in Kafka, broker peak RSS $(peak_mib "$KAFKA_PID") MiB; starting $1 processing replica(s)"
+  machine_mark
   start_processing "$name" "$1" "$2"
   rm -f "$OUT/$name.pause"
   if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
   BA_PID=""
   sed 's/^/   /' "$OUT/$name.out"
-  finish_row
+  finish_row "processing tier's start"
   stop_all
 }
 
@@ -479,8 +508,8 @@ done
 {
   echo
   echo "bench-kafka, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $WORKLOAD, $PARTITIONS partitions, $CONNS connections"
-  echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | the edge's answer p99 (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | the edge's answer p99 (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks | broker CPU µs per event | machine busy (cores) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
 } | tee "$OUT/table.md"
 ((FAILED == 0)) || die "a run failed"
