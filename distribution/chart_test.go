@@ -457,19 +457,23 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"webhook TLS in managed mode", []string{"clusterName=c", "mode=managed", "gateway.tls.existingSecret=s"}, "gateway.tls is the audit webhook's"},
 		{"managed replicas without a shared ID map", []string{"clusterName=c", "mode=managed", "redis.bundled.enabled=false"}, "gateway.replicas > 1 needs a shared ID map"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"template", "kt", chartDir}
-			for _, s := range tc.sets {
-				args = append(args, "--set", s)
-			}
-			_, stderr, err := helm(t, args...)
-			if err == nil {
-				t.Fatalf("helm template %v succeeded", tc.sets)
-			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("error does not say %q:\n%s", tc.want, stderr)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { requireRenderingRefused(t, tc.sets, tc.want) })
+	}
+}
+
+// requireRenderingRefused checks that rendering the chart with sets fails with an error that says want.
+func requireRenderingRefused(t *testing.T, sets []string, want string) {
+	t.Helper()
+	args := []string{"template", "kt", chartDir}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	_, stderr, err := helm(t, args...)
+	if err == nil {
+		t.Fatalf("helm template %v succeeded", sets)
+	}
+	if !strings.Contains(stderr, want) {
+		t.Errorf("error does not say %q:\n%s", want, stderr)
 	}
 }
 

@@ -34,26 +34,7 @@ func TestAuditLogsThroughTheConnector(t *testing.T) {
 		"KUBETRAIL_CLUSTER=disttest",
 		"KUBETRAIL_OUT="+out)
 
-	post := func(records ...[]byte) {
-		t.Helper()
-		ld := plog.NewLogs()
-		lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-		for _, r := range records {
-			lrs.AppendEmpty().Body().SetStr(string(r))
-		}
-		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/logs", otlpPort), "application/json", bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("OTLP logs answered %d", resp.StatusCode)
-		}
-	}
+	post := func(records ...[]byte) { postLogs(t, otlpPort, records...) }
 	half := len(bodies) / 2
 	for _, b := range bodies[:half] {
 		items, err := envelope.Items(b)
@@ -260,20 +241,10 @@ service:
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		ld := plog.NewLogs()
-		ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr(string(b))
-		data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
-		if err != nil {
-			t.Fatal(err)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("webhook answered %d", resp.StatusCode)
 		}
-		resp2, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/logs", otlpPort), "application/json", bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp2.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp2.StatusCode != http.StatusOK {
-			t.Fatalf("webhook %d, OTLP logs %d", resp.StatusCode, resp2.StatusCode)
-		}
+		postLogs(t, otlpPort, b)
 	}
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
@@ -299,5 +270,28 @@ service:
 		if receiver != 1 || connector != 1 {
 			t.Errorf("%s: %d series of the receiver, %d of the connector; want one each:\n%s", name, receiver, connector, body)
 		}
+	}
+}
+
+// postLogs posts records, each the string body of a log record of one ResourceLogs, to the OTLP
+// HTTP receiver on port; anything but a 200 fails the test.
+func postLogs(t *testing.T, port int, records ...[]byte) {
+	t.Helper()
+	ld := plog.NewLogs()
+	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for _, r := range records {
+		lrs.AppendEmpty().Body().SetStr(string(r))
+	}
+	data, err := (&plog.JSONMarshaler{}).MarshalLogs(ld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/logs", port), "application/json", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("OTLP logs answered %d", resp.StatusCode)
 	}
 }
