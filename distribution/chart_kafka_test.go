@@ -141,6 +141,7 @@ func TestChartKafkaMode(t *testing.T) {
 		"receivers.kafka.message_marking.on_error":              false,
 		"receivers.kafka.error_backoff.enabled":                 true,
 		"receivers.kafka.error_backoff.initial_interval":        "1s",
+		"receivers.kafka.partition_processing.independent":      true,
 		"connectors.k8s_audit.cluster":                          "chart-test",
 		"connectors.k8s_audit.cluster_attribute":                "k8s.cluster.name",
 		"processors.k8s_object_link.owner_wait":                 "0s",

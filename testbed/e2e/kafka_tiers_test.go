@@ -58,8 +58,9 @@ func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 }
 
 // setKafkaConsumer configures cfg's kafka receiver as the shipped examples do: a consumer group
-// that starts at the oldest message and marks a message only once the pipeline took it, with
-// kfake's shortest session so that a rebalance after a kill is quick.
+// that starts at the oldest message, marks a message only once the pipeline took it and gives each
+// partition a worker of its own, with kfake's shortest session so that a rebalance after a kill
+// is quick.
 func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
 	cfg.Set("receivers.kafka.logs.topics", []any{topic})
@@ -68,6 +69,7 @@ func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.initial_offset", "earliest")
 	cfg.Set("receivers.kafka.message_marking.after", true)
 	cfg.Set("receivers.kafka.message_marking.on_error", false)
+	cfg.Set("receivers.kafka.partition_processing.independent", true)
 	// A killed consumer stays a group member until its session times out; the restarted one
 	// waits for that rebalance. kfake's minimum keeps it short.
 	cfg.Set("receivers.kafka.session_timeout", "6s")

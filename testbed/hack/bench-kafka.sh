@@ -35,6 +35,9 @@
 #                     kafka: no sending_queue, so a message is committed once the backend took its
 #                     spans) and/or memory-batch (the in-memory sending_queue with batching, flush
 #                     200 ms: committed once queued, lost with the process); a list runs each
+#   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
+#                     partition_processing.independent, a worker per partition; 0: the receiver's
+#                     default (a poll's partitions handled together, the next poll waits for all)
 #   RUN_SECONDS       how long a lag run sends (default 60)
 #   OUTAGE            how long the processing tier is down in the catch-up run, 20s, 5m or seconds
 #                     (default 5m)
@@ -62,6 +65,7 @@ RUNS=${RUNS:-lag catchup}
 RATES=${RATES:-1000 5000}
 REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
+PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 RUN_SECONDS=${RUN_SECONDS:-60}
 OUTAGE=${OUTAGE:-5m}
 RATE=${RATE:-1000}
@@ -98,6 +102,7 @@ OUTAGE_S=$(seconds_of "$OUTAGE")
 for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
 done
+[[ $PARTITION_WORKERS == 0 || $PARTITION_WORKERS == 1 ]] || die "PARTITION_WORKERS=$PARTITION_WORKERS: want 0 or 1"
 for q in $PROCESSING_QUEUE; do
   [[ $q == off || $q == memory-batch ]] || die "PROCESSING_QUEUE=$q: want off or memory-batch"
 done
@@ -235,7 +240,7 @@ receivers:
     group_id: kubetrail-processing
     initial_offset: earliest
     message_marking: {after: true, on_error: false}
-    error_backoff: {enabled: true, initial_interval: 1s, max_interval: 30s, max_elapsed_time: 5m}
+    error_backoff: {enabled: true, initial_interval: 1s, max_interval: 30s, max_elapsed_time: 5m}$([[ $PARTITION_WORKERS == 1 ]] && printf '\n    partition_processing: {independent: true}')
 connectors:
   k8s_audit:
     cluster_attribute: k8s.cluster.name
