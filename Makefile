@@ -97,7 +97,7 @@ lint: ## gofmt, no tracked binaries, go vet, golangci-lint (.golangci.yml) and s
 	cd distribution/image && go vet .
 	golangci_lint=$$(testbed/hack/ensure-linters.sh | tail -1); nice -n 10 "$$golangci_lint" run ./... && \
 	  cd distribution/image && nice -n 10 "$$golangci_lint" run --config $(CURDIR)/.golangci.yml ./...   # build tags in .golangci.yml; the image builder is a module of its own
-	shellcheck -x testbed/hack/*.sh testbed/scenarios/*.sh testbed/scenarios/lib.bash
+	shellcheck -x testbed/hack/*.sh testbed/hack/lib.bash testbed/scenarios/*.sh testbed/scenarios/lib.bash
 	MDATAGEN=$(MDATAGEN) internal/tools/generate.sh --check
 
 lint: $(MDATAGEN)

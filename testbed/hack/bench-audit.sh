@@ -53,15 +53,11 @@ BENCH_EVENTS=${BENCH_EVENTS:-250000}
 BENCH_BATCH=${BENCH_BATCH:-processor}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
-if [[ -z ${CAPTURE:-} ]]; then
-  if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
-    CAPTURE=testbed/fixtures/audit-webhook-demo.jsonl.gz
-  else
-    CAPTURE=$(find testbed/fixtures -mindepth 2 -maxdepth 2 -type d -name audit-webhook -printf '%h\n' | sort | paste -sd, -)
-  fi
-fi
 
 die() { echo "bench-audit: $*" >&2; exit 1; }
+# shellcheck source=testbed/hack/lib.bash
+source testbed/hack/lib.bash
+CAPTURE=${CAPTURE:-$(default_capture)}
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
 case $BENCH_BATCH in
   processor | exporter) PIPELINE="batching in the $BENCH_BATCH" ;;
@@ -113,17 +109,6 @@ fi
 BINARIES+=("$COLLECTOR")
 LABELS+=("current ($(git describe --always --dirty 2>/dev/null || echo worktree))")
 
-# Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
-read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
-if ((EPH_LOW > 12000)); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then printf -v "$1" '%s' "$p"; return; fi
-  done
-  die "no free port on 127.0.0.1"
-}
 
 write_config() { # write_config FILE PPROF_PORT (empty: no profiling)
   local processors="[k8s_object_link, batch]" batch="  batch: {}" queue="" ext="" service_ext=""

@@ -77,15 +77,11 @@ REDIS=${REDIS:-127.0.0.1:6379}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-20}
 TOPIC=kube-audit
-if [[ -z ${CAPTURE:-} ]]; then
-  if [[ -f testbed/fixtures/audit-webhook-demo.jsonl.gz ]]; then
-    CAPTURE=testbed/fixtures/audit-webhook-demo.jsonl.gz
-  else
-    CAPTURE=$(find testbed/fixtures -mindepth 2 -maxdepth 2 -type d -name audit-webhook -printf '%h\n' | sort | paste -sd, -)
-  fi
-fi
 
 die() { echo "bench-kafka: $*" >&2; exit 1; }
+# shellcheck source=testbed/hack/lib.bash
+source testbed/hack/lib.bash
+CAPTURE=${CAPTURE:-$(default_capture)}
 seconds_of() { # seconds_of 90 | 20s | 5m | 1h
   local v=$1 n m
   case $v in
@@ -154,17 +150,6 @@ return r[1]'
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 
-# Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
-read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
-if ((EPH_LOW > 12000)); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then printf -v "$1" '%s' "$p"; return; fi
-  done
-  die "no free port on 127.0.0.1"
-}
 
 pprof() { # pprof PORT: the pprof extension on PORT, nothing for no port
   [[ -n $1 ]] || return 0

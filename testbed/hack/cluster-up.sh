@@ -71,22 +71,9 @@ mkdir -p "$STATE"/{pki,pids,logs,etcd,kwok}
 chmod 700 "$STATE"
 T_START=$(now_ms)
 
-# ---- free loopback ports ----------------------------------------------------------------------
-# Ports are picked below the kernel's ephemeral range: a port inside it can be taken by any
-# outgoing connection between the probe and the bind (seen with several testbeds running).
-# Probing by connect is racy in theory; each port is also excluded from later picks in this run.
-declare -A TAKEN=()
-read -r EPH_LOW _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
-if (( EPH_LOW > 12000 )); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
-free_port() { # free_port VAR: sets VAR (not a subshell, so TAKEN persists)
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
-    [[ -n ${TAKEN[$p]:-} ]] && continue
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then TAKEN[$p]=1; printf -v "$1" '%s' "$p"; return; fi
-  done
-  die "no free port found on 127.0.0.1"
-}
+# ---- free loopback ports (free_port: below the ephemeral range, none picked twice) --------------
+# shellcheck source=testbed/hack/lib.bash
+source "$ROOT/testbed/hack/lib.bash"
 free_port ETCD_PORT; free_port ETCD_PEER_PORT; free_port API_PORT
 free_port KCM_PORT; free_port SCHED_PORT; free_port KWOK_PORT
 API=https://127.0.0.1:$API_PORT

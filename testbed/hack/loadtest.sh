@@ -25,6 +25,8 @@ OUT=build/loadtest
 COLLECTOR=bin/otelcol-kubetrail
 
 die() { echo "loadtest: $*" >&2; exit 1; }
+# shellcheck source=testbed/hack/lib.bash
+source testbed/hack/lib.bash
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
 command -v curl >/dev/null || die "curl is missing"
 mkdir -p "$OUT"
@@ -69,17 +71,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Ports below the ephemeral range, so an outgoing connection cannot take one between probe and bind.
-read -r EPH_LOW _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPH_LOW=32768
-if ((EPH_LOW > 12000)); then PORT_LO=10000 PORT_N=$((EPH_LOW - 10000)); else PORT_LO=20000 PORT_N=40000; fi
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then printf -v "$1" '%s' "$p"; return; fi
-  done
-  die "no free port on 127.0.0.1"
-}
 
 CLK_TCK=$(getconf CLK_TCK)
 # cpu_ticks PID: user + system time in clock ticks (fields 14 and 15 of /proc/PID/stat; the
