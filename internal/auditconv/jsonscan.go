@@ -740,21 +740,17 @@ func scanStatusDetails(raw []byte) (name, uid string) {
 	if i >= len(raw) || raw[i] != '{' {
 		return "", ""
 	}
-	i++
-	for first := true; ; first = false {
-		key, next, done, err := objectNext(raw, i, first)
-		if err != nil || done {
-			return name, uid
+	_, err := scanMembers(raw, i, 0, func(key, d []byte, vi int) (int, bool, error) {
+		if string(key) != "details" {
+			return 0, false, nil
 		}
-		if string(key) == "details" {
-			i, err = scanMembers(raw, next, 1, stringMembers("name", &name, "uid", &uid))
-		} else {
-			i, err = skipValue(raw, next, 1)
-		}
-		if err != nil {
-			return "", ""
-		}
+		end, err := scanMembers(d, vi, 1, stringMembers("name", &name, "uid", &uid))
+		return end, true, err
+	})
+	if err != nil {
+		return "", ""
 	}
+	return name, uid
 }
 
 // scanMember reads the string member name of the object at d[i] (at nesting depth) into dst
