@@ -5,9 +5,8 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"io"
+	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -379,7 +378,7 @@ func TestHelmInstallGateway(t *testing.T) {
 	rel.run(t, "upgrade", rel.name, "distribution/helm/kubetrail", "-n", rel.ns, "--kubeconfig", env.Kubeconfig, "--reuse-values", "--set", "ownerWait=4s")
 	for s, data := range before {
 		after := rel.secretData(t, s)
-		for _, k := range sortedKeys(data) {
+		for _, k := range slices.Sorted(maps.Keys(data)) {
 			if s == full+"-apiserver-kubeconfig" && k == "audit-webhook-kubeconfig.yaml" {
 				// The server may now be the Service's ClusterIP (the notes say so); the
 				// credentials in it are client.crt/client.key, compared below, and the CA.
@@ -462,15 +461,6 @@ func waitPods(t *testing.T, env *Env, ns, selector string, n int) []string {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // TestHelmInstallDaemonset installs the README's daemonset command and runs its DaemonSet's
@@ -660,23 +650,9 @@ func TestHelmInstallKafka(t *testing.T) {
 // test: it must not read as zero.
 func edgeRefusals(t *testing.T, ip string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + net.JoinHostPort(ip, "8888") + "/metrics")
-	if err != nil {
-		t.Fatalf("edge metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "otelcol_k8s_audit_") {
-		t.Fatalf("edge metrics: %d %v: no k8s_audit metrics in\n%s", resp.StatusCode, err, truncate(string(body), 2000))
-	}
-	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "otelcol_k8s_audit_rejected_requests") {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
-				sum += v
-			}
-		}
+	sum, body, err := scrapeSum(net.JoinHostPort(ip, "8888"), "otelcol_k8s_audit_rejected_requests", "")
+	if err != nil || !strings.Contains(body, "otelcol_k8s_audit_") {
+		t.Fatalf("edge metrics: %v: no k8s_audit metrics in\n%s", err, truncate(body, 2000))
 	}
 	return sum
 }

@@ -278,17 +278,31 @@ func TestKafkaProcessingReplicaKilled(t *testing.T) {
 // labels contain label; "?" when the scrape fails.
 func scrapeCounter(t *testing.T, port int, name, label string) string {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	sum, _, err := scrapeSum(fmt.Sprintf("127.0.0.1:%d", port), name, label)
 	if err != nil {
 		return "?"
 	}
+	return fmt.Sprint(sum)
+}
+
+// scrapeSum scrapes a collector's Prometheus endpoint at addr (host:port) and sums the samples
+// of metric name whose labels contain label; it also returns the whole text.
+func scrapeSum(addr, name, label string) (float64, string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, "", err
+	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return "?"
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", err
+	}
+	body := string(b)
+	if resp.StatusCode != http.StatusOK {
+		return 0, body, fmt.Errorf("%s/metrics answered %d", addr, resp.StatusCode)
 	}
 	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, name) && strings.Contains(line, label) {
 			var v float64
 			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
@@ -296,5 +310,5 @@ func scrapeCounter(t *testing.T, port int, name, label string) string {
 			}
 		}
 	}
-	return fmt.Sprint(sum)
+	return sum, body, nil
 }
