@@ -290,18 +290,14 @@ func TestChartKafkaRefusesBadValues(t *testing.T) {
 // needs, and what uninstall leaves in Kafka.
 func TestChartKafkaNotes(t *testing.T) {
 	notes := renderNotes(t, "", controlPlaneCIDRs, "mode=kafka", kafkaBrokers, "kafka.partitions=12", "kafka.topic=audit-prod")
-	for _, want := range []string{
+	requireNotesSay(t, notes,
 		"get secret kt-kubetrail-apiserver-kubeconfig",
 		"--create --topic audit-prod",
 		"--partitions 12",
 		"--config max.message.bytes=8388608",
 		"--bootstrap-server kafka-0.kafka.svc:9092",
 		"offsets of the consumer group kt-kubetrail-processing",
-	} {
-		if !strings.Contains(notes, want) {
-			t.Errorf("the notes do not say %q:\n%s", want, notes)
-		}
-	}
+	)
 	if strings.Contains(notes, "delete pvc") {
 		t.Errorf("the notes of mode kafka speak of volume claims; the edge has none:\n%s", notes)
 	}

@@ -710,7 +710,7 @@ func TestChartManagedValuesFiles(t *testing.T) {
 			}
 
 			notes := renderNotes(t, file)
-			for _, want := range append([]string{"(managed mode)", "No audit webhook"}, func() (w []string) {
+			requireNotesSay(t, notes, append([]string{"(managed mode)", "No audit webhook"}, func() (w []string) {
 				for name, port := range wantPorts {
 					w = append(w, fmt.Sprintf("%s: kt-kubetrail.kubetrail.svc:%v", name, port))
 				}
@@ -718,11 +718,7 @@ func TestChartManagedValuesFiles(t *testing.T) {
 					return append(w, "in the shipped otelcol-kubetrail image")
 				}
 				return append(w, "must be in the image "+image)
-			}()...) {
-				if !strings.Contains(notes, want) {
-					t.Errorf("the install notes do not say %q:\n%s", want, notes)
-				}
-			}
+			}()...)...)
 		})
 	}
 }
@@ -1006,21 +1002,27 @@ func TestChartSecureByDefault(t *testing.T) {
 
 	t.Run("notes: where the kubeconfig is, no warning", func(t *testing.T) {
 		notes := renderNotes(t, "", controlPlaneCIDRs)
-		for _, want := range []string{
+		requireNotesSay(t, notes,
 			"kubectl -n kubetrail get secret kt-kubetrail-apiserver-kubeconfig",
 			`jsonpath='{.data.audit-webhook-kubeconfig\.yaml}'`,
 			"The audit webhook: https://kt-kubetrail.kubetrail.svc:9880/audit/chart-test",
 			"admits the webhook port only from 10.0.0.0/24",
 			"password from the Secret kt-kubetrail-redis",
-		} {
-			if !strings.Contains(notes, want) {
-				t.Errorf("the notes do not say %q:\n%s", want, notes)
-			}
-		}
+		)
 		if strings.Contains(notes, "WARNING") {
 			t.Errorf("the default install's notes warn:\n%s", notes)
 		}
 	})
+}
+
+// requireNotesSay checks that the rendered install notes say each of wants.
+func requireNotesSay(t *testing.T, notes string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(notes, want) {
+			t.Errorf("the notes do not say %q:\n%s", want, notes)
+		}
+	}
 }
 
 // envFrom is the valueFrom of a container's environment variable.
@@ -1056,12 +1058,8 @@ func ingressPolicyOf(t *testing.T, objs map[string]map[string]any, name string, 
 func TestChartPlainHTTPOnlyWhenAsked(t *testing.T) {
 	notes := renderNotes(t, "", "gateway.tls.insecurePlainHTTP=true", "gateway.networkPolicy.enabled=false",
 		"gateway.service.type=NodePort", "gateway.service.nodePort=30988")
-	for _, want := range []string{"WARNING: gateway.tls.insecurePlainHTTP=true", "PLAIN HTTP", "server: http://127.0.0.1:30988/audit/chart-test",
-		"WARNING: no NetworkPolicy"} {
-		if !strings.Contains(notes, want) {
-			t.Errorf("the plain-HTTP notes do not say %q:\n%s", want, notes)
-		}
-	}
+	requireNotesSay(t, notes, "WARNING: gateway.tls.insecurePlainHTTP=true", "PLAIN HTTP", "server: http://127.0.0.1:30988/audit/chart-test",
+		"WARNING: no NetworkPolicy")
 	for _, sets := range [][]string{
 		nil,
 		{"gateway.tls.existingSecret=s"},
@@ -1285,17 +1283,13 @@ func TestChartManagedSecureByDefault(t *testing.T) {
 
 	t.Run("notes: where the shipper's certificate is, no warning", func(t *testing.T) {
 		notes := renderNotes(t, "", "mode=managed", shipperFrom)
-		for _, want := range []string{
+		requireNotesSay(t, notes,
 			"The OTLP receiver takes TLS only, with a client certificate",
 			"kubectl -n kubetrail get secret kt-kubetrail-shipper-client -o jsonpath='{.data.tls\\.crt}'",
 			"server name\nkt-kubetrail.kubetrail.svc",
 			"https://…:<otlp-http port>/v1/logs",
 			"The NetworkPolicy kt-kubetrail admits the receivers' ports only from managed.networkPolicy.from",
-		} {
-			if !strings.Contains(notes, want) {
-				t.Errorf("the notes do not say %q:\n%s", want, notes)
-			}
-		}
+		)
 		if strings.Contains(notes, "WARNING") {
 			t.Errorf("the default managed install's notes warn:\n%s", notes)
 		}
@@ -1341,11 +1335,7 @@ func TestChartManagedOptOuts(t *testing.T) {
 			t.Errorf("insecurePlaintext dropped the NetworkPolicy")
 		}
 		notes := renderNotes(t, "", "mode=managed", shipperFrom, "managed.tls.insecurePlaintext=true")
-		for _, want := range []string{"WARNING: managed.tls.insecurePlaintext=true", "PLAIN TEXT", "http://…:<otlp-http port>/v1/logs"} {
-			if !strings.Contains(notes, want) {
-				t.Errorf("the notes do not say %q:\n%s", want, notes)
-			}
-		}
+		requireNotesSay(t, notes, "WARNING: managed.tls.insecurePlaintext=true", "PLAIN TEXT", "http://…:<otlp-http port>/v1/logs")
 	})
 
 	t.Run("networkPolicy.enabled=false: no policy, TLS kept, and the notes warn", func(t *testing.T) {
