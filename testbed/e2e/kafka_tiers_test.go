@@ -34,10 +34,38 @@ func kafkaEdgeConfig(bootstrap, topic, cluster string) Config {
 	cfg.Set("exporters.kafka.producer.max_message_bytes", 8<<20)
 	cfg.Set("exporters.kafka.sending_queue.enabled", false)
 	cfg.Set("exporters.kafka.timeout", "10s")
+	cfg.Set("exporters.kafka.retry_on_failure", map[string]any{"enabled": true, "initial_interval": "1s", "max_interval": "5s", "max_elapsed_time": "20s"})
 	cfg.Set("service.pipelines.logs/edge.receivers", []any{"k8s_audit"})
 	cfg.Set("service.pipelines.logs/edge.exporters", []any{"kafka"})
 	cfg.Set("service.telemetry.metrics.level", "none")
 	return cfg
+}
+
+// TestKafkaEdgeRefusesAMissingTopic: an edge whose topic does not exist answers the webhook with
+// a retryable 503 once its retries are spent, so the apiserver keeps and resends the batch; it
+// never says 200 for events Kafka does not have. (The chart creates no topic and its exporter
+// asks for none, allow_auto_topic_creation false, checked in the dist tests; kfake creates none
+// either way, as a broker with auto.create.topics.enable=false.)
+func TestKafkaEdgeRefusesAMissingTopic(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	requireComponent(t, env, "exporters", "kafka")
+	bootstrap := startKafka(t, env, "kube-audit-present", 1)
+	cfg := kafkaEdgeConfig(bootstrap, "kube-audit-absent", ClusterName)
+	cfg.Set("exporters.kafka.timeout", "2s")
+	cfg.Set("exporters.kafka.retry_on_failure.max_interval", "1s")
+	cfg.Set("exporters.kafka.retry_on_failure.max_elapsed_time", "3s")
+	edge := env.StartExtraCollector(t, "kafka-edge-no-topic", cfg)
+	body := auditconvtest.FixtureBodies(t, "deployment")[0]
+	resp, err := http.Post(edge.AuditURL+"/audit/"+ClusterName, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	Check(t, "the edge answers a missing topic with a retryable 503", resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "",
+		"answer %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), truncate(string(answer), 400))
+	Check(t, "the edge logs why", edge.LogContains("kube-audit-absent"), "log:\n%s", edge.LogTail(20))
 }
 
 // kafkaProcessingConfig is distribution/examples/kafka-processing.yaml's consumer and connector,
