@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/objid"
 )
 
-// IDs are derived, not random (docs/design.md, IDs): two collector replicas that see the same object in
+// IDs are derived, not random; an object's own (ObjectSpanID, ObjectTraceID) come from
+// internal/objid, which pkg/objecttrace shares (docs/design.md, IDs): two collector replicas that see the same object in
 // the same window, or the same audit event twice, compute the same IDs without talking to each
 // other. Each kind of ID hashes a distinct domain tag so that, say, an audit ID can never collide
 // with an object key that happens to have the same bytes.
 const (
-	domainObjectSpan  = "kubetrail/object-span/v1\x00"
-	domainObjectTrace = "kubetrail/object-trace/v1\x00"
-	domainAuditSpan   = "kubetrail/audit-span/v1\x00"
-	domainEventSpan   = "kubetrail/event-span/v1\x00"
+	domainAuditSpan = "kubetrail/audit-span/v1\x00"
+	domainEventSpan = "kubetrail/event-span/v1\x00"
 	// domainEventSeries is the span of a repeating Event's series (or one segment of it).
 	domainEventSeries = "kubetrail/event-series-span/v1\x00"
 	// domainContinuationTrace and domainContinuationSpan: a trace past the processor's span bound
@@ -47,13 +48,13 @@ func ContinuationSpanID(span pcommon.SpanID, t pcommon.TraceID) pcommon.SpanID {
 
 // ObjectSpanID is the span ID of the object span of key in the window starting at window.
 func ObjectSpanID(key Key, window time.Time) pcommon.SpanID {
-	return spanID(hashKeyWindow(domainObjectSpan, key, window))
+	return pcommon.SpanID(objid.ObjectSpanID(string(key), window))
 }
 
 // ObjectTraceID is the per-object trace ID of key in the window starting at window: the trace a
 // receiver puts an activity span in before the processor moves it to its root ancestor's trace.
 func ObjectTraceID(key Key, window time.Time) pcommon.TraceID {
-	return traceID(hashKeyWindow(domainObjectTrace, key, window))
+	return pcommon.TraceID(objid.ObjectTraceID(string(key), window))
 }
 
 // AuditSpanID is the span ID of the audit event with the given audit ID: the apiserver may
@@ -97,15 +98,6 @@ func EventSeriesSpanID(eventUID, resourceVersion string, first, last int32, star
 	b = binary.BigEndian.AppendUint64(b, uint64(start.UnixNano()))
 	b = binary.BigEndian.AppendUint64(b, uint64(end.UnixNano()))
 	return spanID(sha256.Sum256(b))
-}
-
-func hashKeyWindow(domain string, key Key, window time.Time) [32]byte {
-	var buf [256]byte
-	b := append(buf[:0], domain...)
-	b = append(b, key...)
-	b = append(b, 0)
-	b = binary.BigEndian.AppendUint64(b, uint64(window.UnixNano()))
-	return sha256.Sum256(b)
 }
 
 // spanID and traceID never return the all-zero ID, which OTLP treats as "no ID".

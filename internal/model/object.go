@@ -5,6 +5,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/kubetrail/kubetrail/internal/objid"
 )
 
 // Owner is an object's controlling owner, as its ownerReference names it.
@@ -50,7 +52,7 @@ func (o Object) Key() Key {
 
 // UIDKey is the key of the object with the given UID in the given cluster.
 func UIDKey(cluster, uid string) Key {
-	return Key(cluster + "/uid/" + uid)
+	return Key(objid.UIDKey(cluster, uid))
 }
 
 // NameKey is the object's name path, the key of the processor's name index.

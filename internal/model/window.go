@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/objid"
 )
 
 // DefaultWindow is the span length of an object span. Thirty minutes bounds the size of one
@@ -17,13 +19,7 @@ func WindowStart(t time.Time, size time.Duration) time.Time {
 	if size <= 0 {
 		size = DefaultWindow
 	}
-	ns := t.UnixNano()
-	s := int64(size)
-	start := ns - ns%s
-	if ns%s < 0 { // before the epoch: floor, not truncation towards zero
-		start -= s
-	}
-	return time.Unix(0, start).UTC()
+	return objid.WindowStart(t, size)
 }
 
 // MinWindow is the shortest window a component accepts: shorter ones would make a trace of every
