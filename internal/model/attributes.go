@@ -46,7 +46,13 @@ const (
 	SpanTypeObject = "object"
 	SpanTypeAudit  = "audit"
 	SpanTypeEvent  = "event"
+	// SpanTypeController is a controller's span of work on an object, started with
+	// pkg/objecttrace: its identity is on the span (the Resource is the controller's).
+	SpanTypeController = "controller"
 )
+
+// AttrControllerName is, on a controller span, the controller that did the work.
+const AttrControllerName = "kubetrail.controller.name"
 
 // Audit spans (docs/design.md, Spans).
 const (

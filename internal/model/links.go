@@ -30,11 +30,19 @@ const (
 	// LinkTypeContinuation links an object's span in a continuation trace (a trace that goes on
 	// from one past max_spans_per_trace) to the object's span in the trace before.
 	LinkTypeContinuation = "continuation"
+	// LinkTypeCaller links a controller span to the span its caller was in when it started
+	// the work on the object (pkg/objecttrace).
+	LinkTypeCaller = "caller"
 )
 
 // AttrTraceContinues is, on an object span in a continuation trace, the ID (hex) of the trace it
 // goes on from.
 const AttrTraceContinues = "kubetrail.trace.continues"
+
+// AttrTracePlacedIn is, on an object span in the object's derived trace, the ID (hex) of the trace
+// the object's window was placed in instead: the trace a trace-context annotation named. The span
+// is a pointer for readers that compute derived trace IDs; the object's spans are in that trace.
+const AttrTracePlacedIn = "kubetrail.trace.placed_in"
 
 // DefaultTraceContextAnnotation is the object annotation that carries a W3C traceparent, as the
 // object-lifecycle tracing KEP (sig-instrumentation) names it.
