@@ -159,48 +159,11 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	found, err := trail.Find(ctx, src, trail.Query{Target: target, Since: since, Until: until, Window: f.window})
+	v, err := readView(ctx, src, target, viewOptions{Since: since, Until: until, Window: f.window, Depth: f.depth, Only: f.only, Generation: f.generation}, stderr, logf)
 	if err != nil {
 		return err
 	}
-	if f.verbosity > 0 {
-		logFound(found, logf)
-	}
-	if u, ok := src.(trail.Unreader); ok && u.Unread().Spans > 0 {
-		// A window written across an upgrade holds spans of both models: show what can be read.
-		un := u.Unread()
-		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%s)\n", src, un.Spans, trail.Escape(fmt.Sprint(un.Err)))
-	}
-	filter := trail.Filter{Since: since, Until: until, Depth: f.depth, Only: f.only}
-	var gen *trail.Generation
-	var rollout *trail.Summary
-	if f.generation != 0 {
-		// The generations are the root's, whatever --only and --depth keep.
-		all, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: -1})
-		if err != nil {
-			return err
-		}
-		g, err := trail.FindGeneration(trail.Generations(all), f.generation, target.String())
-		if err != nil {
-			return err
-		}
-		gen, filter = &g, g.Filter(filter)
-		if _, sums := trail.SummarizeGenerations(all, []trail.Generation{g}); len(sums) == 1 {
-			rollout = &sums[0]
-		}
-	}
-	root, err := trail.Merge(found.Spans, target, found.UID, filter)
-	if errors.Is(err, trail.ErrNoSpans) {
-		what := "activity"
-		if f.only != "" {
-			what = "activity matching --only " + f.only
-		}
-		return fmt.Errorf("%w: %s has object spans in %s but no %s between %s and %s: widen --since/--until or drop --only",
-			trail.ErrNoSpans, target, src, what, rangeEnd(since, "the beginning"), rangeEnd(until, "now"))
-	}
-	if err != nil {
-		return err
-	}
+	root, h := v.root, v.header
 	w := stdout
 	if f.out != "" {
 		file, err := os.Create(f.out)
@@ -210,7 +173,6 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 		defer file.Close()
 		w = file
 	}
-	h := trail.Header{Traces: found.Traces, Others: found.Others, Generation: gen, Rollout: rollout}
 	switch f.output {
 	case "tree":
 		trail.WriteTree(w, root, h)
@@ -228,6 +190,70 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 		fmt.Fprintf(stderr, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// viewOptions are what trace (and apply's report) read of an object: the range, the collector's
+// window and the filters.
+type viewOptions struct {
+	Since, Until time.Time
+	Window       time.Duration
+	Depth        int
+	Only         string
+	Generation   int64
+}
+
+// view is one object's story as trace shows it: the merged tree and its header.
+type view struct {
+	root   *trail.Node
+	header trail.Header
+}
+
+// readView finds target's traces in src and merges them into the tree trace prints: one code
+// path for `trace` and for what `apply` prints after its --wait. Warnings about what the source
+// left out go to stderr, -v's lines to logf.
+func readView(ctx context.Context, src trail.Source, target trail.Target, o viewOptions, stderr io.Writer, logf func(string, ...any)) (view, error) {
+	since, until := o.Since, o.Until
+	found, err := trail.Find(ctx, src, trail.Query{Target: target, Since: since, Until: until, Window: o.Window})
+	if err != nil {
+		return view{}, err
+	}
+	logFound(found, logf)
+	if u, ok := src.(trail.Unreader); ok && u.Unread().Spans > 0 {
+		// A window written across an upgrade holds spans of both models: show what can be read.
+		un := u.Unread()
+		fmt.Fprintf(stderr, "warning: %s: left out %d spans of a span model this kubetrail does not read (%s)\n", src, un.Spans, trail.Escape(fmt.Sprint(un.Err)))
+	}
+	filter := trail.Filter{Since: since, Until: until, Depth: o.Depth, Only: o.Only}
+	var gen *trail.Generation
+	var rollout *trail.Summary
+	if o.Generation != 0 {
+		// The generations are the root's, whatever --only and --depth keep.
+		all, err := trail.Merge(found.Spans, target, found.UID, trail.Filter{Since: since, Until: until, Depth: -1})
+		if err != nil {
+			return view{}, err
+		}
+		g, err := trail.FindGeneration(trail.Generations(all), o.Generation, target.String())
+		if err != nil {
+			return view{}, err
+		}
+		gen, filter = &g, g.Filter(filter)
+		if _, sums := trail.SummarizeGenerations(all, []trail.Generation{g}); len(sums) == 1 {
+			rollout = &sums[0]
+		}
+	}
+	root, err := trail.Merge(found.Spans, target, found.UID, filter)
+	if errors.Is(err, trail.ErrNoSpans) {
+		what := "activity"
+		if o.Only != "" {
+			what = "activity matching --only " + o.Only
+		}
+		return view{}, fmt.Errorf("%w: %s has object spans in %s but no %s between %s and %s: widen --since/--until or drop --only",
+			trail.ErrNoSpans, target, src, what, rangeEnd(since, "the beginning"), rangeEnd(until, "now"))
+	}
+	if err != nil {
+		return view{}, err
+	}
+	return view{root: root, header: trail.Header{Traces: found.Traces, Others: found.Others, Generation: gen, Rollout: rollout}}, nil
 }
 
 // target is the object asked for, with its UID and root owner from the cluster when the cluster
