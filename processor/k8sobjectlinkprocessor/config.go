@@ -69,6 +69,26 @@ type Config struct {
 	// APIServerJoin links the apiserver's own request spans with the audit spans of the same
 	// audit ID (join.go).
 	APIServerJoin APIServerJoinConfig `mapstructure:"apiserver_join"`
+
+	// TraceContext says what a trace context does to the spans it reaches: the annotation
+	// trace.kubernetes.io/context on a root object, and the kubetrail trace-state member of a
+	// controller's spans (trace_context.go).
+	TraceContext TraceContextConfig `mapstructure:"trace_context"`
+}
+
+// TraceContextConfig: see Config.TraceContext.
+type TraceContextConfig struct {
+	// Nest places the window of a root object whose write carries a trace-context annotation in
+	// that trace, under the annotated span, instead of a trace of its own that links to it.
+	Nest bool `mapstructure:"nest"`
+	// NestFor is how long after the processor first saw a context it still nests windows: a
+	// context left on an object after its deploy must not pull every later window into the
+	// deploy's trace. Later windows link to it only.
+	NestFor time.Duration `mapstructure:"nest_for"`
+	// FollowTraceState moves spans carrying the kubetrail trace-state member (a controller's
+	// spans started with pkg/objecttrace, and the apiserver's spans of its requests) into the
+	// trace of the object the member names.
+	FollowTraceState bool `mapstructure:"follow_trace_state"`
 }
 
 // APIServerJoinConfig bounds the map in which the first span of an apiserver request / audit
@@ -139,6 +159,7 @@ func createDefaultConfig() *Config {
 		// room for the overshoot of one webhook batch per replica, and a trace Jaeger's UI draws.
 		MaxSpansPerTrace: defaultMaxSpansPerTrace,
 		APIServerJoin:    APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
+		TraceContext:     TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true},
 		IDMap: IDMapConfig{
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
@@ -178,6 +199,9 @@ func (c *Config) Validate() error {
 	}
 	if j := c.APIServerJoin; j.Enabled && (j.TTL <= 0 || j.MaxEntries <= 0 || j.MaxBytes <= 0) {
 		return fmt.Errorf("apiserver_join.ttl, apiserver_join.max_entries and apiserver_join.max_bytes must be positive, got %s, %d, %d", j.TTL, j.MaxEntries, j.MaxBytes)
+	}
+	if t := c.TraceContext; t.Nest && t.NestFor <= 0 {
+		return fmt.Errorf("trace_context.nest_for must be positive when trace_context.nest is on, got %s", t.NestFor)
 	}
 	if c.IDMap.Memory.MaxEntries <= 0 {
 		return fmt.Errorf("id_map.memory.max_entries must be positive, got %d", c.IDMap.Memory.MaxEntries)

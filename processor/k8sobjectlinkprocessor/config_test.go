@@ -27,7 +27,8 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
 			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
-				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) {
+				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) ||
+				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true}) {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
@@ -64,6 +65,12 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("max_spans_per_trace = %d, want 0 (no bound)", c.MaxSpansPerTrace)
 			}
 		}},
+		{name: "trace_context", check: func(t *testing.T, c *Config) {
+			if c.TraceContext != (TraceContextConfig{Nest: false, NestFor: time.Hour, FollowTraceState: false}) {
+				t.Fatalf("trace_context: %+v", c.TraceContext)
+			}
+		}},
+		{name: "zero_nest_for", wantErr: "trace_context.nest_for must be positive"},
 		{name: "small_trace_bound", wantErr: "max_spans_per_trace must be 0 (no bound) or at least 100, got 50"},
 		{name: "bad_window", wantErr: "window"},
 		{name: "bad_backend", wantErr: "id_map.backend"},

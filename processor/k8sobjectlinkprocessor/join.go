@@ -192,6 +192,9 @@ type joinBatch struct {
 	requests []joinRequest
 	target   map[int]joinRecord // audit item → the request span Redis knew
 	deferred map[int]bool       // audit item whose record goes out with the next batch
+	// late are request spans that follow an object's trace state: they claim their audit ID
+	// once moved to their final trace, in memory (joinAfter).
+	late []joinRequest
 }
 
 // joinRequests runs before the batch's first round trip. Request spans claim their audit ID
@@ -282,6 +285,13 @@ func (p *objectLinkProcessor) joinAudits(r *resolver, items []item, jb *joinBatc
 // memory (linking to a request span waiting there) or takes the link Redis answered; records
 // Redis has not got yet wait for the next batch's round trip.
 func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remove []bool, jb *joinBatch, now time.Time) {
+	for _, req := range jb.late {
+		rec := joinRecord{side: sideRequest, traceID: req.span.TraceID(), spanID: req.span.SpanID()}
+		if other, ok := p.join.claim(req.auditID, rec); ok && other.side == sideAudit {
+			linkJoined(req.span, req.auditID, other)
+			p.tel.K8sObjectLinkApiserverJoins.Add(ctx, 1, metricSource(sourceMemory))
+		}
+	}
 	for i := range items {
 		it := &items[i]
 		if it.auditID == "" || remove[it.pos] {

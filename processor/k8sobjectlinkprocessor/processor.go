@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/objid"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -428,17 +429,38 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				if typ.Str() == model.SpanTypeObject {
 					continue
 				}
+				var ref objid.ObjectRef
+				follow := false
+				if p.cfg.TraceContext.FollowTraceState {
+					ref, follow = followed(s, typ.Str())
+				}
 				if p.join != nil {
 					if id, ok := apiserverRequestSpan(s, typ.Str()); ok {
-						jb.requests = append(jb.requests, joinRequest{auditID: id, span: s})
-						continue
+						if follow {
+							// Claimed once it has its final trace (joinAfter).
+							jb.late = append(jb.late, joinRequest{auditID: id, span: s})
+						} else {
+							jb.requests = append(jb.requests, joinRequest{auditID: id, span: s})
+							continue
+						}
 					}
 				}
-				obj, ok := model.ObjectFromAttributes(resAttrs, attrs)
-				if !ok {
-					continue
+				var obj model.Object
+				var w time.Time
+				if follow {
+					obj = followedObject(ref, resAttrs, attrs, typ.Str())
+					w = model.WindowStart(ref.Window, p.cfg.Window)
+				} else {
+					if typ.Str() == model.SpanTypeController {
+						// Without the member (its object had no UID yet): it stays in its caller's trace.
+						continue
+					}
+					var ok bool
+					if obj, ok = model.ObjectFromAttributes(resAttrs, attrs); !ok {
+						continue
+					}
+					w = model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
 				}
-				w := model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
 				if obj.UID != "" && obj.Name != "" {
 					// Later spans of a batch are later in time: the last UID seen for a name is
 					// current. The key is built on the stack; it is a string of its own only
@@ -448,7 +470,11 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 						r.names[string(k)] = obj.UID
 					}
 				}
-				it := item{span: s, pos: pos - 1}
+				it := item{span: s, pos: pos - 1, follow: follow}
+				if follow {
+					it.controller = typ.Str() == model.SpanTypeController
+					it.tsWindow = ref.Window.UnixNano()
+				}
 				if p.join != nil && typ.Str() == model.SpanTypeAudit {
 					if v, ok := attrs.Get(model.AttrAuditID); ok {
 						it.auditID = v.Str()
@@ -470,6 +496,12 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 					n.deadline = it.deadline
 				}
 				it.node = n
+				if p.cfg.TraceContext.Nest && typ.Str() == model.SpanTypeAudit {
+					if tc, ok := spanTraceContext(s); ok {
+						// Later spans of a batch are later: the last context seen is the object's.
+						n.ctx, n.hasCtx, n.ctxStart = tc, true, s.StartTimestamp().AsTime()
+					}
+				}
 				if items == nil {
 					// One per span left at most, sized at the first: no doubling copies, and a
 					// batch without kubetrail spans (another service's, the apiserver's) allocates none.
@@ -539,6 +571,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 		p.joinAudits(r, items, jb)
 	}
 	p.queueSpanCounts(r, now)
+	p.queueContexts(r)
 	r.run()
 	r.report()
 }
@@ -621,6 +654,10 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, r *resol
 			continue
 		}
 		s := it.span
+		if it.follow {
+			p.rewriteFollowed(r, it, n)
+			continue
+		}
 		n.observe(s)
 		if !n.cont.IsEmpty() {
 			s.SetTraceID(n.cont)
@@ -685,6 +722,9 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 			r.countSpans(n.asg.TraceID, 1)
 			res.objects = append(res.objects, n)
 			emitted++
+			if n.placed() {
+				emitted++ // its pointer span
+			}
 		}
 	}
 	continued := 0

@@ -68,6 +68,14 @@ type node struct {
 	contexts []model.TraceContext
 	nodeName string
 
+	// ctx is the trace context the batch's last audit span of the object carried (ctxStart: that
+	// span's start); ctxFresh: the context was first seen less than trace_context.nest_for before,
+	// so a root window created now is placed in its trace.
+	ctx      model.TraceContext
+	hasCtx   bool
+	ctxFresh bool
+	ctxStart time.Time
+
 	// cont is the continuation trace this batch's activity spans of the node go to, when the
 	// trace of its span is at max_spans_per_trace (contChecked: decided).
 	cont        pcommon.TraceID
@@ -98,6 +106,11 @@ type item struct {
 	uidFromName bool
 	mark        string // the duplicate mark this span set, if it was the first
 	auditID     string // audit spans, with the apiserver join on
+	// follow: the span carries the kubetrail trace-state member (a controller's work on the
+	// object, or a span descending from it); only its trace changes (trace_context.go).
+	// controller: it is the controller span itself; tsWindow: the member's window (Unix ns).
+	follow, controller bool
+	tsWindow           int64
 }
 
 // resolverCounts are added to the telemetry once per batch, not once per object: instruments
@@ -563,6 +576,10 @@ func (r *resolver) create(n *node) {
 	cand.SpanID = model.ObjectSpanID(n.id.key, n.window)
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
+		if n.ctxFresh {
+			// A root created by a write that carries a fresh trace context joins that trace.
+			cand.TraceID, cand.Parent = n.ctx.TraceID, n.ctx.SpanID
+		}
 	} else {
 		o := n.owner.resolve()
 		cand.TraceID, cand.Parent = o.asg.TraceID, o.asg.SpanID
@@ -728,6 +745,9 @@ func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
 		l.SetSpanID(tc.SpanID)
 		l.SetFlags(uint32(tc.Flags))
 		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
+	}
+	if n.placed() {
+		p.pointerSpan(b, n)
 	}
 }
 

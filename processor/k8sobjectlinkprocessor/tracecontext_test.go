@@ -35,13 +35,20 @@ func traceContextLinks(s ptrace.Span) []string {
 	return out
 }
 
+// linkOnlyConfig keeps trace contexts to links: the tests of links, apart from nesting.
+func linkOnlyConfig() *Config {
+	cfg := memoryConfig()
+	cfg.TraceContext.Nest = false
+	return cfg
+}
+
 func TestObjectSpansRepeatTheTraceContextsOfTheirWrites(t *testing.T) {
 	const (
 		first  = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	)
 	t.Run("the window's object span links once to a context every write carries", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, linkOnlyConfig(), newFakeClock(t0))
 		h.consume(withContext(audit(deploy, "create", t0.Add(time.Second)), first),
 			withContext(audit(deploy, "status", t0.Add(2*time.Second)), first))
 		got := traceContextLinks(h.one("Deployment default/demo"))
@@ -50,7 +57,7 @@ func TestObjectSpansRepeatTheTraceContextsOfTheirWrites(t *testing.T) {
 		}
 	})
 	t.Run("a changed context gives the object span a second link", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, linkOnlyConfig(), newFakeClock(t0))
 		h.consume(withContext(audit(deploy, "create", t0.Add(time.Second)), first),
 			withContext(audit(deploy, "update", t0.Add(2*time.Second)), second),
 			withContext(audit(deploy, "status", t0.Add(3*time.Second)), second))
@@ -59,7 +66,7 @@ func TestObjectSpansRepeatTheTraceContextsOfTheirWrites(t *testing.T) {
 		}
 	})
 	t.Run("children get no link: they nest under the linked root", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, linkOnlyConfig(), newFakeClock(t0))
 		h.consume(withContext(audit(deploy, "create", t0.Add(time.Second)), first), audit(rsA, "rs", t0.Add(2*time.Second)))
 		if got := traceContextLinks(h.one("ReplicaSet default/demo-a")); len(got) != 0 {
 			t.Fatalf("links = %v", got)
@@ -69,7 +76,7 @@ func TestObjectSpansRepeatTheTraceContextsOfTheirWrites(t *testing.T) {
 		}
 	})
 	t.Run("activity spans keep their own links as they are", func(t *testing.T) {
-		h := newHarness(t, memoryConfig(), newFakeClock(t0))
+		h := newHarness(t, linkOnlyConfig(), newFakeClock(t0))
 		h.consume(withContext(audit(deploy, "create", t0.Add(time.Second)), first))
 		if got := traceContextLinks(h.activitySpan("audit create")); len(got) != 1 {
 			t.Fatalf("links = %v", got)

@@ -1,0 +1,171 @@
+package k8sobjectlinkprocessor
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/objid"
+)
+
+// Two kinds of context reach an object's window from outside kubetrail (docs/design.md, Trace
+// contexts):
+//
+//   - The annotation trace.kubernetes.io/context on an object (a CI step's `kubectl trail apply`,
+//     `kubetrail annotate`): the receiver links the write's audit span to it. With
+//     trace_context.nest, a root object's window created by such a write is placed IN that trace,
+//     under the annotated span, so the caller's trace holds the whole rollout. The first sight of
+//     each context is recorded in the ID map ("t:" record); past nest_for after it, windows only
+//     link, so a context left on an object does not pull every later window into an old trace. A
+//     window placed so also gets a pointer span in its derived trace, for readers that compute
+//     trace IDs (kubetrail trace).
+//   - The kubetrail trace-state member (internal/objid), which pkg/objecttrace puts on a
+//     controller's span about an object and which every descendant inherits, across processes
+//     through the tracestate header: with trace_context.follow_trace_state such spans move into
+//     the trace of the object's window. Their parents stay, except a controller span's parent
+//     that is the object span as the package derived it, which becomes the object's span as
+//     assigned.
+
+// contextKey is the ID map record of a trace context's first sight: its value is the start of
+// the first span seen carrying it, in Unix nanoseconds.
+func contextKey(tc model.TraceContext) string {
+	var b [2 + 16 + 8]byte
+	b[0], b[1] = 't', ':'
+	copy(b[2:18], tc.TraceID[:])
+	copy(b[18:], tc.SpanID[:])
+	return string(b[:])
+}
+
+func encodeFirstSeen(t time.Time) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(t.UnixNano()))
+	return string(b[:])
+}
+
+func decodeFirstSeen(s string) (time.Time, bool) {
+	if len(s) != 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64([]byte(s)))), true
+}
+
+// contextRecordLife is how long the first sight of a context is remembered: past it, a context
+// still on an object would nest one window again.
+const contextRecordLife = 7 * 24 * time.Hour
+
+// spanTraceContext returns the trace context an audit span links to (the object's annotation).
+func spanTraceContext(s ptrace.Span) (model.TraceContext, bool) {
+	for _, l := range s.Links().All() {
+		if v, ok := l.Attributes().Get(model.AttrLinkType); ok && v.Str() == model.LinkTypeTraceContext {
+			return model.TraceContext{TraceID: l.TraceID(), SpanID: l.SpanID(), Flags: uint8(l.Flags())}, true
+		}
+	}
+	return model.TraceContext{}, false
+}
+
+// followed returns the object a span's kubetrail trace-state member names: spans of another
+// source (typ "") or controller spans only. Most spans carry no trace state; those cost one
+// string check.
+func followed(s ptrace.Span, typ string) (objid.ObjectRef, bool) {
+	if typ != "" && typ != model.SpanTypeController {
+		return objid.ObjectRef{}, false
+	}
+	raw := s.TraceState().AsRaw()
+	if raw == "" || !strings.Contains(raw, objid.TraceStateKey+"=") {
+		return objid.ObjectRef{}, false
+	}
+	v, ok := objid.FindTraceState(raw)
+	if !ok {
+		return objid.ObjectRef{}, false
+	}
+	ref, err := objid.DecodeTraceState(v)
+	return ref, err == nil
+}
+
+// followedObject is the object of a followed span: the identity a controller span carries on
+// itself when it names the same UID, else the cluster and UID of the member.
+func followedObject(ref objid.ObjectRef, resAttrs, attrs pcommon.Map, typ string) model.Object {
+	if typ == model.SpanTypeController {
+		if obj, ok := model.ObjectFromAttributes(resAttrs, attrs); ok && obj.UID == ref.UID {
+			obj.Cluster = ref.Cluster
+			return obj
+		}
+	}
+	return model.Object{Cluster: ref.Cluster, UID: ref.UID}
+}
+
+// placed reports whether n's window was placed in the trace of its trace context.
+func (n *node) placed() bool {
+	return n.hasCtx && n.asg.TraceID == n.ctx.TraceID && n.asg.Parent == n.ctx.SpanID
+}
+
+// pointerSpan writes, into the derived trace of n's window, the pointer to the trace the window
+// was placed in: an object span of n, a root, saying where its spans are. Its span ID stands
+// for the object span in another trace, as a continuation span's does (model.ContinuationSpanID).
+func (p *objectLinkProcessor) pointerSpan(b *model.TracesBuilder, n *node) {
+	derived := model.ObjectTraceID(n.id.key, n.window)
+	s := p.appendObjectSpan(b, n, derived, model.ContinuationSpanID(n.asg.SpanID, derived), pcommon.SpanID{})
+	s.Attributes().PutStr(model.AttrTracePlacedIn, n.asg.TraceID.String())
+	l := s.Links().AppendEmpty()
+	l.SetTraceID(n.ctx.TraceID)
+	l.SetSpanID(n.ctx.SpanID)
+	l.SetFlags(uint32(n.ctx.Flags))
+	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
+}
+
+// queueContexts records the first sight of the trace contexts the batch's objects carry and
+// learns whether each is still fresh enough to nest a window. The answers must be in before any
+// root is created, and the memory store settles roots in the first round, so a batch with
+// contexts makes this round trip first: one more, in batches of annotated objects only. Objects
+// whose window is already settled locally ask nothing.
+func (p *objectLinkProcessor) queueContexts(r *resolver) {
+	if !p.cfg.TraceContext.Nest {
+		return
+	}
+	queued := false
+	for _, n := range r.order {
+		if !n.hasCtx {
+			continue
+		}
+		if !queued {
+			r.localRound()
+		}
+		if n.state == stFinal {
+			continue
+		}
+		queued = true
+		n, start := n, n.ctxStart
+		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(n.ctx), Value: encodeFirstSeen(start), ExpireAt: start.Add(contextRecordLife)},
+			func(op *Op) {
+				first, ok := decodeFirstSeen(op.Value)
+				if !op.Found || !ok {
+					first = start
+				}
+				n.ctxFresh = start.Sub(first) <= p.cfg.TraceContext.NestFor
+			})
+	}
+	if queued {
+		r.flush()
+	}
+}
+
+// rewriteFollowed moves a span that carries the trace-state member into its object's trace;
+// the controller span whose parent is the object span as the package derived it goes under the
+// object's span as assigned (or its continuation span).
+func (p *objectLinkProcessor) rewriteFollowed(r *resolver, it *item, n *node) {
+	s := it.span
+	trace, parent := n.asg.TraceID, n.asg.SpanID
+	if !n.cont.IsEmpty() {
+		trace, parent = n.cont, model.ContinuationSpanID(n.asg.SpanID, n.cont)
+	}
+	s.SetTraceID(trace)
+	if it.controller && s.ParentSpanID() != parent &&
+		s.ParentSpanID() == model.ObjectSpanID(n.id.key, time.Unix(0, it.tsWindow)) {
+		s.SetParentSpanID(parent)
+	}
+	r.countSpans(trace, 1)
+}
