@@ -17,7 +17,8 @@ import (
 const demoTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // TestDeploymentJoinsTraces checks the joins with other traces on the deployment scenario: the
-// Deployment created with a trace context has its window span linked to that trace, and every
+// Deployment created with a trace context has its window span linked to that trace and, the
+// context being fresh, its first window placed in it (a pointer left in its derived trace); every
 // kubectl write's audit span is joined with the apiserver's own request trace (KEP-647), which
 // holds the etcd call of a create or an update.
 func TestDeploymentJoinsTraces(t *testing.T) {
@@ -39,6 +40,29 @@ func TestDeploymentJoinsTraces(t *testing.T) {
 		create := spans.OfType(model.SpanTypeAudit).WithAttr(model.AttrObjectUID, uids[0]).WithAttr(model.AttrAuditVerb, "create")
 		Check(t, "the create's audit span links to the given trace", len(create) == 1 && hasLink(create[0], model.LinkTypeTraceContext, want[1], want[2]),
 			"create spans %v, links %v", create.Names(), linksOf(create))
+	})
+
+	t.Run("the Deployment's first window is placed in the context's trace, and its derived trace points there", func(t *testing.T) {
+		uids := createdUIDs(spans, run.Window(), "Deployment", "default", "demo")
+		if len(uids) != 1 {
+			return // the sub-test above says why
+		}
+		want := strings.Split(demoTraceparent, "-")
+		objects := spans.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, uids[0])
+		placed := objects.Where(func(s *Span) bool { return s.TraceID == want[1] && s.ParentSpanID == want[2] })
+		if !Check(t, "the Deployment's first window is under the context's span", len(placed) > 0, "object spans %v", linksOf(objects)) {
+			return
+		}
+		first := placed[0]
+		derived := model.ObjectTraceID(model.UIDKey(ClusterName, uids[0]), first.Start).String()
+		// The pointer starts at the window's start, before the run: read its trace by ID.
+		got, err := waitTrace(t, env, derived, 30*time.Second, func(ss Spans) error {
+			if p := ss.WithAttr(model.AttrTracePlacedIn, want[1]); len(p) != 1 || p[0].ParentSpanID != "" {
+				return fmt.Errorf("%d pointers to %s", len(p), want[1])
+			}
+			return nil
+		})
+		Check(t, "the window's derived trace holds a pointer to the context's trace", err == nil, "%v; derived trace %s: %v", err, derived, got.Names())
 	})
 
 	t.Run("kubectl's writes are joined with the apiserver's request traces", func(t *testing.T) {

@@ -25,7 +25,7 @@ cleanup_leftovers() {
     [[ -e $f ]] || continue
     pid=$(cat "$f")
     # Only if the PID still runs what we started (PIDs get reused).
-    if kill -0 "$pid" 2>/dev/null && [[ $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) =~ jaeger|otelcol|/kafka ]]; then
+    if kill -0 "$pid" 2>/dev/null && [[ $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) =~ jaeger|otelcol|/kafka|/childmaker ]]; then
       log "stopping leftover $(basename "$f" .pid) ($pid)"; kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -KILL "$pid" 2>/dev/null || true
@@ -37,10 +37,11 @@ cleanup_leftovers() {
 cleanup_leftovers
 rm -rf "$OUT"; mkdir -p "$OUT/pids"
 
-log "compiling the e2e tests and the Kafka broker (testbed/cmd/kafka)"
+log "compiling the e2e tests, the Kafka broker (testbed/cmd/kafka) and the example controller (testbed/cmd/childmaker)"
 t1=$(date +%s)
 go test -c -tags e2e -o "$OUT/e2e.test" ./testbed/e2e
 go build -o "$OUT/kafka" ./testbed/cmd/kafka
+go build -o "$OUT/childmaker" ./testbed/cmd/childmaker
 t2=$(date +%s)
 
 test_pid=""
