@@ -17,7 +17,7 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// The object-lifecycle tracing proposal's user side (docs/design.md, Trace contexts): a CI step's
+// The object-lifecycle tracing proposal's user side (docs/design.md, Links to other traces): a CI step's
 // `kubectl trail apply --wait` puts the rollout it causes in the step's own trace, and a
 // controller instrumented with pkg/objecttrace has its reconcile spans, and the apiserver's
 // spans of its requests, in the trace of the object it worked on.
