@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -27,6 +28,8 @@ import (
 type kubeFlags struct {
 	kubeconfig, context, namespace string
 	fs                             *pflag.FlagSet
+	// wrap, when set, wraps the clients' transport (apply sends its trace context with it).
+	wrap func(http.RoundTripper) http.RoundTripper
 }
 
 func (k *kubeFlags) add(fs *pflag.FlagSet, namespaceUsage string) {
@@ -99,7 +102,12 @@ var connect = func(k *kubeFlags, warnings io.Writer) (*cluster, error) {
 	}
 	w := escapedWarnings{warnings}
 	cfg.Timeout = requestTimeout
+	// kubectl's client rate: apply --wait reads every object each second.
+	cfg.QPS, cfg.Burst = 50, 300
 	cfg.WarningHandler = w
+	if k.wrap != nil {
+		cfg.Wrap(k.wrap)
+	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err

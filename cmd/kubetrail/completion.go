@@ -10,7 +10,7 @@ import (
 )
 
 // subcommands are the words after the program; as a kubectl plugin an object there is trace's.
-var subcommands = []string{"trace", "annotate", "completion"}
+var subcommands = []string{"trace", "annotate", "apply", "completion"}
 
 // completeProg is progName's answer for kubectl_complete-trail: the executable kubectl (1.26
 // and later) runs to complete `kubectl trail …`, with the words after "trail", the last one
@@ -24,22 +24,23 @@ var valueWords = map[string][]string{
 	"source": {"jaeger=", "file="},
 }
 
-var fileFlags = []string{"kubeconfig", "out"}
+var fileFlags = []string{"kubeconfig", "out", "filename", "f"}
 
 // words are the completions' vocabulary, from the commands' own flag sets: a new flag is
 // completed without editing the scripts.
 type words struct {
-	traceFlags, annotateFlags []string
-	valued                    []string // flags that take a value
-	kinds                     []string
+	traceFlags, annotateFlags, applyFlags []string
+	valued                                []string // flags that take a value
+	kinds                                 []string
 }
 
 func vocabulary() words {
 	var w words
-	var tvalued, avalued []string
+	var tvalued, avalued, pvalued []string
 	w.traceFlags, tvalued = traceCommand("", &traceFlags{}).flagWords()
 	w.annotateFlags, avalued = annotateCommand("", &kubeFlags{}).flagWords()
-	for _, f := range append(tvalued, avalued...) {
+	w.applyFlags, pvalued = applyCommand("", &applyFlags{}).flagWords()
+	for _, f := range slices.Concat(tvalued, avalued, pvalued) {
 		if !slices.Contains(w.valued, f) {
 			w.valued = append(w.valued, f)
 		}
@@ -96,12 +97,13 @@ running kubectl_complete-trail from the PATH: make it a link to kubectl-trail (d
 		"@SUBCOMMANDS@", strings.Join(subcommands, " "),
 		"@TRACE_FLAGS@", strings.Join(w.traceFlags, " "),
 		"@ANNOTATE_FLAGS@", strings.Join(w.annotateFlags, " "),
+		"@APPLY_FLAGS@", strings.Join(w.applyFlags, " "),
 		"@VALUED@", strings.Join(w.valued, "|"),
 		"@KINDS@", strings.Join(w.kinds, " "),
 		"@OUTPUTS@", strings.Join(outputs, " "),
 		"@ONLY@", strings.Join(trail.ValidOnly, " "),
 		"@SOURCES@", strings.Join(valueWords["source"], " "),
-		"@FILE_FLAGS@", "--"+strings.Join(fileFlags, "|--"),
+		"@FILE_FLAGS@", fileFlagWords(),
 	)
 	_, err = io.WriteString(stdout, r.Replace(script))
 	return err
@@ -133,7 +135,7 @@ _kubetrail() {
     esac
     cmd=
     case ${COMP_WORDS[1]} in
-        trace|annotate|completion) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
+        trace|annotate|apply|completion) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
     esac
     if [[ -z $cmd && ${COMP_WORDS[0]##*/} == kubectl-trail ]]; then
         cmd=trace # as a kubectl plugin, an object is trace's
@@ -142,6 +144,7 @@ _kubetrail() {
         case $cmd in
             trace) COMPREPLY=($(compgen -W "@TRACE_FLAGS@" -- "$cur")) ;;
             annotate) COMPREPLY=($(compgen -W "@ANNOTATE_FLAGS@" -- "$cur")) ;;
+            apply) COMPREPLY=($(compgen -W "@APPLY_FLAGS@" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--help -h" -- "$cur")) ;;
         esac
         return
@@ -153,6 +156,7 @@ _kubetrail() {
     fi
     case $cmd in
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
+        apply) ;; # flags only: its files follow -f
         trace|annotate)
             # TYPE, unless one was given: the first word that is neither a flag nor its value.
             for ((i = 1; i < COMP_CWORD; i++)); do
@@ -185,13 +189,14 @@ _kubetrail() {
         @VALUED@) return ;;
     esac
     case ${words[2]} in
-        trace|annotate|completion) ((CURRENT > 2)) && cmd=${words[2]} ;;
+        trace|annotate|apply|completion) ((CURRENT > 2)) && cmd=${words[2]} ;;
     esac
     [[ -z $cmd && ${words[1]:t} == kubectl-trail ]] && cmd=trace
     if [[ $cur == -* ]]; then
         case $cmd in
             trace) compadd -- @TRACE_FLAGS@ ;;
             annotate) compadd -- @ANNOTATE_FLAGS@ ;;
+            apply) compadd -- @APPLY_FLAGS@ ;;
             *) compadd -- --help -h ;;
         esac
         return
@@ -208,6 +213,19 @@ _kubetrail() {
 }
 compdef _kubetrail kubetrail kubectl-trail
 `
+
+// fileFlagWords are the flags whose value is a file name, as typed: --kubeconfig|--out|…|-f.
+func fileFlagWords() string {
+	var w []string
+	for _, f := range fileFlags {
+		if len(f) == 1 {
+			w = append(w, "-"+f)
+		} else {
+			w = append(w, "--"+f)
+		}
+	}
+	return strings.Join(w, "|")
+}
 
 // complete answers kubectl's plugin completion (cobra's __complete protocol): args are the
 // words after "kubectl trail", the last the one being completed; one candidate a line, then
@@ -259,11 +277,15 @@ func complete(args []string, w io.Writer) int {
 			cands = v.traceFlags
 		case "annotate":
 			cands = v.annotateFlags
+		case "apply":
+			cands = v.applyFlags
 		}
 	case len(before) == 0:
 		cands = append(slices.Clone(subcommands), v.kinds...)
 	case cmd == "completion":
 		cands = []string{"bash", "zsh"}
+	case cmd == "apply":
+		// flags only: its files follow -f
 	default:
 		if !hasObject(before, v.valued) {
 			cands = v.kinds

@@ -64,7 +64,9 @@ func TestBashCompletionCompletesSubcommandsFlagsAndValues(t *testing.T) {
 		words []string // the last is the word being completed
 		want  []string
 	}{
-		{[]string{"kubetrail", ""}, []string{"trace", "annotate", "completion"}},
+		{[]string{"kubetrail", ""}, []string{"trace", "annotate", "apply", "completion"}},
+		{[]string{"kubetrail", "apply", "--fi"}, []string{"--filename", "--field-manager"}},
+		{[]string{"kubetrail", "apply", "-f", "deploy.yaml", "--w"}, []string{"--wait", "--window"}},
 		{[]string{"kubetrail", "trace", "--gen"}, []string{"--generation"}},
 		{[]string{"kubetrail", "trace", "deploy/web", "-o", ""}, []string{"tree", "timeline", "json", "html"}},
 		{[]string{"kubetrail", "trace", "deploy/web", "--output", "=", "j"}, []string{"json"}},
@@ -111,6 +113,11 @@ func TestKubectlPluginCompletionAnswersCobrasProtocol(t *testing.T) {
 		{[]string{"deploy/web", "--kubeconfig", ""}, ":0\n"},
 		{[]string{"deploy/web", "--gen"}, "--generation\n:4\n"},
 		{[]string{"annotate", "--c"}, "--context\n:4\n"},
+		{[]string{"ap"}, "apply\n:4\n"},
+		{[]string{"apply", "--force"}, "--force-conflicts\n:4\n"},
+		{[]string{"apply", "-f", ""}, ":0\n"},
+		{[]string{"apply", "--filename", ""}, ":0\n"},
+		{[]string{"apply", "-f", "x.yaml", ""}, ":4\n"},
 		{[]string{"deploy", "we"}, ":4\n"},
 		{[]string{"completion", ""}, "bash\nzsh\n:4\n"},
 	}

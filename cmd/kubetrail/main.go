@@ -1,7 +1,8 @@
 // Command kubetrail reads kubetrail's traces back: `kubetrail trace deployment/web -n shop`
 // prints one object's whole story, its windows merged, as a terminal tree, a timeline, JSON or a
 // self-contained HTML page; `kubetrail annotate` starts a trace context on an object before a
-// change. Installed as kubectl-trail it is also `kubectl trail …`. Usage: docs/cli.md.
+// change; `kubetrail apply -f FILE --wait` applies objects inside a trace and follows their
+// rollout. Installed as kubectl-trail it is also `kubectl trail …`. Usage: docs/cli.md.
 package main
 
 import (
@@ -38,12 +39,16 @@ Examples:
   # Start a trace before a change, and keep its ID
   id=$(%[1]s annotate deploy/web)
 
+  # Apply inside the CI step's trace ($TRACEPARENT), wait for the rollout
+  %[1]s apply -f deploy.yaml --wait
+
   # Shell completion
   source <(%[1]s completion bash)
 
 Available Commands:
   trace        %[3]s
   annotate     Write a fresh trace context annotation on an object and print its trace ID
+  apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
 
 Usage:
@@ -106,6 +111,12 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runTrace(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "annotate":
 		err = runAnnotate(ctx, cmd, argv[1:], stdout, stderr)
+	case "apply":
+		traceCmd := prog + " trace"
+		if plugin {
+			traceCmd = prog
+		}
+		err = runApply(ctx, prog, cmd, traceCmd, argv[1:], stdout, stderr)
 	case "completion":
 		err = runCompletion(prog, cmd, argv[1:], stdout)
 	case "__complete":

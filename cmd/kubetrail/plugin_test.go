@@ -39,6 +39,8 @@ func TestAsKubectlPluginFlagsMayComeFirstAndUsageSaysKubectlTrail(t *testing.T) 
 		{[]string{"deploy/demo", "--help"}, 0, true, "  kubectl trail deploy/web --cluster prod-eu-1", "kubectl trail trace"},
 		{[]string{"trace", "--help"}, 0, true, "  kubectl trail trace deploy/web --cluster prod-eu-1", "kubetrail trace"},
 		{[]string{"annotate", "-h"}, 0, true, "Usage:\n  kubectl trail annotate (TYPE/NAME | TYPE NAME) [options]\n", "kubetrail annotate"},
+		{[]string{"apply", "-h"}, 0, true, "Usage:\n  kubectl trail apply -f (FILENAME | DIRECTORY | -) [--wait] [options]\n", "kubetrail apply"},
+		{[]string{"apply", "--wait"}, 2, false, "kubectl trail: -f is required: a file, a directory of .yaml, .yml and .json files, or - for stdin\nSee 'kubectl trail apply -h' for help and examples.", "kubetrail"},
 		{[]string{"-n", "default", "deploy/demo"}, 2, false, "kubectl trail: --source is required", "kubetrail:"},
 		{[]string{"-n", "default", "deploy/demo"}, 2, false, "See 'kubectl trail -h' for help and examples.", "kubetrail"},
 		{[]string{"annotate", "deploy/demo", "-x"}, 2, false, "kubectl trail: unknown shorthand flag: 'x' in -x\nSee 'kubectl trail annotate -h' for help and examples.", "kubetrail"},
@@ -67,7 +69,7 @@ func TestAsKubectlPluginFlagsMayComeFirstAndUsageSaysKubectlTrail(t *testing.T) 
 // The help is laid out as kubectl's: a description, Examples, Options in groups (each flag as
 // "-o, --output='tree':" with its text on the next line), Usage last.
 func TestHelpIsLaidOutAsKubectls(t *testing.T) {
-	for _, args := range [][]string{{"trace", "-h"}, {"annotate", "--help"}, {"completion", "-h"}} {
+	for _, args := range [][]string{{"trace", "-h"}, {"annotate", "--help"}, {"apply", "-h"}, {"completion", "-h"}} {
 		code, out, errOut := kubetrail(t, args...)
 		if code != 0 || errOut != "" {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
