@@ -8,7 +8,7 @@ import (
 )
 
 // TraceStateKey is the W3C trace-state member that names the object a span's work is about
-// (docs/span-model.md, Controller spans). A controller's span started with pkg/objecttrace
+// (docs/span-model.md, Controller span). A controller's span started with pkg/objecttrace
 // carries it, and so does every span that descends from it, in the controller and, through the
 // traceparent and tracestate headers, in the apiserver: k8s_object_link moves all of them into
 // the trace of the object's window.

@@ -35,7 +35,7 @@ const DefaultWindow = 30 * time.Minute
 // DefaultControllerName is the controller name when WithControllerName does not give one.
 const DefaultControllerName = "controller"
 
-// Span attribute names and values a Tracer sets (docs/span-model.md, Controller spans); the
+// Span attribute names and values a Tracer sets (docs/span-model.md, Controller span); the
 // same names as internal/model's, which this package may not import (it pulls collector modules).
 const (
 	attrSpanType         = "kubetrail.span.type"
