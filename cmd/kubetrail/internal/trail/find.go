@@ -70,7 +70,7 @@ type Found struct {
 // FetchedTrace is one trace read from the backend.
 type FetchedTrace struct {
 	TraceID string `json:"trace_id"`
-	Via     string `json:"via"` // derived | search | previous_window | continuation
+	Via     string `json:"via"` // derived | search | previous_window | continuation | placed_in
 	Spans   int    `json:"spans"`
 
 	id        pcommon.TraceID
@@ -273,8 +273,20 @@ func (f *finder) fetch(ctx context.Context, id pcommon.TraceID, via string) erro
 	}
 	f.found.Spans = append(f.found.Spans, spans...)
 	f.found.Traces = append(f.found.Traces, FetchedTrace{TraceID: id.String(), Via: via, Spans: len(spans), id: id})
+	// An object span that points to the trace its window was placed in (a trace context the
+	// object carried, such as a CI step's): the window's spans are there.
+	for _, s := range spans {
+		if placed, ok := s.PlacedIn(); ok {
+			if err := f.fetch(ctx, placed, viaPlacedIn); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
+
+// viaPlacedIn is how a trace was found that a pointer span named (model.AttrTracePlacedIn).
+const viaPlacedIn = "placed_in"
 
 // matches returns the target's object spans among those fetched, in window order.
 func (f *finder) matches(uid string) []*Span {
@@ -312,11 +324,13 @@ func (f *finder) rootOf(s *Span) *Span {
 	return walkUp(byID, s)
 }
 
+// walkUp ends at an object span whose parent is not an object span: a window placed in a trace
+// context (a CI step's span) is a root there.
 func walkUp(byID map[pcommon.SpanID]*Span, s *Span) *Span {
 	top := s
 	for i := 0; i < 64 && !s.ParentID.IsEmpty(); i++ {
 		p, ok := byID[s.ParentID]
-		if !ok {
+		if !ok || (s.IsObject() && !p.IsObject()) {
 			break
 		}
 		s = p

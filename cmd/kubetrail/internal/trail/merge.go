@@ -107,6 +107,11 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 			continue
 		}
 		n := node(s)
+		if placed, ok := s.PlacedIn(); ok && byRef[ref{placed, s.SpanID}] != nil {
+			// A pointer, in the object's derived trace, to its window placed in a trace
+			// context: the window is the span there (same span ID), read too.
+			continue
+		}
 		if s.Str(model.AttrTraceContinues) == "" {
 			// An object's span in a continuation trace is the same window again: what is
 			// under it joins the object's node, the window is counted once.
@@ -115,7 +120,9 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 		if root == "" && matchesTarget(s, t) && (uid == "" || s.Object.UID == uid) {
 			root = identityOf(s)
 		}
-		if p := objectOf(byRef[ref{s.TraceID, s.ParentID}]); p != nil {
+		// The owner is the parent object span. An object span under another kind of span (the
+		// span of the CI step whose trace context the object carried) is a root.
+		if p := byRef[ref{s.TraceID, s.ParentID}]; p != nil && p.IsObject() {
 			pid := identityOf(p)
 			if childIDs[pid] == nil {
 				childIDs[pid] = map[identity]bool{}

@@ -5,6 +5,7 @@
 package trail
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -45,8 +46,10 @@ type Span struct {
 	Error         bool
 	StatusMessage string
 
-	Type    string // model.SpanType*: object, audit, event ("" for foreign spans)
-	Cluster string // the resource's k8s.cluster.name
+	Type    string // model.SpanType*: object, audit, event, controller ("" for foreign spans)
+	// Cluster is the resource's k8s.cluster.name; a controller span's own (its Resource is the
+	// controller's).
+	Cluster string
 	Object  model.Object
 	// Resource holds the resource's attributes (the object's identity) as plain values; Schema
 	// is the resource's schema URL, which names the span model (model.SchemaURL).
@@ -91,6 +94,12 @@ type Unreadable struct {
 func readable(spans []*Span, u *Unreadable) []*Span {
 	out := spans[:0]
 	for _, s := range spans {
+		if s.Type == model.SpanTypeController {
+			// Its Resource, and the schema URL on it, are the controller's own: the span type
+			// (span model 1.2 and later) tells the span is kubetrail's.
+			out = append(out, s)
+			continue
+		}
 		if s.Type != "" {
 			if s.Schema == "" && !identityOnSpan(s) && s.Resource[model.AttrObjectKind] != nil {
 				out = append(out, s)
@@ -139,7 +148,15 @@ func SpansFromTraces(td ptrace.Traces) []*Span {
 					Resource:      resRaw,
 					Schema:        rs.SchemaUrl(),
 				}
-				if o, ok := model.ObjectFromAttributes(res, s.Attributes()); ok {
+				if sp.Type == model.SpanTypeController {
+					// The identity is on the span: the Resource is the controller's.
+					if o, ok := model.ObjectFromAttributes(s.Attributes(), s.Attributes()); ok {
+						sp.Object = o
+					}
+					if c := strAttr(s.Attributes(), model.AttrClusterName); c != "" {
+						sp.Cluster = c
+					}
+				} else if o, ok := model.ObjectFromAttributes(res, s.Attributes()); ok {
 					sp.Object = o
 				}
 				for _, e := range s.Events().All() {
@@ -188,10 +205,31 @@ func (s *Span) IsObject() bool { return s.Type == model.SpanTypeObject }
 // Duration is the span's length.
 func (s *Span) Duration() time.Duration { return s.End.Sub(s.Start) }
 
-// Verb is the audit verb, or "event" for an event span.
+// IsController reports whether s is a controller's span of work on its object.
+func (s *Span) IsController() bool { return s.Type == model.SpanTypeController }
+
+// PlacedIn is, for an object span in an object's derived trace that points to the trace its
+// window was placed in (a trace context the object carried), that trace's ID.
+func (s *Span) PlacedIn() (pcommon.TraceID, bool) {
+	var id pcommon.TraceID
+	h, _ := s.Attrs[model.AttrTracePlacedIn].(string)
+	if !s.IsObject() || len(h) != 2*len(id) {
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil || id.IsEmpty() {
+		return pcommon.TraceID{}, false
+	}
+	return id, true
+}
+
+// Verb is the audit verb, "event" for an event span, the span's name for a controller span
+// ("reconcile").
 func (s *Span) Verb() string {
-	if s.Type == model.SpanTypeEvent {
+	switch s.Type {
+	case model.SpanTypeEvent:
 		return "event"
+	case model.SpanTypeController:
+		return s.Name
 	}
 	v := s.Str(model.AttrAuditVerb)
 	if sub := s.Str(model.AttrAuditSubresource); sub != "" {
@@ -210,8 +248,18 @@ func (s *Span) IsWrite() bool {
 }
 
 // Actor is who acted: a controller or user name for audit spans, the reporting controller for
-// events. Service account and node user names are shortened to what an operator calls them.
+// events, the controller (kubetrail.controller.name, else its service.name) for controller
+// spans. Service account and node user names are shortened to what an operator calls them.
 func (s *Span) Actor() string {
+	if s.Type == model.SpanTypeController {
+		if c, _ := s.Attrs[model.AttrControllerName].(string); c != "" {
+			return c
+		}
+		if c, _ := s.Resource[model.AttrServiceName].(string); c != "" {
+			return c
+		}
+		return "?"
+	}
 	if s.Type == model.SpanTypeEvent {
 		if c := s.Str(model.AttrEventReportingCtrl); c != "" {
 			return c

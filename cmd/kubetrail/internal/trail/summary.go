@@ -49,12 +49,17 @@ const (
 	RoleUser       = "user"
 	RoleScheduler  = "scheduler"
 	RoleController = "controllers"
+	// RoleTracedController is a controller's own work, from its controller spans
+	// (kubetrail.span.type controller, pkg/objecttrace); RoleController is the controllers as
+	// the audit log shows them, by their writes.
+	RoleTracedController = "traced controller"
 	RoleNodeAgent  = "node agent"
 	RoleOther      = "other"
 )
 
 // roles gives every activity span its actor's role: the scheduler; controllers (the controller
-// manager and every service account: operators run as service accounts too); node agents (the
+// manager and every service account: operators run as service accounts too); traced controllers
+// (a controller's own spans of its work on the object); node agents (the
 // kubelets, system:node:…, and any other client that writes Pod status, as kwok does for its
 // fake nodes); users (any other client); other components of the control plane.
 func roles(acts []Activity) map[*Span]string {
@@ -74,6 +79,9 @@ func roles(acts []Activity) map[*Span]string {
 }
 
 func roleOf(s *Span, nodeAgents map[string]bool) string {
+	if s.Type == model.SpanTypeController {
+		return RoleTracedController
+	}
 	if s.Type == model.SpanTypeEvent {
 		c := s.Actor()
 		switch {
