@@ -46,7 +46,7 @@ type Span struct {
 	Error         bool
 	StatusMessage string
 
-	Type    string // model.SpanType*: object, audit, event, controller ("" for foreign spans)
+	Type string // model.SpanType*: object, audit, event, controller ("" for foreign spans)
 	// Cluster is the resource's k8s.cluster.name; a controller span's own (its Resource is the
 	// controller's).
 	Cluster string

@@ -53,8 +53,8 @@ const (
 	// (kubetrail.span.type controller, pkg/objecttrace); RoleController is the controllers as
 	// the audit log shows them, by their writes.
 	RoleTracedController = "traced controller"
-	RoleNodeAgent  = "node agent"
-	RoleOther      = "other"
+	RoleNodeAgent        = "node agent"
+	RoleOther            = "other"
 )
 
 // roles gives every activity span its actor's role: the scheduler; controllers (the controller
