@@ -156,6 +156,9 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 	if err != nil {
 		return err
 	}
+	if tr.warning != nil {
+		fmt.Fprintf(stderr, "%s: warning: the trace's resource: %s\n", prog, trail.Escape(tr.warning.Error()))
+	}
 	pctx, _, perr := parentFromEnv(ctx)
 	if perr != nil {
 		fmt.Fprintf(stderr, "%s: warning: %s; starting a new trace\n", prog, trail.Escape(perr.Error()))

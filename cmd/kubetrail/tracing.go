@@ -32,9 +32,12 @@ const shutdownTimeout = 5 * time.Second
 // standard environment variables say (OTEL_EXPORTER_OTLP_ENDPOINT, …_PROTOCOL, …_HEADERS, the
 // …_TRACES_ variants), every span sampled.
 type tracing struct {
-	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
-	exp    *recordingExporter // nil with OTEL_TRACES_EXPORTER=none
+	// warning is what the Resource's detection could not read (a malformed
+	// OTEL_RESOURCE_ATTRIBUTES): the rest is used.
+	warning error
+	tp      *sdktrace.TracerProvider
+	tracer  trace.Tracer
+	exp     *recordingExporter // nil with OTEL_TRACES_EXPORTER=none
 }
 
 // otlpProtocol is the OTLP protocol the environment asks for: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
@@ -62,13 +65,13 @@ func startTracing(ctx context.Context) (*tracing, error) {
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	t := &tracing{warning: err}
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
 		// Always sampled, even under a TRACEPARENT whose flags say not: the user asked for this
 		// trace by running the command.
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 	}
-	t := &tracing{}
 	if exporter := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); exporter != "none" {
 		if exporter != "" && exporter != "otlp" {
 			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: want otlp (the default) or none", exporter)
