@@ -165,9 +165,8 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 
 // TestControllerSpansJoinTheObjectsTrace runs testbed/cmd/childmaker, a client-go controller
 // instrumented with pkg/objecttrace, on a ConfigMap owned by another ConfigMap: its reconcile
-// spans, its own child spans, the apiserver's spans of its requests and the children it creates
-// all land in the owner's trace, under the reconciled ConfigMap's span, though the controller
-// knows nothing of the owner; `kubetrail trace` shows the reconcile and counts it.
+// spans, its own child spans and the apiserver's spans of its requests all land in the owner's
+// trace, under the reconciled ConfigMap's span, though the controller knows nothing of the owner; `kubetrail trace` shows the reconcile and counts it.
 func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 	AfterOthers(t)
 	env := Testbed(t)
@@ -193,7 +192,6 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 		_ = proc.Stop(5 * time.Second)
 		_, _ = env.RunKubectl("delete", "configmap", "kids-root", "kids", "-n", "default", "--ignore-not-found")
 	})
-	start := time.Now()
 	if out, err := env.RunKubectl("create", "configmap", "kids-root", "-n", "default"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -212,9 +210,11 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	deadline := time.Now().Add(60 * time.Second)
+	var readyAt time.Time
 	for {
 		ready, _ := env.RunKubectl("get", "configmap", "kids", "-n", "default", "-o", `jsonpath={.metadata.annotations.kubetrail\.dev/children-ready}`)
 		if ready == "3" {
+			readyAt = time.Now()
 			break
 		}
 		if time.Now().After(deadline) {
@@ -226,9 +226,13 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The root ConfigMap's window trace: where the processor put kids, and the controller's spans.
-	trace := model.ObjectTraceID(model.UIDKey(ClusterName, rootUID), model.WindowStart(start, model.DefaultWindow)).String()
-	var kids, reconcile, children, apiserver, childObjects Spans
+	// The root ConfigMap's trace of the window the reconcile ran in (just before the ready mark
+	// was read): where the processor put kids, and the controller's spans.
+	trace := model.ObjectTraceID(model.UIDKey(ClusterName, rootUID), model.WindowStart(readyAt, model.DefaultWindow)).String()
+	// The child ConfigMaps themselves are roots of their own traces here: the testbed's audit
+	// policy logs ConfigMaps at Metadata level (no bodies, so no owner on their audit spans) and
+	// the e2e collector has no owner_lookup. The creates' apiserver spans are in kids' trace.
+	var kids, reconcile, children, apiserver Spans
 	spans, err := waitTrace(t, env, trace, 60*time.Second, func(ss Spans) error {
 		kids = ss.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, kidsUID)
 		reconcile = ss.OfType(model.SpanTypeController).Where(func(s *Span) bool {
@@ -237,9 +241,6 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 		mine := ss.Where(func(s *Span) bool { return s.Service == "childmaker" })
 		children = mine.Where(func(s *Span) bool { return s.Name != "reconcile" && childOf(s, reconcile) })
 		apiserver = ss.Where(func(s *Span) bool { return s.Service == apiserverService && childOf(s, mine) })
-		childObjects = ss.OfType(model.SpanTypeObject).Where(func(s *Span) bool {
-			return strings.HasPrefix(s.Attr(model.AttrObjectName), "kids-child-") && childOf(s, kids)
-		})
 		switch {
 		case len(kids) != 1:
 			return fmt.Errorf("%d object spans of ConfigMap kids", len(kids))
@@ -249,12 +250,10 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 			return fmt.Errorf("no child span of a reconcile")
 		case len(apiserver) == 0:
 			return fmt.Errorf("no apiserver span under the controller's spans")
-		case len(childObjects) != 3:
-			return fmt.Errorf("%d child ConfigMaps under kids", len(childObjects))
 		}
 		return nil
 	})
-	if !Check(t, "the reconcile spans, their children, the apiserver's spans of the controller's requests and the children it made are in the owner's trace under ConfigMap kids",
+	if !Check(t, "the reconcile spans, their children and the apiserver's spans of the controller's requests are in the owner's trace under ConfigMap kids",
 		err == nil, "%v; trace %s: %v", err, trace, spans.Names()) {
 		t.Logf("childmaker log:\n%s", proc.LogTail(30))
 		return

@@ -80,6 +80,18 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 		byRef[r] = s
 		uniq = append(uniq, s)
 	}
+	// placedWindows are the object spans a pointer can stand for: by trace, object and window.
+	type placedKey struct {
+		tr    pcommon.TraceID
+		id    identity
+		start int64
+	}
+	placedWindows := map[placedKey]bool{}
+	for _, s := range uniq {
+		if _, pointer := s.PlacedIn(); s.IsObject() && !pointer {
+			placedWindows[placedKey{s.TraceID, identityOf(s), s.Start.UnixNano()}] = true
+		}
+	}
 	nodes := map[identity]*Node{}
 	childIDs := map[identity]map[identity]bool{}
 	node := func(s *Span) *Node {
@@ -107,9 +119,9 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 			continue
 		}
 		n := node(s)
-		if placed, ok := s.PlacedIn(); ok && byRef[ref{placed, s.SpanID}] != nil {
+		if placed, ok := s.PlacedIn(); ok && placedWindows[placedKey{placed, identityOf(s), s.Start.UnixNano()}] {
 			// A pointer, in the object's derived trace, to its window placed in a trace
-			// context: the window is the span there (same span ID), read too.
+			// context: the window is the object's span of the same window there, read too.
 			continue
 		}
 		if s.Str(model.AttrTraceContinues) == "" {

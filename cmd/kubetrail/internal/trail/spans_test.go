@@ -167,7 +167,8 @@ func TestAPointerSpanLeadsToThePlacedWindowShownOnce(t *testing.T) {
 	step, apply := pcommon.SpanID{0xc1}, pcommon.SpanID{0xc2}
 
 	b := &spanBuilder{td: ptrace.NewTraces()}
-	ptr := addSpan(b.objectResource("Deployment", "apps", "deployments", "web", "uid-web"), derived, objID, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, w, model.DefaultWindow)
+	// The pointer has a span ID of its own, as k8s_object_link emits it.
+	ptr := addSpan(b.objectResource("Deployment", "apps", "deployments", "web", "uid-web"), derived, model.ContinuationSpanID(objID, derived), pcommon.SpanID{}, "Deployment", model.SpanTypeObject, w, model.DefaultWindow)
 	ptr.Attributes().PutStr(model.AttrTracePlacedIn, ci.String())
 	pointerTrace := SpansFromTraces(b.td)
 
