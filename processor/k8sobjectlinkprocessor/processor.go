@@ -419,6 +419,12 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 	pos := 0
 	windowChecked := false
 	total := td.SpanCount()
+	invalidMembers := 0
+	defer func() {
+		if invalidMembers > 0 {
+			p.tel.K8sObjectLinkTraceStateSpans.Add(ctx, int64(invalidMembers), metric.WithAttributes(attribute.String(attrResult, resultInvalid)))
+		}
+	}()
 	for _, rs := range td.ResourceSpans().All() {
 		resAttrs := rs.Resource().Attributes()
 		for _, ss := range rs.ScopeSpans().All() {
@@ -432,7 +438,10 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				var ref objid.ObjectRef
 				follow := false
 				if p.cfg.TraceContext.FollowTraceState {
-					ref, follow = followed(s, typ.Str())
+					var invalid bool
+					if ref, follow, invalid = followed(s, typ.Str()); invalid {
+						invalidMembers++
+					}
 				}
 				if p.join != nil {
 					if id, ok := apiserverRequestSpan(s, typ.Str()); ok {
@@ -499,7 +508,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				if p.cfg.TraceContext.Nest && typ.Str() == model.SpanTypeAudit {
 					if tc, ok := spanTraceContext(s); ok {
 						// Later spans of a batch are later: the last context seen is the object's.
-						n.ctx, n.hasCtx, n.ctxStart = tc, true, s.StartTimestamp().AsTime()
+						n.ctx = &nodeContext{tc: tc, start: s.StartTimestamp().AsTime()}
 					}
 				}
 				if items == nil {
@@ -631,7 +640,7 @@ func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.
 // whose object stayed unsettled pass on as received. remove is indexed by span ordinal.
 func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, r *resolver, items []item, spans int) (remove []bool, toHold []int) {
 	remove = make([]bool, spans)
-	duplicates, continued := 0, 0
+	duplicates, continued, follows := 0, 0, 0
 	for i := range items {
 		it := &items[i]
 		if it.dup {
@@ -656,6 +665,7 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, r *resol
 		s := it.span
 		if it.follow {
 			p.rewriteFollowed(r, it, n)
+			follows++
 			continue
 		}
 		n.observe(s)
@@ -680,6 +690,9 @@ func (p *objectLinkProcessor) rewriteActivitySpans(ctx context.Context, r *resol
 				l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeOwner)
 			}
 		}
+	}
+	if follows > 0 {
+		p.tel.K8sObjectLinkTraceStateSpans.Add(ctx, int64(follows), metric.WithAttributes(attribute.String(attrResult, resultFollowed)))
 	}
 	if duplicates > 0 {
 		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(duplicates), metric.WithAttributes(attribute.String(attrReason, reasonDuplicate)))
@@ -715,7 +728,7 @@ func (p *objectLinkProcessor) holdItems(ctx context.Context, td ptrace.Traces, i
 // ancestors included, and records their nodes in res.
 func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Traces, r *resolver, res *processResult) {
 	b := model.NewTracesBuilder(metadata.ScopeName, "")
-	emitted := 0
+	emitted, placed := 0, 0
 	for _, n := range r.order {
 		if n.state == stFinal && n.won {
 			p.objectSpan(b, n)
@@ -724,6 +737,7 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 			emitted++
 			if n.placed() {
 				emitted++ // its pointer span
+				placed++
 			}
 		}
 	}
@@ -738,6 +752,9 @@ func (p *objectLinkProcessor) emitObjectSpans(ctx context.Context, td ptrace.Tra
 	}
 	if continued > 0 {
 		p.tel.K8sObjectLinkTraceContinuations.Add(ctx, int64(continued), metric.WithAttributes(attribute.String(attrSpan, spanContinuation)))
+	}
+	if placed > 0 {
+		p.tel.K8sObjectLinkTraceContextWindowsPlaced.Add(ctx, int64(placed))
 	}
 	if emitted > 0 || continued > 0 {
 		// Continuation spans are object spans too: spans out = spans in + object spans emitted.

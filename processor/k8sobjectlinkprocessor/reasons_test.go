@@ -15,6 +15,7 @@ var recordedValues = map[string][]string{
 	"join_source":          {sourceMemory, sourceRedis},
 	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused},
 	"continued_span":       {spanActivity, spanContinuation},
+	"trace_state_result":   {resultFollowed, resultInvalid},
 	"release_reason":       {reasonOwnerFound, reasonHoldTimeout, reasonShutdown, reasonHoldFull},
 	"eviction_reason":      {reasonMaxEntries, reasonMaxBytes},
 	"join_eviction_reason": {reasonJoinExpired, reasonMaxEntries, reasonMaxBytes, reasonJoinPendingFull},

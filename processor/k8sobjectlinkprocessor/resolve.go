@@ -68,13 +68,9 @@ type node struct {
 	contexts []model.TraceContext
 	nodeName string
 
-	// ctx is the trace context the batch's last audit span of the object carried (ctxStart: that
-	// span's start); ctxFresh: the context was first seen less than trace_context.nest_for before,
-	// so a root window created now is placed in its trace.
-	ctx      model.TraceContext
-	hasCtx   bool
-	ctxFresh bool
-	ctxStart time.Time
+	// ctx is the trace context the batch's last audit span of the object carried (nil: none; most
+	// objects carry none, so it costs them a pointer).
+	ctx *nodeContext
 
 	// cont is the continuation trace this batch's activity spans of the node go to, when the
 	// trace of its span is at max_spans_per_trace (contChecked: decided).
@@ -576,9 +572,9 @@ func (r *resolver) create(n *node) {
 	cand.SpanID = model.ObjectSpanID(n.id.key, n.window)
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
-		if n.ctxFresh {
+		if c := n.ctx; c != nil && c.fresh {
 			// A root created by a write that carries a fresh trace context joins that trace.
-			cand.TraceID, cand.Parent = n.ctx.TraceID, n.ctx.SpanID
+			cand.TraceID, cand.Parent = c.tc.TraceID, c.tc.SpanID
 		}
 	} else {
 		o := n.owner.resolve()

@@ -4,7 +4,7 @@ package k8sobjectlinkprocessor
 // metadata.yaml (internal/metadata), which lists each attribute's values per metric for
 // documentation.md.
 const (
-	attrResult = "result" // assignments: created|reused; owner look-ups: hit|miss|error; reconciled: written|conflict
+	attrResult = "result" // assignments: created|reused; owner look-ups: hit|miss|error; reconciled: written|conflict; trace state: followed|invalid
 	attrSource = "source" // owner look-ups: relation|apiserver; apiserver joins: memory|redis
 	attrReason = "reason" // every drop, release, eviction or error says why
 	attrSpan   = "span"   // trace continuations: activity|continuation
@@ -32,6 +32,10 @@ const (
 	// join_source (otelcol_k8s_object_link_apiserver_joins)
 	sourceMemory = "memory"
 	sourceRedis  = "redis"
+
+	// trace_state_result (otelcol_k8s_object_link_trace_state_spans)
+	resultFollowed = "followed"
+	resultInvalid  = "invalid" // the kubetrail member did not decode
 
 	// continued_span (otelcol_k8s_object_link_trace_continuations)
 	spanActivity     = "activity"

@@ -68,22 +68,22 @@ func spanTraceContext(s ptrace.Span) (model.TraceContext, bool) {
 }
 
 // followed returns the object a span's kubetrail trace-state member names: spans of another
-// source (typ "") or controller spans only. Most spans carry no trace state; those cost one
-// string check.
-func followed(s ptrace.Span, typ string) (objid.ObjectRef, bool) {
+// source (typ "") or controller spans only; invalid says the span has a member that does not
+// decode. Most spans carry no trace state; those cost one string check.
+func followed(s ptrace.Span, typ string) (ref objid.ObjectRef, ok, invalid bool) {
 	if typ != "" && typ != model.SpanTypeController {
-		return objid.ObjectRef{}, false
+		return ref, false, false
 	}
 	raw := s.TraceState().AsRaw()
 	if raw == "" || !strings.Contains(raw, objid.TraceStateKey+"=") {
-		return objid.ObjectRef{}, false
+		return ref, false, false
 	}
-	v, ok := objid.FindTraceState(raw)
-	if !ok {
-		return objid.ObjectRef{}, false
+	v, found := objid.FindTraceState(raw)
+	if !found {
+		return ref, false, false // another vendor's key ends in "kubetrail"
 	}
 	ref, err := objid.DecodeTraceState(v)
-	return ref, err == nil
+	return ref, err == nil, err != nil
 }
 
 // followedObject is the object of a followed span: the identity a controller span carries on
@@ -98,9 +98,18 @@ func followedObject(ref objid.ObjectRef, resAttrs, attrs pcommon.Map, typ string
 	return model.Object{Cluster: ref.Cluster, UID: ref.UID}
 }
 
+// nodeContext is the trace context of a node's audit spans in the batch: tc, carried by the last
+// of them, which started at start; fresh: tc was first seen less than trace_context.nest_for
+// before, so a root window created now is placed in its trace.
+type nodeContext struct {
+	tc    model.TraceContext
+	start time.Time
+	fresh bool
+}
+
 // placed reports whether n's window was placed in the trace of its trace context.
 func (n *node) placed() bool {
-	return n.hasCtx && n.asg.TraceID == n.ctx.TraceID && n.asg.Parent == n.ctx.SpanID
+	return n.ctx != nil && n.asg.TraceID == n.ctx.tc.TraceID && n.asg.Parent == n.ctx.tc.SpanID
 }
 
 // pointerSpan writes, into the derived trace of n's window, the pointer to the trace the window
@@ -111,9 +120,9 @@ func (p *objectLinkProcessor) pointerSpan(b *model.TracesBuilder, n *node) {
 	s := p.appendObjectSpan(b, n, derived, model.ContinuationSpanID(n.asg.SpanID, derived), pcommon.SpanID{})
 	s.Attributes().PutStr(model.AttrTracePlacedIn, n.asg.TraceID.String())
 	l := s.Links().AppendEmpty()
-	l.SetTraceID(n.ctx.TraceID)
-	l.SetSpanID(n.ctx.SpanID)
-	l.SetFlags(uint32(n.ctx.Flags))
+	l.SetTraceID(n.ctx.tc.TraceID)
+	l.SetSpanID(n.ctx.tc.SpanID)
+	l.SetFlags(uint32(n.ctx.tc.Flags))
 	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
 }
 
@@ -127,25 +136,27 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		return
 	}
 	queued := false
+	localDone := false
 	for _, n := range r.order {
-		if !n.hasCtx {
+		if n.ctx == nil {
 			continue
 		}
-		if !queued {
+		if !localDone {
 			r.localRound()
+			localDone = true
 		}
 		if n.state == stFinal {
 			continue
 		}
 		queued = true
-		n, start := n, n.ctxStart
-		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(n.ctx), Value: encodeFirstSeen(start), ExpireAt: start.Add(contextRecordLife)},
+		c := n.ctx
+		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: c.start.Add(contextRecordLife)},
 			func(op *Op) {
 				first, ok := decodeFirstSeen(op.Value)
 				if !op.Found || !ok {
-					first = start
+					first = c.start
 				}
-				n.ctxFresh = start.Sub(first) <= p.cfg.TraceContext.NestFor
+				c.fresh = c.start.Sub(first) <= p.cfg.TraceContext.NestFor
 			})
 	}
 	if queued {

@@ -5,11 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 const ciStep = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -247,4 +253,48 @@ func TestSpansCarryingTheTraceStateMemberJoinTheirObjectsTrace(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestTraceContextTelemetry(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	set := processortest.NewNopSettings(metadata.Type)
+	set.MeterProvider = mp
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(set, memoryConfig(), sink, newFakeClock(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	h := &harness{t: t, p: p, sink: sink}
+
+	h.consume(withContext(audit(deploy, "apply", t0.Add(time.Second)), ciStep), audit(rsA, "rs", t0.Add(2*time.Second)))
+	spans := []followedSpan{
+		{name: "reconcile", obj: rsA, at: t0.Add(3 * time.Second), controller: true},
+		{name: "child", obj: rsA, at: t0.Add(3 * time.Second), parent: pcommon.SpanID{0xc0, 1}},
+		{name: "bad", obj: rsA, at: t0.Add(3 * time.Second), traceState: "kubetrail=1/zz!/x/c1"},
+	}
+	if err := p.ConsumeTraces(context.Background(), followedBatch(t, spans...)); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		metric string
+		attrs  []attribute.KeyValue
+		want   int64
+	}{
+		{"otelcol_k8s_object_link_trace_context_windows_placed", nil, 1},
+		{"otelcol_k8s_object_link_trace_state_spans", []attribute.KeyValue{attribute.String(attrResult, resultFollowed)}, 2},
+		{"otelcol_k8s_object_link_trace_state_spans", []attribute.KeyValue{attribute.String(attrResult, resultInvalid)}, 1},
+		// The Deployment's object span, its pointer and the ReplicaSet's.
+		{"otelcol_k8s_object_link_object_spans_emitted", nil, 3},
+	} {
+		if got := sumOf(rm, tt.metric, tt.attrs...); got != tt.want {
+			t.Errorf("%s%v = %d, want %d", tt.metric, tt.attrs, got, tt.want)
+		}
+	}
 }

@@ -23,29 +23,31 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                               metric.Meter
-	mu                                  sync.Mutex
-	registrations                       []metric.Registration
-	K8sObjectLinkApiserverJoinEvictions metric.Int64Counter
-	K8sObjectLinkApiserverJoins         metric.Int64Counter
-	K8sObjectLinkAssignments            metric.Int64Counter
-	K8sObjectLinkHeldSpans              metric.Int64UpDownCounter
-	K8sObjectLinkIDMapEvictions         metric.Int64Counter
-	K8sObjectLinkObjectSpansEmitted     metric.Int64Counter
-	K8sObjectLinkOwnerLookups           metric.Int64Counter
-	K8sObjectLinkRedisErrors            metric.Int64Counter
-	K8sObjectLinkRedisLatency           metric.Float64Histogram
-	K8sObjectLinkRedisReconciled        metric.Int64Counter
-	K8sObjectLinkRedisResets            metric.Int64Counter
-	K8sObjectLinkRedisRoundTrips        metric.Int64Counter
-	K8sObjectLinkSpansDropped           metric.Int64Counter
-	K8sObjectLinkSpansHeld              metric.Int64Counter
-	K8sObjectLinkSpansIn                metric.Int64Counter
-	K8sObjectLinkSpansOut               metric.Int64Counter
-	K8sObjectLinkSpansReleased          metric.Int64Counter
-	K8sObjectLinkTraceContinuations     metric.Int64Counter
-	K8sObjectLinkTraceCounts            metric.Int64UpDownCounter
-	K8sObjectLinkWindowMismatches       metric.Int64Counter
+	meter                                  metric.Meter
+	mu                                     sync.Mutex
+	registrations                          []metric.Registration
+	K8sObjectLinkApiserverJoinEvictions    metric.Int64Counter
+	K8sObjectLinkApiserverJoins            metric.Int64Counter
+	K8sObjectLinkAssignments               metric.Int64Counter
+	K8sObjectLinkHeldSpans                 metric.Int64UpDownCounter
+	K8sObjectLinkIDMapEvictions            metric.Int64Counter
+	K8sObjectLinkObjectSpansEmitted        metric.Int64Counter
+	K8sObjectLinkOwnerLookups              metric.Int64Counter
+	K8sObjectLinkRedisErrors               metric.Int64Counter
+	K8sObjectLinkRedisLatency              metric.Float64Histogram
+	K8sObjectLinkRedisReconciled           metric.Int64Counter
+	K8sObjectLinkRedisResets               metric.Int64Counter
+	K8sObjectLinkRedisRoundTrips           metric.Int64Counter
+	K8sObjectLinkSpansDropped              metric.Int64Counter
+	K8sObjectLinkSpansHeld                 metric.Int64Counter
+	K8sObjectLinkSpansIn                   metric.Int64Counter
+	K8sObjectLinkSpansOut                  metric.Int64Counter
+	K8sObjectLinkSpansReleased             metric.Int64Counter
+	K8sObjectLinkTraceContextWindowsPlaced metric.Int64Counter
+	K8sObjectLinkTraceContinuations        metric.Int64Counter
+	K8sObjectLinkTraceCounts               metric.Int64UpDownCounter
+	K8sObjectLinkTraceStateSpans           metric.Int64Counter
+	K8sObjectLinkWindowMismatches          metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -180,6 +182,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkTraceContextWindowsPlaced, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_trace_context_windows_placed",
+		metric.WithDescription("Root windows this replica placed in the trace their creating write's trace context names (trace_context.nest), each with a pointer span in its derived trace. [Development]"),
+		metric.WithUnit("{window}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkTraceContinuations, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_trace_continuations",
 		metric.WithDescription("Spans put in continuation traces because the trace they belonged to holds max_spans_per_trace spans, by span: activity, continuation. [Alpha]"),
@@ -190,6 +198,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_object_link_trace_counts",
 		metric.WithDescription("Traces whose span count this replica keeps for max_spans_per_trace (bound: 100,000). [Alpha]"),
 		metric.WithUnit("{trace}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkTraceStateSpans, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_trace_state_spans",
+		metric.WithDescription("Spans carrying the kubetrail trace-state member (a controller's spans of pkg/objecttrace and their descendants), by result: followed, invalid. [Development]"),
+		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkWindowMismatches, err = builder.meter.Int64Counter(

@@ -292,6 +292,22 @@ func AssertEqualK8sObjectLinkSpansReleased(t *testing.T, tt *componenttest.Telem
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualK8sObjectLinkTraceContextWindowsPlaced(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_trace_context_windows_placed",
+		Description: "Root windows this replica placed in the trace their creating write's trace context names (trace_context.nest), each with a pointer span in its derived trace. [Development]",
+		Unit:        "{window}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_trace_context_windows_placed")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualK8sObjectLinkTraceContinuations(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_trace_continuations",
@@ -320,6 +336,22 @@ func AssertEqualK8sObjectLinkTraceCounts(t *testing.T, tt *componenttest.Telemet
 		},
 	}
 	got, err := tt.GetMetric("otelcol_k8s_object_link_trace_counts")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualK8sObjectLinkTraceStateSpans(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_trace_state_spans",
+		Description: "Spans carrying the kubetrail trace-state member (a controller's spans of pkg/objecttrace and their descendants), by result: followed, invalid. [Development]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_trace_state_spans")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

@@ -36,8 +36,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sObjectLinkSpansIn.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansOut.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansReleased.Add(context.Background(), 1)
+	tb.K8sObjectLinkTraceContextWindowsPlaced.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceContinuations.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceCounts.Add(context.Background(), 1)
+	tb.K8sObjectLinkTraceStateSpans.Add(context.Background(), 1)
 	tb.K8sObjectLinkWindowMismatches.Add(context.Background(), 1)
 	AssertEqualK8sObjectLinkApiserverJoinEvictions(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
@@ -90,10 +92,16 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualK8sObjectLinkSpansReleased(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkTraceContextWindowsPlaced(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkTraceContinuations(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkTraceCounts(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkTraceStateSpans(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkWindowMismatches(t, testTel,
