@@ -339,6 +339,38 @@ func TestChartRendersValidConfigs(t *testing.T) {
 			},
 		},
 		{
+			name: "gateway.otlp: an OTLP receiver in the traces pipeline, on the Service, admitted from gateway.otlp.from",
+			sets: []string{"gateway.otlp.enabled=true", "gateway.otlp.from[0].namespaceSelector.matchLabels.team=ci"},
+			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
+				if g, h := dig(cfg, "receivers", "otlp", "protocols", "grpc", "endpoint"), dig(cfg, "receivers", "otlp", "protocols", "http", "endpoint"); g != "${env:POD_IP}:4317" || h != "${env:POD_IP}:4318" {
+					t.Errorf("otlp receiver endpoints %v, %v", g, h)
+				}
+				if r := dig(cfg, "service", "pipelines", "traces", "receivers"); !reflect.DeepEqual(r, []any{"k8s_audit", "k8s_event_spans", "otlp"}) {
+					t.Errorf("traces pipeline receivers %v: the OTLP spans must pass k8s_object_link", r)
+				}
+				if p := namedPorts(t, dig(objs["Service/kt-kubetrail"], "spec", "ports"), "port"); p["otlp-grpc"] != 4317 || p["otlp-http"] != 4318 || p["audit"] != 9880 {
+					t.Errorf("webhook Service ports %v", p)
+				}
+				c := dig(objs["StatefulSet/kt-kubetrail"], "spec", "template", "spec", "containers", 0)
+				if p := namedPorts(t, dig(c, "ports"), "containerPort"); p["otlp-grpc"] != 4317 || p["otlp-http"] != 4318 {
+					t.Errorf("container ports %v", p)
+				}
+				np := ingressPolicyOf(t, objs, "NetworkPolicy/kt-kubetrail", objs["StatefulSet/kt-kubetrail"])
+				var otlpRule any
+				for _, rule := range dig(np, "spec", "ingress").([]any) {
+					if dig(rule, "ports", 0, "port") == "otlp-grpc" {
+						otlpRule = rule
+					}
+				}
+				if got := dig(otlpRule, "from"); !reflect.DeepEqual(got, []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "ci"}}}}) ||
+					dig(otlpRule, "ports", 1, "port") != "otlp-http" {
+					t.Errorf("NetworkPolicy rule of the OTLP ports: %v", otlpRule)
+				}
+				notes := renderNotes(t, "", controlPlaneCIDRs, "gateway.otlp.enabled=true", "gateway.otlp.from[0].namespaceSelector.matchLabels.team=ci")
+				requireNotesSay(t, notes, "OTEL_EXPORTER_OTLP_ENDPOINT=http://kt-kubetrail.kubetrail.svc:4318", "the NetworkPolicy admits only gateway.otlp.from")
+			},
+		},
+		{
 			name:   "one replica, memory ID map, no persistence, NodePort when asked",
 			sets:   []string{"gateway.replicas=1", "redis.bundled.enabled=false", "gateway.persistence.enabled=false", "goMemLimit=", "gateway.service.type=NodePort", "gateway.service.nodePort=30988"},
 			absent: []string{"Deployment/kt-kubetrail-redis", "Secret/kt-kubetrail-redis"},
@@ -455,6 +487,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"Service port name a container cannot carry", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=otlp-grpc-receiver", "managed.service.ports[0].port=4317"}, "managed/service/ports/0/name"},
 		{"Service port taken by the metrics", []string{"clusterName=c", "mode=managed", "managed.service.ports[0].name=prom", "managed.service.ports[0].port=8888"}, "managed.service.ports: prom/8888 is taken"},
 		{"webhook TLS in managed mode", []string{"clusterName=c", "mode=managed", "gateway.tls.existingSecret=s"}, "gateway.tls is the audit webhook's"},
+		{"gateway.otlp outside mode gateway", []string{"clusterName=c", "mode=daemonset", "gateway.otlp.enabled=true"}, "gateway.otlp: mode gateway only"},
+		{"gateway.otlp without peers for the NetworkPolicy", []string{"clusterName=c", controlPlaneCIDRs, "gateway.otlp.enabled=true"}, "gateway.otlp.from is required"},
 		{"managed replicas without a shared ID map", []string{"clusterName=c", "mode=managed", "redis.bundled.enabled=false"}, "gateway.replicas > 1 needs a shared ID map"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { requireRenderingRefused(t, tc.sets, tc.want) })

@@ -116,6 +116,14 @@ receivers:
         {{- include "kubetrail.redisConnection" . | nindent 8 }}
     {{- end }}
   {{- end }}
+  {{- if include "kubetrail.otlpTraces" . }}
+  # Spans that join the objects' traces (gateway.otlp): controllers' (pkg/objecttrace), kubectl
+  # trail apply's, the apiserver's own; k8s_object_link places them.
+  otlp:
+    protocols:
+      grpc: {endpoint: "${env:POD_IP}:4317"}
+      http: {endpoint: "${env:POD_IP}:4318"}
+  {{- end }}
   {{- if .Values.events.enabled }}
   k8s_event_spans:
     auth_type: serviceAccount
@@ -222,7 +230,10 @@ service:
       exporters: [k8s_audit]
     {{- end }}
     traces:
-      receivers: {{ if .Values.events.enabled }}[k8s_audit, k8s_event_spans]{{ else }}[k8s_audit]{{ end }}
+      {{- $traces := list "k8s_audit" }}
+      {{- if .Values.events.enabled }}{{ $traces = append $traces "k8s_event_spans" }}{{ end }}
+      {{- if include "kubetrail.otlpTraces" . }}{{ $traces = append $traces "otlp" }}{{ end }}
+      receivers: {{ toJson $traces }}
       processors: [memory_limiter, k8s_object_link]
       exporters: [otlp_grpc]
 {{- end -}}

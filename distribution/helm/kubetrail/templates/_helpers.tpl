@@ -117,6 +117,11 @@ their own tls or auth), "existingSecret", "certManager" or "generate" (the defau
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the collector has the OTLP receiver of gateway.otlp (mode gateway only). */}}
+{{- define "kubetrail.otlpTraces" -}}
+{{- if and (eq .Values.mode "gateway") .Values.gateway.otlp.enabled -}}true{{- end -}}
+{{- end -}}
+
 {{/* The OTLP receiver's Secret in mode managed: tls.crt, tls.key and ca.crt (the shippers' CA). */}}
 {{- define "kubetrail.receiverTLSSecretName" -}}
 {{- default (printf "%s-receiver-tls" (include "kubetrail.fullname" .)) .Values.managed.tls.existingSecret -}}
@@ -280,6 +285,12 @@ current-context: default
 {{- end -}}
 {{- if and (eq .Values.mode "managed") .Values.managed.networkPolicy.enabled .Values.managed.service.ports (not .Values.managed.networkPolicy.from) -}}
 {{- fail "managed.networkPolicy.from is required: who may send audit logs to the receivers' ports (managed.service.ports), as NetworkPolicy peers: your log shipper's pods, e.g. --set-json 'managed.networkPolicy.from=[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"logging\"}},\"podSelector\":{\"matchLabels\":{\"app\":\"fluent-bit\"}}}]', or the addresses a provider delivers from as ipBlock. The NetworkPolicy admits only them. Or set managed.networkPolicy.enabled=false (no policy: every pod can send, with a client certificate unless managed.tls.insecurePlaintext)" -}}
+{{- end -}}
+{{- if and .Values.gateway.otlp.enabled (ne .Values.mode "gateway") -}}
+{{- fail (printf "gateway.otlp: mode gateway only (mode %s): the daemonset has no Service, mode managed's receivers are the audit logs', and mode kafka's processing tier takes no traffic" .Values.mode) -}}
+{{- end -}}
+{{- if and (include "kubetrail.otlpTraces" .) .Values.gateway.networkPolicy.enabled (not .Values.gateway.otlp.from) -}}
+{{- fail "gateway.otlp.from is required: who may send spans to the OTLP receiver (4317, 4318), as NetworkPolicy peers, e.g. --set-json 'gateway.otlp.from=[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"ci\"}}}]'. Whoever reaches it can put spans in any object's trace. Or set gateway.networkPolicy.enabled=false" -}}
 {{- end -}}
 {{- if and (include "kubetrail.hasWebhook" .) .Values.gateway.networkPolicy.enabled (not .Values.gateway.networkPolicy.controlPlaneCIDRs) -}}
 {{- fail "gateway.networkPolicy.controlPlaneCIDRs is required: the addresses the kube-apiserver reaches the webhook from, i.e. the control-plane nodes' IPs or subnet (kubectl get nodes -l node-role.kubernetes.io/control-plane -o wide), e.g. --set 'gateway.networkPolicy.controlPlaneCIDRs={10.0.0.10/32,10.0.0.11/32}'. The NetworkPolicy admits only them to the webhook port. Or set gateway.networkPolicy.enabled=false (no policy; the client certificate still authenticates)" -}}

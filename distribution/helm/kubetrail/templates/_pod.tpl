@@ -40,6 +40,10 @@ daemonset and managed (the StatefulSet or the DaemonSet), "edge" or "processing"
     {{- if $webhook }}
     - {name: audit, containerPort: 9880}
     {{- end }}
+    {{- if include "kubetrail.otlpTraces" $root }}
+    - {name: otlp-grpc, containerPort: 4317}
+    - {name: otlp-http, containerPort: 4318}
+    {{- end }}
     {{- if $managed }}
     {{- range $v.managed.service.ports }}
     - {name: {{ .name }}, containerPort: {{ .port }}}
