@@ -44,17 +44,13 @@ func rolloutOf(obj *unstructured.Unstructured) (r rollout, ok bool) {
 		}
 		updated, ready := num(obj, "status", "updatedReplicas"), num(obj, "status", "readyReplicas")
 		total, available := num(obj, "status", "replicas"), num(obj, "status", "availableReplicas")
-		switch {
-		case updated < replicas:
-			return rollout{lack: fmt.Sprintf("%d/%d updated", updated, replicas)}, true
-		case ready < replicas:
-			return rollout{lack: fmt.Sprintf("%d/%d ready", ready, replicas)}, true
-		case total > updated:
-			return rollout{lack: fmt.Sprintf("%d old replicas pending termination", total-updated)}, true
-		case available < replicas:
-			return rollout{lack: fmt.Sprintf("%d/%d available", available, replicas)}, true
+		if r := lacking(count{updated, replicas, "updated"}, count{ready, replicas, "ready"}); !r.done {
+			return r, true
 		}
-		return rollout{done: true}, true
+		if total > updated {
+			return rollout{lack: fmt.Sprintf("%d old replicas pending termination", total-updated)}, true
+		}
+		return lacking(count{available, replicas, "available"}), true
 	case "StatefulSet":
 		if str(obj, "spec", "updateStrategy", "type") == "OnDelete" {
 			return rollout{done: true}, true // nothing rolls out until Pods are deleted
@@ -79,22 +75,10 @@ func rolloutOf(obj *unstructured.Unstructured) (r rollout, ok bool) {
 		}
 		want := num(obj, "status", "desiredNumberScheduled")
 		updated, available := num(obj, "status", "updatedNumberScheduled"), num(obj, "status", "numberAvailable")
-		switch {
-		case updated < want:
-			return rollout{lack: fmt.Sprintf("%d/%d updated", updated, want)}, true
-		case available < want:
-			return rollout{lack: fmt.Sprintf("%d/%d available", available, want)}, true
-		}
-		return rollout{done: true}, true
+		return lacking(count{updated, want, "updated"}, count{available, want, "available"}), true
 	case "ReplicaSet", "ReplicationController":
 		ready, available := num(obj, "status", "readyReplicas"), num(obj, "status", "availableReplicas")
-		switch {
-		case ready < replicas:
-			return rollout{lack: fmt.Sprintf("%d/%d ready", ready, replicas)}, true
-		case available < replicas:
-			return rollout{lack: fmt.Sprintf("%d/%d available", available, replicas)}, true
-		}
-		return rollout{done: true}, true
+		return lacking(count{ready, replicas, "ready"}, count{available, replicas, "available"}), true
 	case "Job":
 		if c := condition(obj, "Failed"); c.status == "True" {
 			return rollout{failed: true, lack: "condition Failed True" + c.because()}, true
@@ -189,4 +173,21 @@ func toInt(v any) int64 {
 func str(obj *unstructured.Unstructured, path ...string) string {
 	s, _, _ := unstructured.NestedString(obj.Object, path...)
 	return s
+}
+
+// count is one number a rollout waits for: have of want, named what ("ready").
+type count struct {
+	have, want int64
+	what       string
+}
+
+// lacking is the first count below its want, as what the rollout lacks ("2/3 ready"); done
+// when none is.
+func lacking(counts ...count) rollout {
+	for _, c := range counts {
+		if c.have < c.want {
+			return rollout{lack: fmt.Sprintf("%d/%d %s", c.have, c.want, c.what)}
+		}
+	}
+	return rollout{done: true}
 }

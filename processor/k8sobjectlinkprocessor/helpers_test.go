@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	k8sclock "k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
@@ -196,6 +197,23 @@ func newHarnessConsumer(t *testing.T, cfg *Config, clk *fakeClock, next consumer
 		}
 	})
 	return &harness{t: t, p: p, sink: sink, clock: clk}
+}
+
+// newMeteredHarness is a harness whose processor records its own metrics into the returned
+// reader. The processor is not started: these tests drive it, and its releases, themselves.
+func newMeteredHarness(t *testing.T, cfg *Config, clk *fakeClock, next consumer.Traces, sink *consumertest.TracesSink) (*harness, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	set := processortest.NewNopSettings(metadata.Type)
+	set.MeterProvider = mp
+	p, err := newProcessor(set, cfg, next, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return &harness{t: t, p: p, sink: sink, clock: clk}, reader
 }
 
 func (h *harness) consume(acts ...activity) {

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/processor/processortest"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -127,23 +126,14 @@ func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
 }
 
 func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { _ = mp.Shutdown(context.Background()) }()
-	set := processortest.NewNopSettings(metadata.Type)
-	set.MeterProvider = mp
 	sink := new(consumertest.TracesSink)
 	refuse := false
 	next := refusingConsumer(sink, &refuse)
 	cfg := memoryConfig()
 	cfg.OwnerWait = 3 * time.Second
 	clk := newFakeClock(t0.Add(time.Minute))
-	p, err := newProcessor(set, cfg, next, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
-	h := &harness{t: t, p: p, sink: sink, clock: clk}
+	h, reader := newMeteredHarness(t, cfg, clk, next, sink)
+	p := h.p
 	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
 	clk.Advance(4 * time.Second)
 	refuse = true

@@ -6,28 +6,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 func TestOwnTelemetryCountsWhatHappened(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { _ = mp.Shutdown(context.Background()) }()
-	set := processortest.NewNopSettings(metadata.Type)
-	set.MeterProvider = mp
-	clk := newFakeClock(t0)
-	p, err := newProcessor(set, memoryConfig(), new(consumertest.TracesSink), clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, p: p, sink: new(consumertest.TracesSink), clock: clk}
-	p.next = h.sink
-	defer func() { _ = p.Shutdown(context.Background()) }()
+	sink := new(consumertest.TracesSink)
+	h, reader := newMeteredHarness(t, memoryConfig(), newFakeClock(t0), sink, sink)
 
 	h.consume(audit(deploy, "a", t0.Add(time.Second)), audit(rsA, "b", t0.Add(time.Second)))
 	h.consume(audit(deploy, "a", t0.Add(time.Second)), audit(rsA, "c", t0.Add(time.Second)))

@@ -8,14 +8,11 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
 const ciStep = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -256,18 +253,9 @@ func TestSpansCarryingTheTraceStateMemberJoinTheirObjectsTrace(t *testing.T) {
 }
 
 func TestTraceContextTelemetry(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { _ = mp.Shutdown(context.Background()) }()
-	set := processortest.NewNopSettings(metadata.Type)
-	set.MeterProvider = mp
 	sink := new(consumertest.TracesSink)
-	p, err := newProcessor(set, memoryConfig(), sink, newFakeClock(t0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
-	h := &harness{t: t, p: p, sink: sink}
+	h, reader := newMeteredHarness(t, memoryConfig(), newFakeClock(t0), sink, sink)
+	p := h.p
 
 	h.consume(withContext(audit(deploy, "apply", t0.Add(time.Second)), ciStep), audit(rsA, "rs", t0.Add(2*time.Second)))
 	spans := []followedSpan{

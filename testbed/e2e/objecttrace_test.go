@@ -31,6 +31,20 @@ func randomHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
+// otlpTestbed is the testbed for a test that sends spans of its own to the main collector over
+// OTLP, after the other tests (its objects and traces are extra in Jaeger); nil, with a failed
+// check, when the collector has no OTLP receiver.
+func otlpTestbed(t *testing.T) *Env {
+	t.Helper()
+	AfterOthers(t)
+	env := Testbed(t)
+	requireObjectLink(t, env)
+	if !Check(t, "the collector receives OTLP", env.TracingAddr != "", "the collector has no otlp receiver") {
+		return nil
+	}
+	return env
+}
+
 // otlpEnv points an OTel SDK at the main collector's OTLP gRPC receiver.
 func otlpEnv(env *Env) []string {
 	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.TracingAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
@@ -95,10 +109,8 @@ spec:
 // it holds the apply, the Deployment's window under it, the ReplicaSet and the Pods under that,
 // the scheduler's bindings and the apiserver's spans of the apply's requests.
 func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
-	AfterOthers(t)
-	env := Testbed(t)
-	requireObjectLink(t, env)
-	if !Check(t, "the collector receives OTLP", env.TracingAddr != "", "the collector has no otlp receiver") {
+	env := otlpTestbed(t)
+	if env == nil {
 		return
 	}
 	bin := kubetrailBinary(t, env)
@@ -109,7 +121,9 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(ciDeployment), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = env.RunKubectl("delete", "deployment", "ci-web", "-n", "default", "--ignore-not-found", "--wait=false") })
+	t.Cleanup(func() {
+		_, _ = env.RunKubectl("delete", "deployment", "ci-web", "-n", "default", "--ignore-not-found", "--wait=false")
+	})
 	ciTrace, ciSpan := randomHex(t, 16), randomHex(t, 8)
 	start := time.Now()
 	cmd := exec.Command(bin, "apply", "-f", dir, "--wait", "--timeout", "2m",
@@ -168,10 +182,8 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 // spans, its own child spans and the apiserver's spans of its requests all land in the owner's
 // trace, under the reconciled ConfigMap's span, though the controller knows nothing of the owner; `kubetrail trace` shows the reconcile and counts it.
 func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
-	AfterOthers(t)
-	env := Testbed(t)
-	requireObjectLink(t, env)
-	if !Check(t, "the collector receives OTLP", env.TracingAddr != "", "the collector has no otlp receiver") {
+	env := otlpTestbed(t)
+	if env == nil {
 		return
 	}
 	bin := filepath.Join(env.OutDir, "childmaker")
