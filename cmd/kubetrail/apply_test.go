@@ -75,7 +75,7 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if d, ok := fakeDiscovery[r.URL.Path]; ok && r.Method == http.MethodGet {
-		io.WriteString(w, d)
+		_, _ = io.WriteString(w, d)
 		return
 	}
 	f.mu.Lock()
@@ -98,20 +98,20 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		md["uid"] = "uid-" + md["name"].(string)
 		md["generation"] = 1
 		f.objects[r.URL.Path] = obj
-		json.NewEncoder(w).Encode(obj)
+		_ = json.NewEncoder(w).Encode(obj)
 	case http.MethodGet:
 		f.gets = append(f.gets, r.Header.Clone())
 		obj, ok := f.objects[r.URL.Path]
 		if !ok {
 			w.WriteHeader(http.StatusNotFound)
-			io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
 			return
 		}
 		f.reads[r.URL.Path]++
 		if f.status != nil {
 			f.status(obj, f.reads[r.URL.Path])
 		}
-		json.NewEncoder(w).Encode(obj)
+		_ = json.NewEncoder(w).Encode(obj)
 	default:
 		http.Error(w, "not served", http.StatusMethodNotAllowed)
 	}
@@ -196,7 +196,7 @@ func withOTLPHTTP(t *testing.T) *otlpSink {
 		sink.keep(req.Traces())
 		resp, _ := ptraceotlp.NewExportResponse().MarshalProto()
 		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(resp)
+		_, _ = w.Write(resp)
 	}))
 	t.Cleanup(srv.Close)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
@@ -386,7 +386,7 @@ func TestApplyStartsANewTraceOrSamplesAnUnsampledParentOverGRPC(t *testing.T) {
 	}
 	gs := grpc.NewServer()
 	ptraceotlp.RegisterGRPCServer(gs, &grpcSink{otlpSink: sink})
-	go gs.Serve(lis)
+	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")

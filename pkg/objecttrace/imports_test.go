@@ -1,9 +1,9 @@
 package objecttrace
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -12,7 +12,11 @@ import (
 // apimachinery (and internal/objid). A collector module or client-go would force their versions
 // on every controller that imports it.
 func TestImportsNoCollectorModuleNorClientGo(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// The go command that runs this test (go test sets $GOROOT for it), else the one on PATH.
+	goTool := "go"
+	if root := os.Getenv("GOROOT"); root != "" {
+		goTool = filepath.Join(root, "bin", "go")
+	}
 	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)

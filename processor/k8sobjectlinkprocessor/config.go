@@ -76,7 +76,7 @@ type Config struct {
 	TraceContext TraceContextConfig `mapstructure:"trace_context"`
 }
 
-// TraceContextConfig: see Config.TraceContext.
+// TraceContextConfig is what trace contexts do to spans: see Config.TraceContext.
 type TraceContextConfig struct {
 	// Nest places the window of a root object whose write carries a trace-context annotation in
 	// that trace, under the annotated span, instead of a trace of its own that links to it.
