@@ -5,6 +5,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -76,6 +78,9 @@ type ScenarioRun struct {
 	Start, End time.Time
 	Err        error
 	LogPath    string
+	// Traceparent is the trace context the run's script was given (DEMO_TRACEPARENT: deployment.sh
+	// puts it on its Deployment), a new one per run as a CI step's would be.
+	Traceparent string
 }
 
 // Duration of the script.
@@ -351,7 +356,13 @@ func (e *Env) RunScenario(name string, env ...string) (*ScenarioRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(e.Root, "testbed", "scenarios", name+".sh"))
-	cmd.Env = append(append(os.Environ(), e.ClusterEnv...), env...)
+	run.Traceparent = newTraceparent()
+	for _, v := range env {
+		if tp, ok := strings.CutPrefix(v, "DEMO_TRACEPARENT="); ok {
+			run.Traceparent = tp
+		}
+	}
+	cmd.Env = append(append(os.Environ(), e.ClusterEnv...), append([]string{"DEMO_TRACEPARENT=" + run.Traceparent}, env...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	run.Start = time.Now()
 	err = cmd.Run()
@@ -691,4 +702,11 @@ func (e *Env) waitAPIServerSpans() error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// newTraceparent is a fresh sampled W3C traceparent.
+func newTraceparent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }

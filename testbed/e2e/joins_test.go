@@ -12,10 +12,6 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// demoTraceparent is what testbed/scenarios/deployment.sh puts in the Deployment's
-// trace.kubernetes.io/context annotation.
-const demoTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
 // TestDeploymentJoinsTraces checks the joins with other traces on the deployment scenario: the
 // Deployment created with a trace context has its window span linked to that trace and, the
 // context being fresh, its first window placed in it (a pointer left in its derived trace); every
@@ -32,11 +28,11 @@ func TestDeploymentJoinsTraces(t *testing.T) {
 		if !Check(t, "the run created one Deployment default/demo", len(uids) == 1, "created UIDs %v", uids) {
 			return
 		}
-		want := strings.Split(demoTraceparent, "-")
+		want := strings.Split(run.Traceparent, "-")
 		objects := spans.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, uids[0])
 		linked := objects.Where(func(s *Span) bool { return hasLink(s, model.LinkTypeTraceContext, want[1], want[2]) })
 		Check(t, "the Deployment's object span links to the given trace", len(objects) > 0 && len(linked) == len(objects),
-			"%d of %d object spans of Deployment default/demo link to %s: %v", len(linked), len(objects), demoTraceparent, linksOf(objects))
+			"%d of %d object spans of Deployment default/demo link to %s: %v", len(linked), len(objects), run.Traceparent, linksOf(objects))
 		create := spans.OfType(model.SpanTypeAudit).WithAttr(model.AttrObjectUID, uids[0]).WithAttr(model.AttrAuditVerb, "create")
 		Check(t, "the create's audit span links to the given trace", len(create) == 1 && hasLink(create[0], model.LinkTypeTraceContext, want[1], want[2]),
 			"create spans %v, links %v", create.Names(), linksOf(create))
@@ -47,7 +43,7 @@ func TestDeploymentJoinsTraces(t *testing.T) {
 		if len(uids) != 1 {
 			return // the sub-test above says why
 		}
-		want := strings.Split(demoTraceparent, "-")
+		want := strings.Split(run.Traceparent, "-")
 		objects := spans.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, uids[0])
 		placed := objects.Where(func(s *Span) bool { return s.TraceID == want[1] && s.ParentSpanID == want[2] })
 		if !Check(t, "the Deployment's first window is under the context's span", len(placed) > 0, "object spans %v", linksOf(objects)) {

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,15 +19,6 @@ import (
 // `kubectl trail apply --wait` puts the rollout it causes in the step's own trace, and a
 // controller instrumented with pkg/objecttrace has its reconcile spans, and the apiserver's
 // spans of its requests, in the trace of the object it worked on.
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 // otlpTestbed is the testbed for a test that sends spans of its own to the main collector over
 // OTLP, after the other tests (its objects and traces are extra in Jaeger); nil, with a failed
@@ -124,7 +113,8 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = env.RunKubectl("delete", "deployment", "ci-web", "-n", "default", "--ignore-not-found", "--wait=false")
 	})
-	ciTrace, ciSpan := randomHex(t, 16), randomHex(t, 8)
+	ci := strings.Split(newTraceparent(), "-")
+	ciTrace, ciSpan := ci[1], ci[2]
 	start := time.Now()
 	cmd := exec.Command(bin, "apply", "-f", dir, "--wait", "--timeout", "2m",
 		"--cluster", ClusterName, "--source", "jaeger="+env.Jaeger.QueryURL)

@@ -5,11 +5,13 @@ source "$(dirname "$0")/lib.bash"
 absent deployment demo
 until_true 60 no_pods app=demo
 
-say "create demo with 2 replicas, carrying a trace context (trace.kubernetes.io/context)"
-# The object-lifecycle KEP's annotation: a CI system would put its own traceparent here; e2e checks
-# that the Deployment's window span links to this one.
+# The object-lifecycle KEP's annotation: a CI system puts its own traceparent here, a new one per
+# deploy, and so does each run (DEMO_TRACEPARENT, which e2e sets); e2e checks that the Deployment's
+# first window is placed in that trace and its window spans link to it.
+tp=${DEMO_TRACEPARENT:-00-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')-$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')-01}
+say "create demo with 2 replicas, carrying the trace context $tp (trace.kubernetes.io/context)"
 k create deployment demo --image=registry.k8s.io/nginx:1.27 --replicas=2 --dry-run=client -o yaml \
-  | k annotate --local -f - "trace.kubernetes.io/context=${DEMO_TRACEPARENT:-00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01}" -o yaml \
+  | k annotate --local -f - "trace.kubernetes.io/context=$tp" -o yaml \
   | k create -f - >/dev/null
 k rollout status deployment/demo --timeout 60s >/dev/null
 until_true 30 pods_running app=demo 2
