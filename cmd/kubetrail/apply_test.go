@@ -617,23 +617,13 @@ func TestApplyWaitThenPrintsTheTreeFromTheSource(t *testing.T) {
 // fakeRollout is what the collector would have exported of the Deployment shop/web: its object
 // span in its derived trace, and two writes after start.
 func fakeRollout(cluster, uid string, start time.Time) ptrace.Traces {
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.SetSchemaUrl(model.SchemaURL)
-	res := rs.Resource().Attributes()
-	res.PutStr(model.AttrClusterName, cluster)
-	res.PutStr(model.AttrObjectAPIGroup, "apps")
-	res.PutStr(model.AttrObjectAPIVersion, "apps/v1")
-	res.PutStr(model.AttrObjectKind, "Deployment")
-	res.PutStr(model.AttrObjectResource, "deployments")
-	res.PutStr(model.AttrNamespaceName, "shop")
-	res.PutStr(model.AttrObjectName, "web")
-	res.PutStr(model.AttrObjectUID, uid)
-	spans := rs.ScopeSpans().AppendEmpty().Spans()
+	b := model.NewTracesBuilder("test", "")
+	web := model.Object{Cluster: cluster, Group: "apps", Version: "v1", Resource: "deployments", Kind: "Deployment",
+		Namespace: "shop", Name: "web", UID: uid}
 	w := model.WindowStart(start, model.DefaultWindow)
-	key := model.UIDKey(cluster, uid)
-	tid, sid := pcommon.TraceID(model.ObjectTraceID(key, w)), pcommon.SpanID(model.ObjectSpanID(key, w))
-	obj := spans.AppendEmpty()
+	key := web.Key()
+	tid, sid := model.ObjectTraceID(key, w), model.ObjectSpanID(key, w)
+	obj := b.AppendSpan(web)
 	obj.SetTraceID(tid)
 	obj.SetSpanID(sid)
 	obj.SetName("Deployment shop/web")
@@ -641,7 +631,7 @@ func fakeRollout(cluster, uid string, start time.Time) ptrace.Traces {
 	obj.SetEndTimestamp(pcommon.NewTimestampFromTime(w.Add(model.DefaultWindow)))
 	obj.Attributes().PutStr(model.AttrSpanType, model.SpanTypeObject)
 	for i, user := range []string{"ci", "system:serviceaccount:kube-system:deployment-controller"} {
-		s := spans.AppendEmpty()
+		s := b.AppendSpan(web)
 		s.SetTraceID(tid)
 		s.SetSpanID(pcommon.SpanID{byte(i + 1)})
 		s.SetParentSpanID(sid)
@@ -654,5 +644,5 @@ func fakeRollout(cluster, uid string, start time.Time) ptrace.Traces {
 		s.Attributes().PutStr(model.AttrUserName, user)
 		s.Attributes().PutInt(model.AttrHTTPStatusCode, 200)
 	}
-	return td
+	return b.Traces()
 }

@@ -787,10 +787,10 @@ func (n *node) observe(s ptrace.Span) {
 		n.nodeName = v.Str()
 	}
 	for _, l := range s.Links().All() {
-		if v, ok := l.Attributes().Get(model.AttrLinkType); !ok || v.Str() != model.LinkTypeTraceContext {
+		tc, ok := linkedTraceContext(l)
+		if !ok {
 			continue
 		}
-		tc := model.TraceContext{TraceID: l.TraceID(), SpanID: l.SpanID(), Flags: uint8(l.Flags())}
 		if !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
 			n.contexts = append(n.contexts, tc)
 		}

@@ -60,11 +60,19 @@ const contextRecordLife = 7 * 24 * time.Hour
 // spanTraceContext returns the trace context an audit span links to (the object's annotation).
 func spanTraceContext(s ptrace.Span) (model.TraceContext, bool) {
 	for _, l := range s.Links().All() {
-		if v, ok := l.Attributes().Get(model.AttrLinkType); ok && v.Str() == model.LinkTypeTraceContext {
-			return model.TraceContext{TraceID: l.TraceID(), SpanID: l.SpanID(), Flags: uint8(l.Flags())}, true
+		if tc, ok := linkedTraceContext(l); ok {
+			return tc, true
 		}
 	}
 	return model.TraceContext{}, false
+}
+
+// linkedTraceContext returns the trace context a trace_context link points at.
+func linkedTraceContext(l ptrace.SpanLink) (model.TraceContext, bool) {
+	if v, ok := l.Attributes().Get(model.AttrLinkType); !ok || v.Str() != model.LinkTypeTraceContext {
+		return model.TraceContext{}, false
+	}
+	return model.TraceContext{TraceID: l.TraceID(), SpanID: l.SpanID(), Flags: uint8(l.Flags())}, true
 }
 
 // followed returns the object a span's kubetrail trace-state member names: spans of another

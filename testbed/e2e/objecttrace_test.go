@@ -36,8 +36,7 @@ func otlpTestbed(t *testing.T) *Env {
 
 // otlpEnv points an OTel SDK at the main collector's OTLP gRPC receiver.
 func otlpEnv(env *Env) []string {
-	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.TracingAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
-		"OTEL_BSP_SCHEDULE_DELAY=200"}
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + env.TracingAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"}
 }
 
 // waitTrace polls Jaeger for a trace until cond accepts it, and returns the last one read.
