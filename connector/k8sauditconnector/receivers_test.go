@@ -148,6 +148,8 @@ var gkeNotCarried = []string{
 	"k8s.object.owner.uid", "k8s.object.owner.api_version", "k8s.pod.node.name", "k8s.object.phase",
 	"k8s.object.conditions", "k8s.object.ready", "k8s.audit.level", "k8s.object.new_resource_version",
 	"k8s.object.owner.none", "k8s.node.name", "k8s.cronjob.uid",
+	// Why a write whose response carried the object has no diff: without the response, no body.
+	"k8s.object.diff.skipped",
 	// A create with generateName (a ReplicaSet's or a Job's Pods) is named by the response only.
 	"k8s.object.name", "k8s.pod.name",
 }

@@ -28,8 +28,8 @@ const (
 	// computed from, when the request did not name its base (a patch without precondition): the
 	// diff then holds the changes of any write between that version and this one not seen here.
 	attrDiffBase = "k8s.object.diff.base_resource_version"
-	// attrDiffSkipped, on an update or patch span, says why it has no diff although the cache
-	// holds a body of the object: diffSkipped* values.
+	// attrDiffSkipped, on an update or patch span whose response carried the object, says why
+	// it has no diff: diffSkipped* values.
 	attrDiffSkipped   = "k8s.object.diff.skipped"
 	attrObjectBody    = "k8s.object.body"
 	attrBodyTruncated = "k8s.object.body.truncated"
@@ -48,8 +48,9 @@ const (
 const (
 	// diffSkippedBaseNotSeen: the write names the resourceVersion it was based on and the cache
 	// holds another one (writes in between reached another replica, were lost, are still being
-	// retried, or were audited without their body). A diff against the cached body would put
-	// their changes on this write.
+	// retried, or were audited without their body), or the cache holds no body of the object at
+	// all (its earlier writes reached another replica, or came before this collector started).
+	// A diff against the cached body would put their changes on this write.
 	diffSkippedBaseNotSeen = "base_not_seen"
 	// diffSkippedOutOfOrder: the write arrived after a newer one of the object; the cache
 	// never moves backwards.
@@ -796,7 +797,14 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	baseSeen := true
 	switch {
 	case !e.hasBody():
-		// First sight of this object's body: nothing to compare with.
+		// First sight of this object's body: nothing to compare with. A change that is first
+		// sight says so, as one based on a version this collector never held: the reader must
+		// tell "not known here" from "nothing changed".
+		if isChange {
+			baseSeen = false
+			span.Attributes().PutStr(attrDiffSkipped, diffSkippedBaseNotSeen)
+			s.st.skippedDiff(diffSkippedBaseNotSeen)
+		}
 	case newRV != "" && newRV == e.rv:
 		// The same write delivered again: show what it showed the first time, never an empty diff.
 		if isChange {

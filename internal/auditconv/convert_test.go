@@ -670,6 +670,57 @@ func TestDiffBase(t *testing.T) {
 	}
 }
 
+// TestDiffBaseNeverHeld: a change to an object whose body this collector never held (another
+// replica took its create, or it predates the collector) has no diff and says base_not_seen,
+// whether or not it names a base, so that a reader tells "not known here" from "nothing changed";
+// a redelivery says so again, and the next write is diffed against the body it brought.
+func TestDiffBaseNeverHeld(t *testing.T) {
+	tests := []struct {
+		name string
+		w    Event
+	}{
+		{"a status patch without precondition", event("p", "patch", "kubelet", deployRef(""), 200,
+			withRequest(`{"status":{"replicas":2}}`), withResponse(deployment("21", 2, "a")))},
+		{"an update naming its base", event("u", "update", "bob", deployRef("20"), 200, withResponse(deployment("21", 3, "a")))},
+		{"an unconditional update", event("u", "update", "bob", deployRef(""), 200, withResponse(deployment("21", 3, "a")))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConverter()
+			for i, want := range []int64{1, 0} { // the second is a redelivery: said again, not counted again
+				td, st := convertOne(t, c, tt.w)
+				s := onlySpan(t, td)
+				if got := attrStr(s.Attributes(), attrDiffSkipped); got != diffSkippedBaseNotSeen {
+					t.Fatalf("delivery %d: %s = %s, want %s", i+1, attrDiffSkipped, got, diffSkippedBaseNotSeen)
+				}
+				if e, ok := spanEvent(s, model.EventObjectDiff); ok {
+					t.Fatalf("delivery %d: diff = %v, want none", i+1, e.Attributes().AsRaw())
+				}
+				if n := st.SkippedDiffs(diffSkippedBaseNotSeen); int64(n) != want {
+					t.Fatalf("delivery %d: skipped diffs counted %d, want %d", i+1, n, want)
+				}
+			}
+			next := event("n", "update", "carol", deployRef("21"), 200, withResponse(deployment("22", 7, "a")))
+			next.RequestReceivedTimestamp = t0.Add(time.Second)
+			next.StageTimestamp = next.RequestReceivedTimestamp.Add(time.Millisecond)
+			s := onlySpan(t, must(convertOne(t, c, next)))
+			if got := attrStr(s.Attributes(), attrDiffSkipped); got != "<absent>" {
+				t.Fatalf("the write after: %s = %s, want none", attrDiffSkipped, got)
+			}
+			if _, ok := spanEvent(s, model.EventObjectDiff); !ok {
+				t.Fatal("the write after is diffed against the body the first one brought")
+			}
+		})
+	}
+	t.Run("a create is not a change: no reason", func(t *testing.T) {
+		c := testConverter()
+		s := onlySpan(t, must(convertOne(t, c, event("c", "create", "alice", deployRef(""), 201, withResponse(deployment("10", 2, "a"))))))
+		if got := attrStr(s.Attributes(), attrDiffSkipped); got != "<absent>" {
+			t.Fatalf("%s = %s on a create", attrDiffSkipped, got)
+		}
+	})
+}
+
 // diffTrees diffs two trees as the receiver diffs bodies: encoded, indexed, diffFlat.
 func diffTrees(t *testing.T, old, cur tree) diffResult {
 	t.Helper()
