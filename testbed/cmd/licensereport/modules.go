@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"unicode"
@@ -97,13 +98,11 @@ func Linked(bins []Binary) ([]*Module, error) {
 		}
 		add(stdPath, "", b.Name)
 		for _, d := range info.Deps {
-			if d.Replace != nil {
-				d = d.Replace
+			d, ok, err := linkedVersion(d)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Name, err)
 			}
-			if d.Version == "" { // a directory on disk: this repository
-				if !strings.HasPrefix(d.Path, ".") && !filepath.IsAbs(d.Path) {
-					return nil, fmt.Errorf("%s: module %s has no version", b.Name, d.Path)
-				}
+			if !ok {
 				continue
 			}
 			add(d.Path, d.Version, b.Name)
@@ -139,6 +138,23 @@ func Linked(bins []Binary) ([]*Module, error) {
 		return strings.Compare(a.Version, b.Version)
 	})
 	return mods, nil
+}
+
+// linkedVersion is the module version a dependency line of a binary's build information links:
+// the replacement's, when it has one. ok is false for a module replaced by a directory on disk
+// (version "(devel)" or none), which is this repository: ocb's manifest replaces
+// github.com/kubetrail/kubetrail with "../..".
+func linkedVersion(d *debug.Module) (linked *debug.Module, ok bool, err error) {
+	if d.Replace != nil {
+		d = d.Replace
+	}
+	if strings.HasPrefix(d.Path, ".") || filepath.IsAbs(d.Path) {
+		return nil, false, nil
+	}
+	if d.Version == "" || d.Version == "(devel)" {
+		return nil, false, fmt.Errorf("module %s has no version", d.Path)
+	}
+	return d, true, nil
 }
 
 // inherit gives a nested module without a licence file of its own the licence files of the

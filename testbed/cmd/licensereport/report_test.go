@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -217,5 +218,41 @@ func TestFirstDifferenceNamesTheLine(t *testing.T) {
 	}
 	if d := firstDifference("a\n", "a\nb\n"); d != `line 2 is "", a regeneration has "b"` {
 		t.Errorf("shorter: %q", d)
+	}
+}
+
+// The dependency lines of the collector's build information, as `go version -m` prints them for
+// the binary ocb builds from builder-config.yaml.
+func TestLinkedVersionsFollowReplacementsAndLeaveThisRepositoryOut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dep     debug.Module
+		want    string // path@version, "" when left out
+		wantErr bool
+	}{
+		{"a plain dependency", debug.Module{Path: "go.uber.org/zap", Version: "v1.27.1"}, "go.uber.org/zap@v1.27.1", false},
+		{"replaced by another version: the replacement is linked", debug.Module{
+			Path: "github.com/open-telemetry/opentelemetry-collector-contrib/extension/encoding/otlpencodingextension", Version: "v0.165.1",
+			Replace: &debug.Module{Path: "github.com/open-telemetry/opentelemetry-collector-contrib/extension/encoding/otlpencodingextension", Version: "v0.161.0"},
+		}, "github.com/open-telemetry/opentelemetry-collector-contrib/extension/encoding/otlpencodingextension@v0.161.0", false},
+		{"this repository, replaced by ../..", debug.Module{
+			Path: "github.com/kubetrail/kubetrail", Version: "v0.0.0", Replace: &debug.Module{Path: "../..", Version: "(devel)"},
+		}, "", false},
+		{"a module without a version", debug.Module{Path: "example.com/x", Version: "(devel)"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.dep
+			got, ok, err := linkedVersion(&d)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
+			}
+			s := ""
+			if ok {
+				s = got.Path + "@" + got.Version
+			}
+			if s != tc.want {
+				t.Errorf("got %q, want %q", s, tc.want)
+			}
+		})
 	}
 }
