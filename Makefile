@@ -53,6 +53,17 @@ $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum
 generate: $(MDATAGEN) ## regenerate internal/metadata, lifecycle tests and documentation.md of each component from its metadata.yaml
 	MDATAGEN=$(MDATAGEN) internal/tools/generate.sh
 
+# The shipped binaries, NAME=FILE: THIRD_PARTY_LICENSES.md lists what they link (recursive: the CLI's
+# variable is set further down).
+LICENSE_REPORT = go run ./testbed/cmd/licensereport -binary otelcol-kubetrail=$(COLLECTOR) -binary kubetrail=$(KUBETRAIL_CLI)
+
+.PHONY: licenses licenses-check
+licenses: build ## regenerate THIRD_PARTY_LICENSES.md and NOTICE from what the built binaries link; fails on a GPL, LGPL, AGPL, unknown or missing licence (testbed/cmd/licensereport)
+	$(LICENSE_REPORT)
+
+licenses-check: build ## fail when THIRD_PARTY_LICENSES.md or NOTICE differ from a regeneration, or a linked licence is not allowed
+	$(LICENSE_REPORT) -check
+
 run: build ## run the collector on distribution/config.yaml and replay a recorded audit capture into it
 	testbed/hack/run-demo.sh
 
@@ -79,7 +90,7 @@ $(KUBETRAIL_HELM):
 
 helm: $(KUBETRAIL_HELM) ## build (or reuse) helm from the Go module proxy for the chart tests
 
-dist-test: build helm ## the real bin/otelcol-kubetrail: shipped configs and the Helm chart's renderings validate, a recorded capture becomes one tree
+dist-test: build helm licenses-check ## the real bin/otelcol-kubetrail: shipped configs and the Helm chart's renderings validate, a recorded capture becomes one tree; the licence report is current
 	go test -tags dist -count=1 ./distribution/
 
 image-test: image ## open the image tarball: non-root user, entrypoint, labels, files, the binary inside runs, the Dockerfile agrees, reproducible
