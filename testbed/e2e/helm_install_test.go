@@ -33,18 +33,32 @@ import (
 // readmeCluster is the clusterName of the README's install commands.
 const readmeCluster = "prod-eu-1"
 
-// readmeInstall returns the README's `helm install` command for mode, as helm's arguments: the
-// fenced sh blocks of README.md whose command starts with `helm install kubetrail`; a block is the
-// daemonset one when it sets mode=daemonset, the managed one when it sets mode=managed, and the
-// gateway one otherwise (kafka likewise). One per mode (a repetition must be identical).
+// installDocs are the pages whose `helm install kubetrail` commands the tests run as written.
+var installDocs = []string{"README.md", "distribution/helm/kubetrail/README.md"}
+
+// releasedChart is the chart reference the install commands use: the released chart in its OCI
+// registry. The tests install the checkout's chart in its place, after checking that the
+// command's --version is the checkout's Chart.yaml version (so the docs name the release that
+// holds this chart).
+const releasedChart = "oci://ghcr.io/kubetrail/charts/kubetrail"
+
+// readmeInstall returns the docs' `helm install` command for mode, as helm's arguments: the
+// fenced sh blocks of installDocs whose command starts with `helm install kubetrail`; a block is
+// the daemonset one when it sets mode=daemonset, the managed one when it sets mode=managed, and
+// the gateway one otherwise (kafka likewise). One per mode (a repetition must be identical). The
+// released chart's reference and its --version become the checkout's chart directory.
 func readmeInstall(t *testing.T, root, mode string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	var text strings.Builder
+	for _, doc := range installDocs {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(b)
 	}
 	var found [][]string
-	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text.String(), -1) {
 		// Join continuation lines, drop comments, split into words.
 		text := strings.ReplaceAll(block[1], "\\\n", " ")
 		for _, line := range strings.Split(text, "\n") {
@@ -69,9 +83,40 @@ func readmeInstall(t *testing.T, root, mode string) []string {
 	// The laptop section repeats a command as written: every occurrence must be the same.
 	found = slices.CompactFunc(found, slices.Equal)
 	if len(found) != 1 {
-		t.Fatalf("README.md: %d different `helm install kubetrail` commands for mode %s, want 1: %q", len(found), mode, found)
+		t.Fatalf("%v: %d different `helm install kubetrail` commands for mode %s, want 1: %q", installDocs, len(found), mode, found)
 	}
-	return found[0]
+	return localChart(t, root, found[0])
+}
+
+// localChart replaces the released chart's reference in an install command (helm's arguments
+// after "helm") with the checkout's chart, and drops its --version once it is the checkout's.
+func localChart(t *testing.T, root string, args []string) []string {
+	t.Helper()
+	if len(args) < 3 || args[2] != releasedChart {
+		return args
+	}
+	chart, err := os.ReadFile(filepath.Join(root, "distribution/helm/kubetrail/Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^version: *"?([^"\s]+)"?`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no version")
+	}
+	out := []string{args[0], args[1], "distribution/helm/kubetrail"}
+	version := ""
+	for i := 3; i < len(args); i++ {
+		if args[i] == "--version" && i+1 < len(args) {
+			version = args[i+1]
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	if version != string(m[1]) {
+		t.Fatalf("the install command %q installs chart version %q; the checkout's Chart.yaml is %s", args, version, m[1])
+	}
+	return out
 }
 
 // shellWords splits a command line as sh would for the quoting the README uses: blanks separate
