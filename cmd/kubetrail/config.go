@@ -24,7 +24,7 @@ import (
 
 // The config file holds the flags that are the same on every call against one cluster — where
 // its collector's traces are, the collector's cluster name and window — keyed by the kubeconfig
-// context, with a default for every context. docs/cli.md#the-config-file.
+// context, with a default for every context. docs/cli.md#the-config-file-kubetrail-config.
 
 // configKeys are the settings the file holds, in the order they are shown.
 var configKeys = []string{"source", "cluster", "window"}
@@ -213,7 +213,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // configHeader heads the file as written: the file is rewritten whole, so comments are not kept.
-const configHeader = "# kubetrail's defaults per kubeconfig context (docs/cli.md#the-config-file).\n# Written by `kubetrail config set`; comments are not kept.\n"
+const configHeader = "# kubetrail's defaults per kubeconfig context (docs/cli.md#the-config-file-kubetrail-config).\n# Written by `kubetrail config set`; comments are not kept.\n"
 
 // saveConfig writes the file atomically, mode 0600 (it names the team's backends): a temporary
 // file in the same directory, synced, then renamed over it, so a reader sees the old file or
