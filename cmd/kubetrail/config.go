@@ -231,8 +231,8 @@ func saveConfig(path string, cfg *configFile) error {
 	if string(body) == "{}\n" {
 		body = nil
 	}
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

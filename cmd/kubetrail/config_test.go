@@ -261,8 +261,8 @@ func TestTheConfigFileIsWrittenAtomicallyWithMode0600(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
 	}
-	if di, _ := os.Stat(dir); di.Mode().Perm() != 0o700 {
-		t.Fatalf("the directory made has mode %v, want 0700", di.Mode().Perm())
+	if di, err := os.Stat(dir); err != nil || di.Mode().Perm() != 0o700 {
+		t.Fatalf("the directory made: %v, %v; want mode 0700", di, err)
 	}
 	back, err := loadConfig(path)
 	if err != nil {
@@ -282,8 +282,8 @@ func TestTheConfigFileIsWrittenAtomicallyWithMode0600(t *testing.T) {
 		if err := saveConfig(path, back); err != nil {
 			t.Fatal(err)
 		}
-		if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
-			t.Fatalf("mode %v", fi.Mode().Perm())
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("after the rewrite: %v, %v; want mode 0600", fi, err)
 		}
 	})
 
@@ -342,21 +342,25 @@ func TestTheConfigFileIsWrittenAtomicallyWithMode0600(t *testing.T) {
 	})
 
 	t.Run("a symbolic link is followed, not replaced", func(t *testing.T) {
-		real := filepath.Join(t.TempDir(), "dotfiles-config.yaml")
-		if err := os.WriteFile(real, nil, 0o600); err != nil {
+		target := filepath.Join(t.TempDir(), "dotfiles-config.yaml")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		link := filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.Symlink(real, link); err != nil {
+		if err := os.Symlink(target, link); err != nil {
 			t.Fatal(err)
 		}
 		if err := saveConfig(link, &configFile{settings: settings{Cluster: "linked"}}); err != nil {
 			t.Fatal(err)
 		}
-		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			t.Fatalf("the link was replaced: %v %v", fi.Mode(), err)
+		fi, err := os.Lstat(link)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if cfg, err := loadConfig(real); err != nil || cfg.Cluster != "linked" {
+		if fi.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("the link was replaced by a file of mode %v", fi.Mode())
+		}
+		if cfg, err := loadConfig(target); err != nil || cfg.Cluster != "linked" {
 			t.Fatalf("the link's target: %+v %v", cfg, err)
 		}
 	})
@@ -407,8 +411,8 @@ func TestConfigSetGetViewUnset(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	ok("set", "--default", "source", "file=traces.jsonl")
-	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("mode %v", fi.Mode().Perm())
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the file set wrote: %v, %v; want mode 0600", fi, err)
 	}
 	b, _ := os.ReadFile(path)
 	want := configHeader + `contexts:
