@@ -36,8 +36,12 @@ func (f *fakeTicker) clock() progressClock {
 	}
 }
 
-// tick sends one tick at start+d; the channel is unbuffered, so the previous tick was handled.
+// tick sends one tick at start+d; the channel is unbuffered, so the previous tick was received.
 func (f *fakeTicker) tick(d time.Duration) { f.c <- f.start.Add(d) }
+
+// settle returns once the last tick is drawn: a tick at the start draws nothing, and is received
+// only when the line's goroutine is back waiting.
+func (f *fakeTicker) settle() { f.tick(0) }
 
 // lockedBuffer is a terminal's screen as bytes: the progress line's goroutine writes to it.
 type lockedBuffer struct {
@@ -68,6 +72,7 @@ func TestTheProgressLineAppearsAfterASecondUpdatesInPlaceAndIsErased(t *testing.
 	ft.tick(time.Second)
 	ft.tick(2 * time.Second)
 	ft.tick(2*time.Second + 500*time.Millisecond)
+	ft.settle()
 	_, _ = io.WriteString(p, "kubetrail: fetched 3 traces\n")
 	ft.tick(12 * time.Second)
 	p.stop()
