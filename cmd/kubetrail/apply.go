@@ -53,6 +53,7 @@ type applyFlags struct {
 	cluster        string
 	source         string
 	window, settle time.Duration
+	origin         resolved // where --source, --cluster and --window came from
 }
 
 // applyCommand is apply's command line; cmd is the command as the user typed it.
@@ -90,9 +91,9 @@ OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, ...). The trace ID is printed on 
 		fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "How long --wait waits, from the end of the apply.")
 	})
 	c.group("Report (after --wait: the tree and why it was slow, as trace prints them)", func(fs *pflag.FlagSet) {
-		fs.StringVar(&f.source, "source", "", "Where the collector's traces are: jaeger=URL or file=PATH, as for trace. Default $KUBETRAIL_SOURCE; without one, a line says which trace command to run.")
-		fs.StringVar(&f.cluster, "cluster", "", "The collector's cluster setting (k8s.cluster.name; default $KUBETRAIL_CLUSTER), from which the traces' IDs are computed.")
-		fs.DurationVar(&f.window, "window", model.DefaultWindow, "The collector's window (k8s_object_link's window setting).")
+		fs.StringVar(&f.source, "source", "", "Where the collector's traces are: jaeger=URL or file=PATH, as for trace. Default $KUBETRAIL_SOURCE, then the config file's for the context (kubetrail config view); without one, a line says which trace command to run.")
+		fs.StringVar(&f.cluster, "cluster", "", "The collector's cluster setting (k8s.cluster.name; default $KUBETRAIL_CLUSTER, then the config file's for the context), from which the traces' IDs are computed.")
+		fs.DurationVar(&f.window, "window", model.DefaultWindow, "The collector's window (k8s_object_link's window setting; default: the config file's for the context, else 30m).")
 		fs.DurationVar(&f.settle, "settle", 30*time.Second, "How long to read the backend again until the rollout's spans have arrived.")
 	})
 	return c
@@ -132,15 +133,21 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 	case f.fieldManager == "":
 		return usagef("--field-manager: want a name, e.g. %s", defaultFieldManager)
 	}
-	if !c.fs.Changed("source") {
-		f.source = os.Getenv("KUBETRAIL_SOURCE")
+	d, err := loadDefaults(&f.kube)
+	if err != nil {
+		return err
 	}
-	if !c.fs.Changed("cluster") {
-		f.cluster = os.Getenv("KUBETRAIL_CLUSTER")
+	r, err := d.apply(c.fs, &f.source, &f.cluster, &f.window)
+	if err != nil {
+		return err
 	}
+	f.origin = r
 	var src trail.Source
 	if f.source != "" {
 		if src, err = trail.OpenSource(f.source); err != nil {
+			if r.source.fromFile() {
+				return r.sourceError(err)
+			}
 			return usageError{err}
 		}
 	}
@@ -479,6 +486,7 @@ func report(ctx context.Context, a *applied, f applyFlags, start time.Time, stdo
 	var warnings bytes.Buffer
 	lastCount, stableSince := -1, time.Time{}
 	complete := false
+	pw := startProgress(stderr, progressLabel(f.source), terminal(stderr), realClock)
 	for {
 		warnings.Reset()
 		// Opened again each time: a file source is read whole when opened.
@@ -507,8 +515,12 @@ func report(ctx context.Context, a *applied, f applyFlags, start time.Time, stdo
 		case <-time.After(settleEvery):
 		}
 	}
+	pw.stop()
 	_, _ = stderr.Write(warnings.Bytes())
 	if err != nil {
+		if errors.Is(err, trail.ErrUnreachable) {
+			err = f.origin.sourceError(err)
+		}
 		fmt.Fprintf(stderr, "%s: warning: %s: %s; later: %s\n", prog, trail.Escape(a.display), trail.Escape(err.Error()), trail.Escape(traceCommandLine(traceCmd, a, f, start)))
 		return
 	}

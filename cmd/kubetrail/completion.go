@@ -10,7 +10,7 @@ import (
 )
 
 // subcommands are the words after the program; as a kubectl plugin an object there is trace's.
-var subcommands = []string{"trace", "annotate", "apply", "completion"}
+var subcommands = []string{"trace", "annotate", "apply", "completion", "config"}
 
 // completeProg is progName's answer for kubectl_complete-trail: the executable kubectl (1.26
 // and later) runs to complete `kubectl trail …`, with the words after "trail", the last one
@@ -30,6 +30,7 @@ var fileFlags = []string{"kubeconfig", "out", "filename", "f"}
 // completed without editing the scripts.
 type words struct {
 	traceFlags, annotateFlags, applyFlags []string
+	configFlags                           []string
 	valued                                []string // flags that take a value
 	kinds                                 []string
 }
@@ -40,7 +41,9 @@ func vocabulary() words {
 	w.traceFlags, tvalued = traceCommand("", &traceFlags{}).flagWords()
 	w.annotateFlags, avalued = annotateCommand("", &kubeFlags{}).flagWords()
 	w.applyFlags, pvalued = applyCommand("", &applyFlags{}).flagWords()
-	for _, f := range slices.Concat(tvalued, avalued, pvalued) {
+	var cvalued []string
+	w.configFlags, cvalued = configCommand("", &configFlags{}).flagWords()
+	for _, f := range slices.Concat(tvalued, avalued, pvalued, cvalued) {
 		if !slices.Contains(w.valued, f) {
 			w.valued = append(w.valued, f)
 		}
@@ -98,6 +101,9 @@ running kubectl_complete-trail from the PATH: make it a link to kubectl-trail (d
 		"@TRACE_FLAGS@", strings.Join(w.traceFlags, " "),
 		"@ANNOTATE_FLAGS@", strings.Join(w.annotateFlags, " "),
 		"@APPLY_FLAGS@", strings.Join(w.applyFlags, " "),
+		"@CONFIG_FLAGS@", strings.Join(w.configFlags, " "),
+		"@CONFIG_VERBS@", strings.Join(configVerbs, " "),
+		"@CONFIG_KEYS@", strings.Join(configKeys, " "),
 		"@VALUED@", strings.Join(w.valued, "|"),
 		"@KINDS@", strings.Join(w.kinds, " "),
 		"@OUTPUTS@", strings.Join(outputs, " "),
@@ -135,7 +141,7 @@ _kubetrail() {
     esac
     cmd=
     case ${COMP_WORDS[1]} in
-        trace|annotate|apply|completion) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
+        trace|annotate|apply|completion|config) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
     esac
     if [[ -z $cmd && ${COMP_WORDS[0]##*/} == kubectl-trail ]]; then
         cmd=trace # as a kubectl plugin, an object is trace's
@@ -145,6 +151,7 @@ _kubetrail() {
             trace) COMPREPLY=($(compgen -W "@TRACE_FLAGS@" -- "$cur")) ;;
             annotate) COMPREPLY=($(compgen -W "@ANNOTATE_FLAGS@" -- "$cur")) ;;
             apply) COMPREPLY=($(compgen -W "@APPLY_FLAGS@" -- "$cur")) ;;
+            config) COMPREPLY=($(compgen -W "@CONFIG_FLAGS@" -- "$cur")) ;;
             *) COMPREPLY=($(compgen -W "--help -h" -- "$cur")) ;;
         esac
         return
@@ -156,6 +163,11 @@ _kubetrail() {
     fi
     case $cmd in
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
+        config)
+            case $prev in
+                config) COMPREPLY=($(compgen -W "@CONFIG_VERBS@" -- "$cur")) ;;
+                get|set|unset) COMPREPLY=($(compgen -W "@CONFIG_KEYS@" -- "$cur")) ;;
+            esac ;;
         apply) ;; # flags only: its files follow -f
         trace|annotate)
             # TYPE, unless one was given: the first word that is neither a flag nor its value.
@@ -189,7 +201,7 @@ _kubetrail() {
         @VALUED@) return ;;
     esac
     case ${words[2]} in
-        trace|annotate|apply|completion) ((CURRENT > 2)) && cmd=${words[2]} ;;
+        trace|annotate|apply|completion|config) ((CURRENT > 2)) && cmd=${words[2]} ;;
     esac
     [[ -z $cmd && ${words[1]:t} == kubectl-trail ]] && cmd=trace
     if [[ $cur == -* ]]; then
@@ -197,6 +209,7 @@ _kubetrail() {
             trace) compadd -- @TRACE_FLAGS@ ;;
             annotate) compadd -- @ANNOTATE_FLAGS@ ;;
             apply) compadd -- @APPLY_FLAGS@ ;;
+            config) compadd -- @CONFIG_FLAGS@ ;;
             *) compadd -- --help -h ;;
         esac
         return
@@ -208,6 +221,11 @@ _kubetrail() {
     fi
     case $cmd in
         completion) compadd -- bash zsh ;;
+        config)
+            case $prev in
+                config) compadd -- @CONFIG_VERBS@ ;;
+                get|set|unset) compadd -- @CONFIG_KEYS@ ;;
+            esac ;;
         trace|annotate) compadd -- @KINDS@ ;;
     esac
 }
@@ -279,11 +297,20 @@ func complete(args []string, w io.Writer) int {
 			cands = v.annotateFlags
 		case "apply":
 			cands = v.applyFlags
+		case "config":
+			cands = v.configFlags
 		}
 	case len(before) == 0:
 		cands = append(slices.Clone(subcommands), v.kinds...)
 	case cmd == "completion":
 		cands = []string{"bash", "zsh"}
+	case cmd == "config":
+		switch prev {
+		case "config":
+			cands = configVerbs
+		case "get", "set", "unset":
+			cands = configKeys
+		}
 	case cmd == "apply":
 		// flags only: its files follow -f
 	default:

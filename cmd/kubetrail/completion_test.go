@@ -64,7 +64,10 @@ func TestBashCompletionCompletesSubcommandsFlagsAndValues(t *testing.T) {
 		words []string // the last is the word being completed
 		want  []string
 	}{
-		{[]string{"kubetrail", ""}, []string{"trace", "annotate", "apply", "completion"}},
+		{[]string{"kubetrail", ""}, []string{"trace", "annotate", "apply", "completion", "config"}},
+		{[]string{"kubetrail", "config", ""}, []string{"view", "get", "set", "unset", "path"}},
+		{[]string{"kubetrail", "config", "set", ""}, []string{"source", "cluster", "window"}},
+		{[]string{"kubetrail", "config", "--d"}, []string{"--default"}},
 		{[]string{"kubetrail", "apply", "--fi"}, []string{"--filename", "--field-manager"}},
 		{[]string{"kubetrail", "apply", "-f", "deploy.yaml", "--w"}, []string{"--wait", "--window"}},
 		{[]string{"kubetrail", "trace", "--gen"}, []string{"--generation"}},
@@ -120,6 +123,9 @@ func TestKubectlPluginCompletionAnswersCobrasProtocol(t *testing.T) {
 		{[]string{"apply", "-f", "x.yaml", ""}, ":4\n"},
 		{[]string{"deploy", "we"}, ":4\n"},
 		{[]string{"completion", ""}, "bash\nzsh\n:4\n"},
+		{[]string{"config", "u"}, "unset\n:4\n"},
+		{[]string{"config", "get", "c"}, "cluster\n:4\n"},
+		{[]string{"config", "--con"}, "--context\n:4\n"},
 	}
 	for _, tc := range tests {
 		code, out, errOut := invoke(t, "/home/u/.krew/bin/kubectl_complete-trail", tc.args...)

@@ -50,6 +50,7 @@ Available Commands:
   annotate     Write a fresh trace context annotation on an object and print its trace ID
   apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
+  config       Show and set the defaults of --source, --cluster and --window per kubeconfig context
 
 Usage:
 %[4]s  %[1]s [command] [options]
@@ -119,6 +120,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runApply(ctx, prog, cmd, traceCmd, argv[1:], stdout, stderr)
 	case "completion":
 		err = runCompletion(prog, cmd, argv[1:], stdout)
+	case "config":
+		err = runConfig(cmd, argv[1:], stdout, stderr)
 	case "__complete":
 		return complete(argv[1:], stdout)
 	case "help", "-h", "--help":

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 	os.Setenv("KUBECONFIG", filepath.Join(dir, "no-kubeconfig"))
 	os.Unsetenv("KUBERNETES_SERVICE_HOST") // no in-cluster config either
 	os.Unsetenv("KUBETRAIL_CLUSTER")
+	os.Setenv("KUBETRAIL_CONFIG", filepath.Join(dir, "no-config.yaml")) // not the developer's defaults
 	defer os.RemoveAll(dir)
 	goleak.VerifyTestMain(m)
 }

@@ -68,12 +68,12 @@ or without its group (deployments.apps).`,
 		f.kube.add(fs, "The object's namespace (default: the kubeconfig context's, then \"default\"; ignored for cluster-scoped kinds such as nodes, namespaces or clusterroles).")
 	})
 	c.group("Object", func(fs *pflag.FlagSet) {
-		fs.StringVar(&f.cluster, "cluster", "", "The collector's cluster setting (k8s.cluster.name; default $KUBETRAIL_CLUSTER). The trace IDs are computed from it and the UID, so without it the backend is searched (any cluster matches); the kubeconfig does not know it.")
+		fs.StringVar(&f.cluster, "cluster", "", "The collector's cluster setting (k8s.cluster.name; default $KUBETRAIL_CLUSTER, then the config file's for the context: kubetrail config view shows which is in effect, and from where). The trace IDs are computed from it and the UID, so without it the backend is searched (any cluster matches); the kubeconfig does not know it.")
 		fs.StringVar(&f.uid, "uid", "", "The object's UID: the windows' trace IDs are computed from it (with --cluster) and the cluster is not asked; also picks one of several objects that had the name (a recreated Pod).")
 	})
 	c.group("Backend", func(fs *pflag.FlagSet) {
-		fs.StringVar(&f.source, "source", "", "Where the traces are: jaeger=URL (Jaeger's query service, e.g. http://localhost:16686) or file=PATH (OTLP JSON lines, as the collector's file exporter writes them). Default $KUBETRAIL_SOURCE.")
-		fs.DurationVar(&f.window, "window", model.DefaultWindow, "The collector's window (k8s_object_link's window setting): the computed trace IDs depend on it.")
+		fs.StringVar(&f.source, "source", "", "Where the traces are: jaeger=URL (Jaeger's query service, e.g. http://localhost:16686) or file=PATH (OTLP JSON lines, as the collector's file exporter writes them). Default $KUBETRAIL_SOURCE, then the config file's for the context (kubetrail config view shows which is in effect, and from where).")
+		fs.DurationVar(&f.window, "window", model.DefaultWindow, "The collector's window (k8s_object_link's window setting): the computed trace IDs depend on it. Default: the config file's for the context, else 30m.")
 	})
 	c.group("Range", func(fs *pflag.FlagSet) {
 		fs.StringVar(&f.since, "since", "", "Start of the range: a duration ago (30m, 2h), a local clock time (14:00, today or else yesterday), a date (2026-11-21) or an RFC 3339 time. Default 1h for jaeger, everything for file.")
@@ -85,7 +85,7 @@ or without its group (deployments.apps).`,
 		fs.StringVar(&f.out, "out", "", "Write the output to this file instead of stdout (the usual way for html).")
 		fs.IntVar(&f.depth, "depth", -1, "Levels of owned objects to show (0: the object alone); -1 all, at most 16 (the owner-chain bound).")
 		fs.StringVar(&f.only, "only", "", "Show only errors (failed requests, Warning Events), writes or events.")
-		fs.IntVarP(&f.verbosity, "v", "v", 0, "Log level: 1 says on stderr how the object was found (its UID from the cluster or the backend, the traces fetched and how).")
+		fs.IntVarP(&f.verbosity, "v", "v", 0, "Log level: 1 says on stderr which defaults came from the config file and how the object was found (its UID from the cluster or the backend, the traces fetched and how).")
 	})
 	return c
 }
@@ -103,14 +103,17 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	if !c.fs.Changed("source") {
-		f.source = os.Getenv("KUBETRAIL_SOURCE")
+	d, err := loadDefaults(&f.kube)
+	if err != nil {
+		return err
 	}
-	if !c.fs.Changed("cluster") {
-		f.cluster = os.Getenv("KUBETRAIL_CLUSTER")
+	r, err := d.apply(c.fs, &f.source, &f.cluster, &f.window)
+	if err != nil {
+		return err
 	}
+	errw := stderr // the progress line's writer while the backend answers
 	say := func(format string, a ...any) {
-		fmt.Fprint(stderr, trail.Escape(prog+": "+fmt.Sprintf(format, a...))+"\n")
+		fmt.Fprint(errw, trail.Escape(prog+": "+fmt.Sprintf(format, a...))+"\n")
 	}
 	logf := func(format string, a ...any) {
 		if f.verbosity > 0 {
@@ -127,10 +130,16 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 		return usagef("--window %s: want the collector's window, e.g. 30m", f.window)
 	}
 	if f.source == "" {
-		return usagef("--source is required: jaeger=URL (e.g. jaeger=http://localhost:16686) or file=PATH (the file exporter's OTLP JSON lines)")
+		return usagef("--source is required: jaeger=URL (e.g. jaeger=http://localhost:16686) or file=PATH (the file exporter's OTLP JSON lines); or keep the context's with %s config set source jaeger=URL", prog)
+	}
+	if line := r.describe(); line != "" {
+		logf("%s", line)
 	}
 	src, err := trail.OpenSource(f.source)
 	if err != nil {
+		if r.source.fromFile() {
+			return r.sourceError(err)
+		}
 		return usageError{err}
 	}
 	if file, ok := src.(*trail.File); ok && file.Skipped > 0 {
@@ -159,8 +168,15 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	v, err := readView(ctx, src, target, viewOptions{Since: since, Until: until, Window: f.window, Depth: f.depth, Only: f.only, Generation: f.generation}, stderr, logf)
+	pw := startProgress(stderr, progressLabel(f.source), f.output != "json" && terminal(stderr), realClock)
+	errw = pw
+	v, err := readView(ctx, src, target, viewOptions{Since: since, Until: until, Window: f.window, Depth: f.depth, Only: f.only, Generation: f.generation}, pw, logf)
+	pw.stop()
+	errw = stderr
 	if err != nil {
+		if errors.Is(err, trail.ErrUnreachable) {
+			return r.sourceError(err)
+		}
 		return err
 	}
 	root, h := v.root, v.header
