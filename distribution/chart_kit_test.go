@@ -259,7 +259,7 @@ func TestChartExamplesNameWhatTheChartRenders(t *testing.T) {
 			if yoursText == "" {
 				t.Errorf("no \"# Yours, not the chart's:\" paragraph in the header (the backend's Service at least is yours)")
 			}
-			for _, m := range yoursRef.FindAllStringSubmatch(yoursText, -1) {
+			for _, m := range yoursRef.FindAllStringSubmatch(strings.ReplaceAll(yoursText, "\n#", " "), -1) {
 				o := renderedObject{m[1], m[2], m[3]}
 				yours[o] = true
 				if objs[o] != nil {
@@ -271,7 +271,7 @@ func TestChartExamplesNameWhatTheChartRenders(t *testing.T) {
 			for _, m := range serviceDNSRef.FindAllStringSubmatch(body, -1) {
 				refs[renderedObject{"Service", m[3], m[1]}] = m[0]
 			}
-			for _, m := range proseRef.FindAllStringSubmatch(body, -1) {
+			for _, m := range proseRef.FindAllStringSubmatch(strings.ReplaceAll(body, "\n#", " "), -1) {
 				refs[renderedObject{m[1], cmd.namespace, m[2]}] = m[0]
 			}
 			for _, m := range keyRef.FindAllStringSubmatch(body, -1) {
@@ -415,8 +415,8 @@ func TestChartOperatorsKit(t *testing.T) {
 					if !selects(sel, podLabels(w)) {
 						t.Errorf("selector %v misses the pods of %s (%v)", sel, k, podLabels(w))
 					}
-					ports := namedPorts(t, dig(w, "spec", "template", "spec", "containers", 0, "ports"), "containerPort")
-					if ports["metrics"] != 8888 {
+					ports, _ := dig(w, "spec", "template", "spec", "containers", 0, "ports").([]any)
+					if !slices.ContainsFunc(ports, func(p any) bool { return dig(p, "name") == "metrics" && dig(p, "containerPort") == float64(8888) }) {
 						t.Errorf("%s has no container port metrics 8888: %v", k, ports)
 					}
 				}
@@ -440,8 +440,12 @@ func TestChartOperatorsKit(t *testing.T) {
 					t.Errorf("alert %s has no runbook line in docs/operations.md", name)
 				}
 			}
-			tuned := alertRules(t, renderChart(t, append(base, "metrics.prometheusRule.enabled=true", "metrics.prometheusRule.selector=job=\"kt\"",
-				"metrics.prometheusRule.lagSeconds=123", "metrics.prometheusRule.queueFullRatio=0.5", "metrics.prometheusRule.webhookRefusalsPerSecond=0.25",
+			// Fractions from a values file, as YAML numbers, and from --set, as helm passes them: strings.
+			tunedFile := filepath.Join(t.TempDir(), "tuned.yaml")
+			if err := os.WriteFile(tunedFile, []byte("metrics: {prometheusRule: {enabled: true, selector: 'job=\"kt\"', lagSeconds: 123, queueFullRatio: 0.5}}\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tuned := alertRules(t, renderChartWith(t, []string{tunedFile}, append(base, "metrics.prometheusRule.webhookRefusalsPerSecond=0.25",
 				"metrics.prometheusRule.eventsWatchRestarts=7")...)["PrometheusRule/kt-kubetrail"])
 			for name, want := range map[string]string{"KubetrailAuditLagHigh": "> 123", "KubetrailExporterQueueFull": "> 0.5",
 				"KubetrailWebhookRefusing": "> 0.25", "KubetrailEventsWatchRestarting": "> 7"} {

@@ -517,7 +517,7 @@ func TestOperationsClaimsAboutExamples(t *testing.T) {
 					check(filepath.Base(f)+" "+id, r)
 				}
 			}
-			cfg, _ := configOf(t, renderChart(t, "clusterName=c", "mode=kafka", controlPlaneCIDRs, kafkaBrokers), "kt-kubetrail-processing")
+			cfg, _ := configOf(t, renderChart(t, "clusterName=c", "mode=kafka", controlPlaneCIDRs, kafkaBrokers), "ConfigMap/kt-kubetrail-processing")
 			check("the chart's processing tier", dig(cfg, "receivers", "kafka"))
 			if seen < 4 {
 				t.Errorf("error_backoff in %d places, want the two examples, values-kafka.yaml and the chart", seen)
