@@ -71,7 +71,7 @@ func selects(selector, labels map[string]any) bool {
 // Redis admits the processing tier only.
 func TestChartKafkaMode(t *testing.T) {
 	requireBinary(t)
-	out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--set", "mode=kafka", "--set", kafkaBrokers, "--set", controlPlaneCIDRs)
+	out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", backend, "--set", "clusterName=lint", "--set", "mode=kafka", "--set", kafkaBrokers, "--set", controlPlaneCIDRs)
 	if err != nil {
 		t.Errorf("helm lint --strict (mode kafka): %v\n%s%s", err, out, stderr)
 	}

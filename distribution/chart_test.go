@@ -65,7 +65,7 @@ func renderChartWith(t *testing.T, valuesFiles []string, sets ...string) map[str
 // renderChartAt is renderChartWith for the chart in dir.
 func renderChartAt(t *testing.T, dir string, valuesFiles []string, sets ...string) map[string]map[string]any {
 	t.Helper()
-	args := []string{"template", "kt", dir, "--namespace", "kubetrail"}
+	args := []string{"template", "kt", dir, "--namespace", "kubetrail", "--set", backend}
 	for _, f := range valuesFiles {
 		args = append(args, "--values", f)
 	}
@@ -140,19 +140,23 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
+// backend is the value every rendering needs (otlp.endpoint has no default: TestChartRequiresABackend);
+// the tests' renderings set it first, so a test's own --set can replace it.
+const backend = "otlp.endpoint=jaeger-collector.observability.svc:4317"
+
 // controlPlaneCIDRs is the value a gateway rendering needs (gateway.networkPolicy is on and has no
 // default CIDR: the rendering fails without one).
 const controlPlaneCIDRs = "gateway.networkPolicy.controlPlaneCIDRs={10.0.0.0/24}"
 
 func TestChartLints(t *testing.T) {
 	for _, mode := range []string{"gateway", "daemonset", "managed"} {
-		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--set", "mode="+mode, "--set", controlPlaneCIDRs)
+		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", backend, "--set", "clusterName=lint", "--set", "mode="+mode, "--set", controlPlaneCIDRs)
 		if err != nil {
 			t.Errorf("helm lint --strict (mode %s): %v\n%s%s", mode, err, out, stderr)
 		}
 	}
 	for _, f := range managedValuesFiles(t) {
-		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", "clusterName=lint", "--values", f)
+		out, stderr, err := helm(t, "lint", "--strict", chartDir, "--set", backend, "--set", "clusterName=lint", "--values", f)
 		if err != nil {
 			t.Errorf("helm lint --strict --values %s: %v\n%s%s", filepath.Base(f), err, out, stderr)
 		}
@@ -498,7 +502,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 // requireRenderingRefused checks that rendering the chart with sets fails with an error that says want.
 func requireRenderingRefused(t *testing.T, sets []string, want string) {
 	t.Helper()
-	args := []string{"template", "kt", chartDir}
+	args := []string{"template", "kt", chartDir, "--set", backend}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -790,7 +794,7 @@ func renderNotes(t *testing.T, valuesFile string, sets ...string) string {
 	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes.yaml"), []byte(tmpl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"template", "kt", dir, "--namespace", "kubetrail", "--set", "clusterName=chart-test", "--show-only", "templates/zz-notes.yaml"}
+	args := []string{"template", "kt", dir, "--namespace", "kubetrail", "--set", backend, "--set", "clusterName=chart-test", "--show-only", "templates/zz-notes.yaml"}
 	if valuesFile != "" {
 		args = append(args, "--values", valuesFile)
 	}
@@ -809,7 +813,7 @@ func renderNotes(t *testing.T, valuesFile string, sets ...string) string {
 	return notes
 }
 
-// TestChartPackageShipsTheValuesFiles: `helm package` puts examples/ into the chart archive
+// TestChartPackageShipsTheValuesFiles: `helm package` puts examples/ (and dashboards/) into the chart archive
 // (.helmignore keeps them), so a pulled chart has the values files its README names.
 func TestChartPackageShipsTheValuesFiles(t *testing.T) {
 	dir := t.TempDir()
@@ -845,6 +849,10 @@ func TestChartPackageShipsTheValuesFiles(t *testing.T) {
 		if name := "kubetrail/examples/" + filepath.Base(f); !packaged[name] {
 			t.Errorf("%s is not in the packaged chart (%v)", name, keys(packaged))
 		}
+	}
+	// The dashboard the ConfigMap carries, also for import by hand.
+	if name := "kubetrail/dashboards/kubetrail.json"; !packaged[name] {
+		t.Errorf("%s is not in the packaged chart (%v)", name, keys(packaged))
 	}
 }
 
@@ -1336,7 +1344,7 @@ func TestChartManagedSecureByDefault(t *testing.T) {
 // so; the certificates may come from an existing Secret or cert-manager instead.
 func TestChartManagedOptOuts(t *testing.T) {
 	t.Run("without managed.networkPolicy.from the rendering fails", func(t *testing.T) {
-		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", "clusterName=c", "--set", "mode=managed")
+		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", backend, "--set", "clusterName=c", "--set", "mode=managed")
 		if err == nil || !strings.Contains(stderr, "managed.networkPolicy.from is required") || !strings.Contains(stderr, "managed.networkPolicy.enabled=false") {
 			t.Fatalf("err %v, stderr %s; want the refusal naming managed.networkPolicy.from and the opt-out", err, stderr)
 		}
@@ -1419,7 +1427,7 @@ func TestChartManagedOptOuts(t *testing.T) {
 		if cn := dig(objs["Certificate/kt-kubetrail-shipper-client"], "spec", "commonName"); cn != "kubetrail-log-shipper" {
 			t.Errorf("shipper certificate CN %v", cn)
 		}
-		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", "clusterName=c", "--set", "mode=managed", "--set", shipperFrom,
+		_, stderr, err := helm(t, "template", "kt", chartDir, "--namespace", "kubetrail", "--set", backend, "--set", "clusterName=c", "--set", "mode=managed", "--set", shipperFrom,
 			"--set", "managed.tls.existingSecret=s", "--set", "managed.tls.certManager.enabled=true")
 		if err == nil || !strings.Contains(stderr, "choose one source of the OTLP receiver's certificates") {
 			t.Errorf("existingSecret with certManager: err %v, %s", err, stderr)

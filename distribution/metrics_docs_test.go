@@ -5,6 +5,7 @@ package distribution_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,8 +15,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubetrail/kubetrail/testbed/envelope"
 )
@@ -319,4 +322,248 @@ service:
 			"otelcol_k8s_object_link_assignments": {"result"},
 		})
 	})
+}
+
+// documentedType is what a documentation.md says of a metric: its type (Sum, Gauge, Histogram)
+// and unit.
+type documentedType struct{ typ, unit string }
+
+// documentedTypes reads the "| Unit | Metric Type | Value Type | …" row of each metric section.
+func documentedTypes(t *testing.T, path string) map[string]documentedType {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]documentedType{}
+	var cur string
+	header := false
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(line, "### "):
+			cur, header = strings.TrimSpace(strings.TrimPrefix(line, "### ")), false
+		case strings.HasPrefix(line, "| Unit | Metric Type |"):
+			header = true
+		case header && strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| ---"):
+			cols := strings.Split(strings.Trim(line, "| "), " | ")
+			out[cur] = documentedType{unit: strings.TrimSpace(cols[0]), typ: strings.TrimSpace(cols[1])}
+			header = false
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s documents no metric type", path)
+	}
+	return out
+}
+
+// promNames are the sample names Prometheus scrapes of a documented metric, by the rule the
+// collector's Prometheus reader follows (TestKitQueriesExportedMetrics checks the rule on a scrape):
+// histograms end in _bucket, _sum and _count; counters keep their name, without the _total an
+// OpenMetrics exposition would add (the reader answers Prometheus's text format 0.0.4 even when
+// the scraper asks for OpenMetrics first, and Prometheus stores the names as it scraped them),
+// and no unit is appended.
+func promNames(name string, d documentedType) []string {
+	if d.typ == "Histogram" {
+		return []string{name + "_bucket", name + "_sum", name + "_count"}
+	}
+	return []string{name}
+}
+
+// prometheusAccept is the Accept header Prometheus scrapes with (scrape_protocols' default order):
+// OpenMetrics first, whose counters carry _total, then the text format.
+const prometheusAccept = "application/openmetrics-text;version=1.0.0;escaping=underscores,application/openmetrics-text;version=0.0.1;q=0.75," +
+	"text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+// scrapedSamples reads every sample name of the collector's Prometheus endpoint, scraped as
+// Prometheus scrapes it.
+func scrapedSamples(t *testing.T, port int) map[string]bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", prometheusAccept)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape answered %d %v:\n%s", resp.StatusCode, err, body)
+	}
+	names := map[string]bool{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if m := sampleLine.FindStringSubmatch(line); m != nil && !strings.HasPrefix(line, "#") {
+			names[m[1]] = true
+		}
+	}
+	return names
+}
+
+// metricNameRef finds the metric names of a PromQL expression: every selector here names its
+// metric followed by its label matchers (metric{…}), and every metric of the kit is otelcol_….
+var metricNameRef = regexp.MustCompile(`\b([a-zA-Z_:][a-zA-Z0-9_:]*)\{|\b(otelcol_[a-zA-Z0-9_:]+)`)
+
+// TestKitQueriesExportedMetrics: every metric name the chart's PrometheusRule and Grafana dashboard
+// query is one that otelcol-kubetrail exports. The built binary runs with the rendered chart's
+// telemetry settings (its Prometheus reader, the default level) and is driven so that the
+// collector's own metrics and the components' exist: audit batches through the webhook, a Redis
+// ID map that cannot be reached, a receiver window other than the processor's, and a backend
+// that is down behind a one-request queue (sends fail, the queue fills and refuses, the webhook
+// answers 503). Its scrape, with Prometheus's Accept header, gives the names as Prometheus stores them;
+// names the run cannot produce (the Events receiver needs an apiserver) come from the
+// components' documentation.md by the same naming rule, which the scrape checks on every
+// documented metric it has.
+func TestKitQueriesExportedMetrics(t *testing.T) {
+	requireBinary(t)
+	objs := renderChart(t, "clusterName=c", controlPlaneCIDRs, "metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true")
+
+	// What the kit queries: each metric name, and where.
+	queried := map[string][]string{}
+	addQuery := func(where, expr string) {
+		for _, m := range metricNameRef.FindAllStringSubmatch(expr, -1) {
+			name := m[1] + m[2]
+			if !slices.Contains(queried[name], where) {
+				queried[name] = append(queried[name], where)
+			}
+		}
+	}
+	for alert, expr := range alertRules(t, objs["PrometheusRule/kt-kubetrail"]) {
+		addQuery("alert "+alert, expr)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal([]byte(dig(objs["ConfigMap/kt-kubetrail-dashboard"], "data", "kubetrail.json").(string)), &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			addQuery("panel "+p.Title, q.Expr)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if q, ok := dig(v.Query, "query").(string); ok {
+			addQuery("variable "+v.Name, q)
+		}
+	}
+	if len(queried) < 15 {
+		t.Fatalf("the kit queries %d metrics: %v", len(queried), queried)
+	}
+
+	// The binary, with the chart's telemetry and a pipeline that records what the kit reads.
+	cfg, _ := collectorConfig(t, objs)
+	telemetry := dig(cfg, "service", "telemetry").(map[string]any)
+	metricsPort, healthPort, auditPort, deadPort, redisPort := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
+	reader := dig(telemetry, "metrics", "readers", 0, "pull", "exporter", "prometheus").(map[string]any)
+	reader["host"], reader["port"] = "127.0.0.1", metricsPort
+	telemetryYAML, err := yaml.Marshal(telemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startCollector(t, fmt.Sprintf(`extensions:
+  health_check: {endpoint: 127.0.0.1:%d}
+receivers:
+  k8s_audit: {endpoint: 127.0.0.1:%d, cluster: test, window: 30m}
+processors:
+  k8s_object_link:
+    window: 1h
+    owner_wait: 0s
+    id_map: {backend: redis, redis: {addresses: ["127.0.0.1:%d"]}}
+exporters:
+  otlp_grpc:
+    endpoint: 127.0.0.1:%d
+    tls: {insecure: true}
+    sending_queue: {queue_size: 1, num_consumers: 1, block_on_overflow: false}
+    retry_on_failure: {initial_interval: 100ms, max_interval: 200ms, max_elapsed_time: 1s}
+service:
+  extensions: [health_check]
+  telemetry:
+%s
+  pipelines:
+    traces: {receivers: [k8s_audit], processors: [k8s_object_link], exporters: [otlp_grpc]}
+`, healthPort, auditPort, redisPort, deadPort, indent(string(telemetryYAML), "    ")), healthPort)
+
+	refused := 0
+	for i, b := range recordedBodies(t, "deployment") {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/audit", auditPort), "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusServiceUnavailable:
+			refused++
+		default:
+			t.Fatalf("batch %d answered %d", i+1, resp.StatusCode)
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no batch was refused: the one-request queue never filled")
+	}
+	// Sends fail after max_elapsed_time; wait for the scrape to have them.
+	var exported map[string]bool
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		exported = scrapedSamples(t, metricsPort)
+		if exported["otelcol_exporter_send_failed_spans"] || time.Now().After(deadline) {
+			break
+		}
+	}
+
+	// The documented metrics, named by the rule, the rule checked on what the scrape has.
+	documented := map[string]string{}
+	checked, checkedTypes := 0, map[string]bool{}
+	for _, doc := range []string{
+		filepath.Join(root, "receiver", "k8sauditreceiver", "documentation.md"),
+		filepath.Join(root, "receiver", "k8seventsreceiver", "documentation.md"),
+		filepath.Join(root, "processor", "k8sobjectlinkprocessor", "documentation.md"),
+		filepath.Join(root, "connector", "k8sauditconnector", "documentation.md"),
+	} {
+		for name, d := range documentedTypes(t, doc) {
+			names := promNames(name, d)
+			seen := 0
+			for _, n := range names {
+				documented[n] = doc
+				if exported[n] {
+					seen++
+				}
+			}
+			// A documented metric the scrape has under another name breaks the rule.
+			for n := range exported {
+				if !slices.Contains(names, n) && slices.Contains([]string{name, name + "_total", name + "_bucket", name + "_sum", name + "_count"}, n) {
+					t.Errorf("%s (%s, %s) is exported as %s, not as the rule names it: %v", name, d.typ, doc, n, names)
+				}
+			}
+			if seen > 0 {
+				checked++
+				checkedTypes[d.typ] = true
+			}
+		}
+	}
+	if checked < 5 || !checkedTypes["Sum"] || !checkedTypes["Histogram"] {
+		t.Errorf("the scrape has %d documented metrics (types %v): too few to check the naming rule on", checked, checkedTypes)
+	}
+	for name, where := range queried {
+		if !exported[name] && documented[name] == "" {
+			t.Errorf("%s (%v) is neither exported by the binary nor documented by a component", name, where)
+		}
+	}
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix)
 }

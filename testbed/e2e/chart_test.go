@@ -39,7 +39,8 @@ func TestChartAcceptedByTheAPIServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The namespace must exist for a dry run of namespaced objects: default does, and the
 			// release name keeps the objects apart from the scenarios' (nothing is created anyway).
-			args := []string{"template", "chart-" + tc.name, chart, "--namespace", "default", "--set", "clusterName=" + ClusterName}
+			args := []string{"template", "chart-" + tc.name, chart, "--namespace", "default", "--set", "clusterName=" + ClusterName,
+				"--set", "otlp.endpoint=" + env.Jaeger.OTLPGRPC}
 			for _, s := range tc.sets {
 				args = append(args, "--set", s)
 			}
@@ -113,7 +114,7 @@ func TestChartNotesPrintAWebhookKubeconfig(t *testing.T) {
 			// --dry-run=client renders without installing, but helm v3.19 still checks that the
 			// cluster is reachable: hence here, with the testbed's apiserver.
 			args := []string{"install", "notes", chart, "--dry-run=client", "--kubeconfig", env.Kubeconfig,
-				"--namespace", "kubetrail", "--set", "clusterName=" + ClusterName}
+				"--namespace", "kubetrail", "--set", "clusterName=" + ClusterName, "--set", "otlp.endpoint=" + env.Jaeger.OTLPGRPC}
 			for _, s := range tc.sets {
 				args = append(args, "--set", s)
 			}

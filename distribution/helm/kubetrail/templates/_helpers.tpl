@@ -228,6 +228,12 @@ current-context: default
 {{- if not (regexMatch "^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$" .Values.clusterName) -}}
 {{- fail "clusterName is required: 1-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit (--set clusterName=prod-eu-1)" -}}
 {{- end -}}
+{{- /* Every mode exports over OTLP (mode kafka: its processing tier). The schema refuses an empty
+endpoint too; this message is for renderings that skip the schema (--skip-schema-validation, tools
+that render without it) and says what to give. */ -}}
+{{- if not (regexMatch "^\\S+$" (toString (default "" (.Values.otlp | default dict).endpoint))) -}}
+{{- fail "otlp.endpoint is required: the OTLP/gRPC backend the traces go to, as host:port, e.g. --set otlp.endpoint=tempo-distributor.tempo.svc:4317 (or jaeger-collector.observability.svc:4317). There is no default: a wrong guess fills the exporter's queue until the webhook answers 503 and the apiserver drops audit batches" -}}
+{{- end -}}
 {{- if and (has .Values.mode (list "gateway" "managed")) (gt (int .Values.gateway.replicas) 1) (eq (include "kubetrail.redisAddresses" .) "[]") -}}
 {{- fail "gateway.replicas > 1 needs a shared ID map: set redis.addresses or redis.bundled.enabled=true" -}}
 {{- end -}}
@@ -319,4 +325,10 @@ dict: goMemLimit (the value), resources (the container's).
 {{- else -}}
 {{- $v -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The labels of the Service the ServiceMonitor selects (no other Service of the release has them). */}}
+{{- define "kubetrail.metricsServiceLabels" -}}
+{{ include "kubetrail.selectorLabels" . }}
+app.kubernetes.io/component: metrics
 {{- end -}}
