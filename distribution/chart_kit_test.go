@@ -105,6 +105,28 @@ type installCommand struct {
 	namespace string
 	files     []string
 	sets      []string
+	setJSON   []string
+}
+
+// releasedChart is the chart reference the docs' install commands use: the released chart in its
+// OCI registry, at --version, the checkout's Chart.yaml version (this checkout's chart renders in
+// its place).
+const releasedChart = "oci://ghcr.io/kubetrail/charts/kubetrail"
+
+// chartVersion is the checkout's Chart.yaml version.
+func chartVersion(t *testing.T) string {
+	t.Helper()
+	var chart struct {
+		Version string `json:"version"`
+	}
+	raw, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &chart); err != nil || chart.Version == "" {
+		t.Fatalf("Chart.yaml: no version (%v)", err)
+	}
+	return chart.Version
 }
 
 // installCommands reads the `helm install` commands of text (a values file's header, a README),
@@ -125,11 +147,19 @@ func installCommands(t *testing.T, text string) []installCommand {
 		}
 		words := strings.Fields(strings.ReplaceAll(strings.ReplaceAll(full, "'", ""), "<cluster>", "prod-eu-1"))
 		c := installCommand{line: full, release: words[2], namespace: "default"}
-		if words[3] != "distribution/helm/kubetrail" {
+		if words[3] != "distribution/helm/kubetrail" && words[3] != releasedChart {
 			t.Errorf("%q installs %s, not the chart", full, words[3])
 		}
 		for j := 4; j < len(words); j++ {
 			switch words[j] {
+			case "--version":
+				j++
+				if want := chartVersion(t); words[3] != releasedChart || words[j] != want {
+					t.Errorf("%q: --version %s, want the released chart at this checkout's version %s", full, words[j], want)
+				}
+			case "--set-json":
+				j++
+				c.setJSON = append(c.setJSON, words[j])
 			case "-n", "--namespace":
 				j++
 				c.namespace = words[j]
@@ -162,6 +192,9 @@ func (c installCommand) render(t *testing.T) map[renderedObject]map[string]any {
 	}
 	for _, s := range c.sets {
 		args = append(args, "--set", s)
+	}
+	for _, s := range c.setJSON {
+		args = append(args, "--set-json", s)
 	}
 	out, stderr, err := helm(t, args...)
 	if err != nil {
