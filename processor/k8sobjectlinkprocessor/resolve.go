@@ -372,7 +372,14 @@ func (r *resolver) asgExpiry(w time.Time) time.Time {
 	// An assignment must outlive the following window, which links back to it, plus grace for
 	// late spans. A window read long after the fact (a backlog) gets as long from now: a record
 	// born expired would let every later span of that window emit the object span again.
-	return later(w.Add(2*r.deps.window+r.deps.grace), r.now.Add(r.deps.window+r.deps.grace))
+	// A window ahead of now lives no longer than the window after now's would: a record's life
+	// is bounded relative to now, whatever window a span names (a span of year 2200 must not
+	// leave a record for 175 years).
+	e := later(w.Add(2*r.deps.window+r.deps.grace), r.now.Add(r.deps.window+r.deps.grace))
+	if limit := r.now.Add(3*r.deps.window + r.deps.grace); e.After(limit) {
+		e = limit
+	}
+	return e
 }
 
 func later(a, b time.Time) time.Time {

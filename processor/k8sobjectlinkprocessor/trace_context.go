@@ -158,7 +158,12 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		}
 		queued = true
 		c := n.ctx
-		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: c.start.Add(contextRecordLife)},
+		// Its life is counted from now at the latest: a span start far ahead names no later expiry.
+		expire := c.start.Add(contextRecordLife)
+		if limit := r.now.Add(contextRecordLife); expire.After(limit) {
+			expire = limit
+		}
+		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: expire},
 			func(op *Op) {
 				first, ok := decodeFirstSeen(op.Value)
 				if !op.Found || !ok {
