@@ -113,6 +113,7 @@ type item struct {
 // with attributes cost allocations the hot path should not pay per span.
 type resolverCounts struct {
 	created, reused, relationHit, relationMiss int64
+	grafts                                     int64 // trace contexts refused as grafts
 }
 
 func (r *resolver) report() {
@@ -126,6 +127,7 @@ func (r *resolver) report() {
 	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, resultReused))
 	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultHit))
 	add(tel.K8sObjectLinkOwnerLookups, r.count.relationMiss, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultMiss))
+	add(tel.K8sObjectLinkTraceContextGrafts, r.count.grafts)
 }
 
 // resolver settles the assignments of one batch: every object of the batch and all its
@@ -199,6 +201,9 @@ type resolverDeps struct {
 	budget *traceBudget
 
 	window, grace, relationTTL, ownerWait time.Duration
+	// markGrafts: trace_context.nest is on, so created assignments mark their derived trace and
+	// object span for the graft check.
+	markGrafts bool
 }
 
 // forbiddenReporter is told when the apiserver forbids an owner look-up of a resource, and
@@ -221,6 +226,7 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		grace:       p.cfg.Grace,
 		relationTTL: p.cfg.RelationTTL,
 		ownerWait:   p.cfg.OwnerWait,
+		markGrafts:  p.cfg.TraceContext.Nest,
 	}
 }
 
@@ -580,8 +586,14 @@ func (r *resolver) create(n *node) {
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
 		if c := n.ctx; c != nil && c.fresh {
-			// A root created by a write that carries a fresh trace context joins that trace.
-			cand.TraceID, cand.Parent = c.tc.TraceID, c.tc.SpanID
+			if c.graft {
+				// The context names an object's trace or span: nesting would graft this window
+				// into another object's tree (docs/security.md, Doors). It keeps its own trace.
+				r.count.grafts++
+			} else {
+				// A root created by a write that carries a fresh trace context joins that trace.
+				cand.TraceID, cand.Parent = c.tc.TraceID, c.tc.SpanID
+			}
 		}
 	} else {
 		o := n.owner.resolve()
@@ -594,6 +606,15 @@ func (r *resolver) create(n *node) {
 	}
 	n.state = stCreate
 	n.inflight = true
+	if r.deps.markGrafts {
+		// The object's derived trace and its object span are kubetrail's: a trace context that
+		// names either nests nothing (trace_context.go, graftKey). Written by every candidate
+		// (same values whoever wins), with the assignment's round trip and life.
+		exp := r.asgExpiry(n.window)
+		r.writes = append(r.writes,
+			Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp},
+			Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+	}
 	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
 		func(op *Op) {
 			n.inflight = false
