@@ -607,13 +607,15 @@ func (r *resolver) create(n *node) {
 	n.state = stCreate
 	n.inflight = true
 	if r.deps.markGrafts {
-		// The object's derived trace and its object span are kubetrail's: a trace context that
-		// names either nests nothing (trace_context.go, graftKey). Written by every candidate
-		// (same values whoever wins), with the assignment's round trip and life.
+		// The object span is kubetrail's, and so is a root's derived trace (an owned object's
+		// holds none of its spans): a trace context that names either nests nothing
+		// (trace_context.go, graftTraceKey). Written by every candidate (same values whoever
+		// wins), with the assignment's round trip and life.
 		exp := r.asgExpiry(n.window)
-		r.writes = append(r.writes,
-			Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp},
-			Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+		if n.root || n.owner == nil {
+			r.writes = append(r.writes, Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
+		}
+		r.writes = append(r.writes, Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
 	}
 	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
 		func(op *Op) {

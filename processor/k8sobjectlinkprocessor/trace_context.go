@@ -56,8 +56,8 @@ func decodeFirstSeen(s string) (time.Time, bool) {
 // Grafts. A trace context is whatever its writer put in the annotation: whoever may write one root
 // object could name another object's derived trace and object span (both follow from the cluster
 // name, the UID and the window) and have the window placed inside that object's tree, spending
-// its trace's span budget. Every created assignment therefore marks its object's derived trace
-// and its object span in the ID map ("g:" records, the assignment's life), and a context that
+// its trace's span budget. Every created assignment therefore marks its object span, and a root's
+// also its derived trace, in the ID map ("g:" records, the assignment's life), and a context that
 // names a marked trace or span, or one of the batch's own objects, does not nest: its window gets
 // a trace of its own and links to the context. The annotated write may still nest in any trace
 // no object of the ID map owns (a CI step's, or an object's derived trace of a window the ID map
