@@ -3,7 +3,11 @@ package door
 import (
 	"context"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type otherKey struct{}
 
