@@ -25,6 +25,7 @@ import (
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
 	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/bytebudget"
+	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -204,7 +205,8 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 		part.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
 	if n = td.SpanCount(); n > 0 {
-		if err := c.next.ConsumeTraces(ctx, td); err != nil {
+		// Marked as kubetrail's own door: k8s_object_link lets only such spans write the trail.
+		if err := c.next.ConsumeTraces(door.Trusted(ctx), td); err != nil {
 			if consumererror.IsPermanent(err) {
 				st.Drop(auditconv.ReasonConsumerPermanent, n)
 			}

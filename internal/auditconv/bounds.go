@@ -1,9 +1,6 @@
 package auditconv
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -42,10 +39,10 @@ const (
 	// maxNameBytes bounds the names of an object's identity (name, namespace, owner name) and a
 	// node name. DNS names end at 253 bytes; a path segment name (an RBAC role's) has no bound
 	// of its own but the request's size.
-	maxNameBytes = 512
+	maxNameBytes = model.MaxNameBytes
 	// maxTokenBytes bounds the identity's group, version, resource, kind and UID, the owner's
 	// kind, apiVersion and UID, the subresource and each webhook's name.
-	maxTokenBytes = 253
+	maxTokenBytes = model.MaxTokenBytes
 	// maxWebhooks bounds how many webhook calls k8s.audit.admission.* lists.
 	maxWebhooks = 64
 	// maxKeyedAttributes bounds how many k8s.audit.pod_security.* and k8s.audit.latency.*
@@ -109,21 +106,15 @@ func (c *cuts) put(attrs pcommon.Map) {
 	}
 }
 
-// identityCutHash is how many hex digits of the whole value's SHA-256 end a cut identity.
-const identityCutHash = 16
-
-// identity returns an identity string (a name, a UID, a resource) of at most n bytes. One
-// that is longer keeps its first bytes, then "…" and 16 hex digits of the SHA-256 of the whole
-// value: the identity stays the same on every replica and door, and two long names that share
-// their beginning stay two objects (a plain cut would merge their traces).
+// identity returns an identity string (a name, a UID, a resource) of at most n bytes, as
+// model.BoundIdentity cuts it (the processor cuts what other doors hand it the same way), and
+// notes the cut.
 func (c *cuts) identity(key, s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	sum := sha256.Sum256([]byte(s))
-	head, _ := clipText(s, n-len("…")-identityCutHash)
 	c.note(key)
-	return head + "…" + hex.EncodeToString(sum[:identityCutHash/2])
+	return model.BoundIdentity(s, n)
 }
 
 // boundIdentity cuts the object's identity and owner (cuts.identity). c may be nil (a key

@@ -126,7 +126,7 @@ func TestEveryStringOfAnEventIsCutAtItsBoundAndTheSpanSaysWhich(t *testing.T) {
 		attrAuthzDecision: maxShortBytes, attrAuthzReason: maxAnnotationValueSize, attrAdmissionPolicyFails: maxAnnotationValueSize,
 		model.AttrObjectName: maxNameBytes, model.AttrNamespaceName: maxNameBytes, model.AttrObjectUID: maxTokenBytes,
 	} {
-		if v := attrStr(a, key); len(v) > want || len(v) < want-3-identityCutHash-3 {
+		if v := attrStr(a, key); len(v) > want || len(v) < want-3-16-3 {
 			t.Errorf("%s: %d bytes, want cut at %d", key, len(v), want)
 		}
 	}
@@ -189,7 +189,7 @@ func TestALongNameIsCutWithAHashSoObjectsStayApart(t *testing.T) {
 	for i, name := range []string{long + "a", long + "b", long + "a"} {
 		s := onlySpan(t, first(convertOne(t, testConverter(), create(fmt.Sprint(i), name))))
 		got := attrStr(s.Attributes(), model.AttrObjectName)
-		if len(got) > maxNameBytes || !strings.HasPrefix(got, long[:maxNameBytes-3-identityCutHash]+"…") {
+		if len(got) > maxNameBytes || !strings.HasPrefix(got, long[:maxNameBytes-3-16]+"…") {
 			t.Fatalf("name cut to %d bytes as %q…", len(got), got[:20])
 		}
 		if id, ok := names[got]; ok && id != s.TraceID() {

@@ -104,7 +104,7 @@ func benchProcess(b *testing.B, cfg *Config, parallel int, apiserver bool) {
 	for k, rs := range fleet.rss {
 		warm = append(warm, audit(fleet.deploys[k], fmt.Sprintf("warm-d-%d", k), at), audit(rs, fmt.Sprintf("warm-rs-%d", k), at))
 	}
-	if err := p.ConsumeTraces(context.Background(), batch(warm...)); err != nil {
+	if err := p.ConsumeTraces(trustedCtx, batch(warm...)); err != nil {
 		b.Fatal(err)
 	}
 	var rtBefore int64
@@ -137,7 +137,7 @@ func benchProcess(b *testing.B, cfg *Config, parallel int, apiserver bool) {
 					b.StartTimer()
 				}
 				c0, t0 := processCPU(), time.Now()
-				if err := p.ConsumeTraces(context.Background(), td); err != nil {
+				if err := p.ConsumeTraces(trustedCtx, td); err != nil {
 					b.Error(err)
 					return
 				}
@@ -216,7 +216,7 @@ func BenchmarkMemoryIDMapHolding1MObjectWindows(b *testing.B) {
 				pod.Name, pod.UID, pod.Owner = fmt.Sprintf("web-6d4b-%07d", i+j), fmt.Sprintf("9c8b7a6d-0000-4000-8000-%012d", i+j), ownerOf(rs)
 				acts = append(acts, audit(pod, fmt.Sprintf("a-%d", i+j), at))
 			}
-			if err := p.ConsumeTraces(context.Background(), batch(acts...)); err != nil {
+			if err := p.ConsumeTraces(trustedCtx, batch(acts...)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -145,7 +145,7 @@ func TestDaemonSetOf5000PodsIsCutIntoTracesWithinTheBound(t *testing.T) {
 	activities := 0
 	for _, b := range batches {
 		activities += len(b)
-		if err := p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+		if err := p.ConsumeTraces(trustedCtx, batch(b...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +216,7 @@ func TestTwoReplicasShareTheTraceBoundThroughRedis(t *testing.T) {
 	activities := 0
 	for i, bt := range batches {
 		activities += len(bt)
-		if err := []*harness{a, b}[i%2].p.ConsumeTraces(context.Background(), batch(bt...)); err != nil {
+		if err := []*harness{a, b}[i%2].p.ConsumeTraces(trustedCtx, batch(bt...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -248,12 +248,12 @@ func TestARefusedBatchOwesItsContinuationSpans(t *testing.T) {
 		// continuation, under the DaemonSet's continuation span.
 		if !refused && len(tracesOf(sink)[first]) >= cfg.MaxSpansPerTrace {
 			refused, refuse = true, true
-			if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err == nil {
+			if err := h.p.ConsumeTraces(trustedCtx, batch(b...)); err == nil {
 				t.Fatal("the refusing consumer accepted the batch")
 			}
 			refuse = false
 		}
-		if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+		if err := h.p.ConsumeTraces(trustedCtx, batch(b...)); err != nil {
 			t.Fatal(err)
 		}
 	}

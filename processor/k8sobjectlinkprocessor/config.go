@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configoptional"
 
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
@@ -74,6 +75,33 @@ type Config struct {
 	// trace.kubernetes.io/context on a root object, and the kubetrail trace-state member of a
 	// controller's spans (trace_context.go).
 	TraceContext TraceContextConfig `mapstructure:"trace_context"`
+
+	// Doors says which spans may write the trail (docs/design.md, Doors): spans kubetrail's own
+	// receivers and connector hand on in this collector always may; the spans of any other door
+	// (an otlp receiver) only through a trusted hop, and otherwise only follow.
+	Doors DoorsConfig `mapstructure:"doors"`
+}
+
+// DoorsConfig is what the processor trusts beyond kubetrail's own receivers and connector in the
+// same collector: see Config.Doors.
+type DoorsConfig struct {
+	// TrustedHop trusts the spans of a request that carries the header TrustedHop.Header with
+	// the value TrustedHop.Secret: an OTLP hop between kubetrail collectors (agents exporting
+	// their receivers' spans to a gateway, over mTLS). Off while Secret is empty.
+	TrustedHop TrustedHopConfig `mapstructure:"trusted_hop"`
+	// FollowWindows is how many windows before the current one a span of an untrusted door may
+	// name and still follow its object's assignment; a window after the next one never does.
+	FollowWindows int `mapstructure:"follow_windows"`
+	// MaxWaitingSpans bounds the spans of untrusted doors waiting (owner_wait at most) for their
+	// object's assignment, apart from the owner hold (max_held_spans); past it they pass as
+	// they came.
+	MaxWaitingSpans int `mapstructure:"max_waiting_spans"`
+}
+
+// TrustedHopConfig names the header and the secret of a trusted OTLP hop.
+type TrustedHopConfig struct {
+	Header string              `mapstructure:"header"`
+	Secret configopaque.String `mapstructure:"secret"`
 }
 
 // TraceContextConfig is what trace contexts do to spans: see Config.TraceContext.
@@ -160,6 +188,11 @@ func createDefaultConfig() *Config {
 		MaxSpansPerTrace: defaultMaxSpansPerTrace,
 		APIServerJoin:    APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
 		TraceContext:     TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true},
+		Doors: DoorsConfig{
+			TrustedHop:      TrustedHopConfig{Header: "x-kubetrail-door"},
+			FollowWindows:   2,
+			MaxWaitingSpans: 10000,
+		},
 		IDMap: IDMapConfig{
 			Backend: BackendMemory,
 			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
@@ -203,6 +236,9 @@ func (c *Config) Validate() error {
 	if t := c.TraceContext; t.Nest && t.NestFor <= 0 {
 		return fmt.Errorf("trace_context.nest_for must be positive when trace_context.nest is on, got %s", t.NestFor)
 	}
+	if err := c.Doors.validate(); err != nil {
+		return err
+	}
 	if c.IDMap.Memory.MaxEntries <= 0 {
 		return fmt.Errorf("id_map.memory.max_entries must be positive, got %d", c.IDMap.Memory.MaxEntries)
 	}
@@ -235,6 +271,28 @@ func (c *Config) Validate() error {
 			if !resourceName.MatchString(r) {
 				return fmt.Errorf("owner_lookup.resources: %q is not a resource (pods) or resource.group (replicasets.apps) in lower case", r)
 			}
+		}
+	}
+	return nil
+}
+
+// minHopSecretBytes: a secret shorter than this could be guessed by a sender of the untrusted
+// door, which sees each refusal only as its spans not nesting.
+const minHopSecretBytes = 16
+
+func (d *DoorsConfig) validate() error {
+	if d.FollowWindows < 0 || d.FollowWindows > 48 {
+		return fmt.Errorf("doors.follow_windows must be between 0 and 48, got %d", d.FollowWindows)
+	}
+	if d.MaxWaitingSpans < 0 {
+		return fmt.Errorf("doors.max_waiting_spans must not be negative, got %d", d.MaxWaitingSpans)
+	}
+	if h := d.TrustedHop; h.Secret != "" {
+		if h.Header == "" {
+			return errors.New("doors.trusted_hop.header must name a header when doors.trusted_hop.secret is set")
+		}
+		if len(h.Secret) < minHopSecretBytes {
+			return fmt.Errorf("doors.trusted_hop.secret must be at least %d bytes", minHopSecretBytes)
 		}
 	}
 	return nil

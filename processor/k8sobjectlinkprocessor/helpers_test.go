@@ -23,9 +23,14 @@ import (
 	k8sclock "k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
+
+// trustedCtx is the context kubetrail's receivers hand their spans on with (internal/door):
+// the spans of the tests come through a trusted door unless a test says otherwise.
+var trustedCtx = door.Trusted(context.Background())
 
 // refusingConsumer is a next consumer that refuses every batch while *refuse is set, as a full
 // exporter queue or the memory limiter does, and hands the others to sink.
@@ -218,7 +223,7 @@ func newMeteredHarness(t *testing.T, cfg *Config, clk *fakeClock, next consumer.
 
 func (h *harness) consume(acts ...activity) {
 	h.t.Helper()
-	if err := h.p.ConsumeTraces(context.Background(), batch(acts...)); err != nil {
+	if err := h.p.ConsumeTraces(trustedCtx, batch(acts...)); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -75,46 +76,28 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 	var overflow ptrace.Traces
 	held := make(map[int]bool, len(idx))
 	p.heldMu.Lock()
-	pos := 0
-	for _, rs := range td.ResourceSpans().All() {
-		for _, ss := range rs.ScopeSpans().All() {
-			for _, s := range ss.Spans().All() {
-				deadline, ok := want[pos]
-				pos++
-				if !ok {
-					continue
-				}
-				one := ptrace.NewTraces()
-				ors := one.ResourceSpans().AppendEmpty()
-				rs.Resource().CopyTo(ors.Resource())
-				ors.SetSchemaUrl(rs.SchemaUrl())
-				oss := ors.ScopeSpans().AppendEmpty()
-				ss.Scope().CopyTo(oss.Scope())
-				oss.SetSchemaUrl(ss.SchemaUrl())
-				s.CopyTo(oss.Spans().AppendEmpty())
-				if len(p.held) >= p.cfg.MaxHeldSpans {
-					if overflow == (ptrace.Traces{}) {
-						overflow = ptrace.NewTraces()
-					}
-					one.ResourceSpans().MoveAndAppendTo(overflow.ResourceSpans())
-					continue
-				}
-				p.held = append(p.held, heldSpan{td: one, deadline: deadline})
-				held[pos-1] = true
-				if fresh {
-					p.tel.K8sObjectLinkSpansHeld.Add(ctx, 1)
-				}
-				p.tel.K8sObjectLinkHeldSpans.Add(ctx, 1)
+	forEachSpanAt(td, want, func(pos int, one ptrace.Traces, deadline time.Time) {
+		if len(p.held) >= p.cfg.MaxHeldSpans {
+			if overflow == (ptrace.Traces{}) {
+				overflow = ptrace.NewTraces()
 			}
+			one.ResourceSpans().MoveAndAppendTo(overflow.ResourceSpans())
+			return
 		}
-	}
+		p.held = append(p.held, heldSpan{td: one, deadline: deadline})
+		held[pos] = true
+		if fresh {
+			p.tel.K8sObjectLinkSpansHeld.Add(ctx, 1)
+		}
+		p.tel.K8sObjectLinkHeldSpans.Add(ctx, 1)
+	})
 	p.heldMu.Unlock()
 	if overflow != (ptrace.Traces{}) {
 		// Processed again with no holding allowed: the object becomes a root now rather than
 		// the processor growing without bound.
 		n := overflow.SpanCount()
 		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reasonHoldFull)))
-		res := p.process(ctx, overflow, p.clock.Now(), noHold(), false)
+		res := p.process(ctx, overflow, p.clock.Now(), noHold(), false, true)
 		overflow.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 		return held, res.objects
 	}
@@ -147,12 +130,25 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		return err
 	}
 	p.heldMu.Lock()
-	held := p.held
-	p.held = nil
+	held, waiting := p.held, p.waiting
+	p.held, p.waiting = nil, nil
 	p.heldMu.Unlock()
-	if len(held) == 0 || p.store == nil {
+	if p.store == nil {
 		return nil
 	}
+	var err error
+	if len(waiting) > 0 {
+		err = p.releaseSet(ctx, waiting, all, false)
+	}
+	if len(held) > 0 {
+		err = errors.Join(err, p.releaseSet(ctx, held, all, true))
+	}
+	return err
+}
+
+// releaseSet processes held spans again: the owner hold's (trusted) or the guests waiting for an
+// assignment (untrusted, doors.go).
+func (p *objectLinkProcessor) releaseSet(ctx context.Context, held []heldSpan, all, trusted bool) error {
 	now := p.clock.Now()
 	td := ptrace.NewTraces()
 	deadlines := make([]time.Time, 0, len(held))
@@ -163,14 +159,22 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 		h.td.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	}
 	// Spans, not entries: an entry holds one span today, but the gauge counts spans either way.
-	p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(len(deadlines)))
+	if trusted {
+		p.tel.K8sObjectLinkHeldSpans.Add(ctx, -int64(len(deadlines)))
+	} else {
+		p.tel.K8sObjectLinkWaitingSpans.Add(ctx, -int64(len(deadlines)))
+	}
 	timedOut := 0
 	for _, d := range deadlines {
 		if !now.Before(d) {
 			timedOut++
 		}
 	}
-	res := p.process(ctx, td, now, releaseHold(now, deadlines, all), false)
+	res := p.process(ctx, td, now, releaseHold(now, deadlines, all), false, trusted)
+	if !trusted {
+		// Guests are counted by their result (followed, passed) as they are decided.
+		return p.sendReleased(ctx, td, res)
+	}
 	reheld := res.held
 	reason := reasonHoldTimeout
 	if all {
@@ -182,9 +186,14 @@ func (p *objectLinkProcessor) release(ctx context.Context, all bool) error {
 	if found := len(deadlines) - timedOut - reheld; found > 0 {
 		p.tel.K8sObjectLinkSpansReleased.Add(ctx, int64(found), metric.WithAttributes(attribute.String(attrReason, reasonOwnerFound)))
 	}
-	// Released spans are in our custody until the next consumer takes them: keep a copy of the
-	// activity spans, and if it refuses, keep them unsent (processed: they go as they are on the
-	// next tick, or Shutdown stores them). Object spans are re-sent through the owed list by send.
+	return p.sendReleased(ctx, td, res)
+}
+
+// sendReleased sends released spans. They are in our custody until the next consumer takes
+// them: keep a copy of the activity spans, and if it refuses, keep them unsent (processed: they
+// go as they are on the next tick, or Shutdown stores them). Object spans are re-sent through the
+// owed list by send.
+func (p *objectLinkProcessor) sendReleased(ctx context.Context, td ptrace.Traces, res processResult) error {
 	var retry ptrace.Traces
 	if td.SpanCount() > 0 {
 		retry = copyActivitySpans(td)

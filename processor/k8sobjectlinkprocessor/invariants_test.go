@@ -117,9 +117,9 @@ func TestAnyStreamThroughOneReplicaPassesEverySpanOnceInOneTreePerWindow(t *test
 				redelivery := ptrace.NewTraces()
 				td.CopyTo(redelivery)
 				refuse = rng.IntN(3) == 0
-				if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+				if err := h.p.ConsumeTraces(trustedCtx, td); err != nil {
 					refuse = false
-					if err := h.p.ConsumeTraces(context.Background(), redelivery); err != nil {
+					if err := h.p.ConsumeTraces(trustedCtx, redelivery); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -165,7 +165,7 @@ func TestAnyStreamSplitOverTwoReplicasSharingRedisIsOneTreePerWindow(t *testing.
 					td ptrace.Traces
 				}{{a, tdA}, {b, tdB}} {
 					wg.Go(func() {
-						if err := r.h.p.ConsumeTraces(context.Background(), r.td); err != nil {
+						if err := r.h.p.ConsumeTraces(trustedCtx, r.td); err != nil {
 							t.Error(err)
 						}
 					})

@@ -157,6 +157,9 @@ func (m *joinMap) len() int {
 	return m.order.Len()
 }
 
+// maxJoinAuditIDBytes is the audit receiver's bound of an audit ID (auditconv.MaxAuditIDBytes).
+const maxJoinAuditIDBytes = 128
+
 // apiserverRequestSpan reports whether s is the apiserver's server span of a request, and its
 // audit ID: a span that is not kubetrail's, of kind server, with the audit-id attribute.
 func apiserverRequestSpan(s ptrace.Span, typ string) (string, bool) {
@@ -164,7 +167,9 @@ func apiserverRequestSpan(s ptrace.Span, typ string) (string, bool) {
 		return "", false
 	}
 	v, ok := s.Attributes().Get(attrAPIServerAuditID)
-	if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
+	if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" || len(v.Str()) > maxJoinAuditIDBytes {
+		// An audit ID over the receivers' bound is no apiserver's (they are UUIDs): it never
+		// becomes a key of the join map or of Redis.
 		return "", false
 	}
 	return v.Str(), true

@@ -59,7 +59,7 @@ func apiserverRequest(auditID string, n uint64, at time.Time) ptrace.Traces {
 
 func (h *harness) consumeTraces(td ptrace.Traces) {
 	h.t.Helper()
-	if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+	if err := h.p.ConsumeTraces(trustedCtx, td); err != nil {
 		h.t.Fatal(err)
 	}
 }

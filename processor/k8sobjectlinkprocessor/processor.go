@@ -72,7 +72,10 @@ type objectLinkProcessor struct {
 
 	heldMu sync.Mutex
 	held   []heldSpan
-	owed   ptrace.Traces
+	// waiting are spans of untrusted doors waiting for their object's assignment: a hold of
+	// their own (doors.max_waiting_spans), so that they cannot push held spans out (doors.go).
+	waiting []heldSpan
+	owed    ptrace.Traces
 	// unsent are processed spans the next consumer refused when their hold ended, or that the
 	// previous run kept in storage; they are sent as they are.
 	unsent ptrace.Traces
@@ -255,7 +258,7 @@ func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 	p.tel.K8sObjectLinkSpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
-	res := p.process(ctx, td, now, freshHold(now, p.cfg.OwnerWait), true)
+	res := p.process(ctx, td, now, freshHold(now, p.cfg.OwnerWait), true, p.trusted(ctx))
 	return p.send(ctx, td, res)
 }
 
@@ -374,26 +377,43 @@ type processResult struct {
 //
 // The steps: collect the batch's activity spans, settle their objects' assignments, rewrite,
 // drop or mark for holding each span, hold the marked ones, and emit the object spans this
-// replica wrote first.
+// replica wrote first. trusted says whether td came through a trusted door (doors.go): the
+// spans of another door write nothing and only follow existing assignments.
 func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now time.Time,
-	hold holdPolicy, dedup bool,
+	hold holdPolicy, dedup, trusted bool,
 ) (res processResult) {
 	r := newResolver(ctx, p.resolverDeps(), now)
 	defer r.release()
-	items, jb, spans := p.collectItems(ctx, r, td, hold, dedup)
+	items, jb, spans, gb := p.collectItems(ctx, r, td, hold, dedup, trusted, now)
 	if p.join != nil {
 		jb.target, jb.deferred = map[int]joinRecord{}, map[int]bool{}
-		p.joinRequests(r, &jb, len(items) > 0)
+		p.joinRequests(r, &jb, len(items) > 0 || len(gb.guests) > 0)
 	}
+	p.queueGuests(r, &gb)
 	if len(items) == 0 {
 		if len(r.ops) > 0 || len(r.writes) > 0 {
 			r.flush()
+		}
+		if len(gb.guests) == 0 && len(gb.refused) == 0 {
+			return res
+		}
+		remove := make([]bool, spans)
+		p.finishGuests(ctx, td, r, &gb, remove, dedup)
+		if p.join != nil {
+			p.joinAfter(ctx, nil, remove, &jb, now)
+		}
+		if countTrue(remove) > 0 {
+			removeSpans(td, remove)
+		}
+		for t, n := range r.spanCounts {
+			p.budget.add(t, n, now)
 		}
 		return res
 	}
 	p.resolveItems(r, items, &jb, now)
 	p.continueItems(r, items, now)
 	remove, toHold := p.rewriteActivitySpans(ctx, r, items, spans)
+	p.finishGuests(ctx, td, r, &gb, remove, dedup)
 	if p.join != nil {
 		p.joinAfter(ctx, items, remove, &jb, now)
 	}
@@ -414,8 +434,8 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 // first fresh span. spans is the number of spans walked (object spans included): the size of
 // the removal mask.
 func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td ptrace.Traces,
-	hold holdPolicy, dedup bool,
-) (items []item, jb joinBatch, spans int) {
+	hold holdPolicy, dedup, trusted bool, now time.Time,
+) (items []item, jb joinBatch, spans int, gb guestBatch) {
 	pos := 0
 	windowChecked := false
 	total := td.SpanCount()
@@ -432,6 +452,10 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				pos++
 				attrs := s.Attributes()
 				typ, _ := attrs.Get(model.AttrSpanType)
+				if !trusted && claimsKubetrail(typ.Str()) {
+					gb.refused = append(gb.refused, pos-1)
+					continue
+				}
 				if typ.Str() == model.SpanTypeObject {
 					continue
 				}
@@ -454,6 +478,18 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 						}
 					}
 				}
+				if !trusted {
+					// A guest: it follows an existing assignment at most, and reads nothing else
+					// of the span (doors.go).
+					if follow {
+						if g, ok := p.guestOf(s, pos-1, ref, typ.Str(), hold, now); ok {
+							gb.guests = append(gb.guests, g)
+						} else {
+							p.countGuests(ctx, resultPassed, 1)
+						}
+					}
+					continue
+				}
 				var obj model.Object
 				var w time.Time
 				if follow {
@@ -470,6 +506,9 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 					}
 					w = model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
 				}
+				// Its strings become ID-map keys and values: bounded as the receivers bound them,
+				// whichever trusted door the span came through.
+				obj.Bound()
 				if obj.UID != "" && obj.Name != "" {
 					// Later spans of a batch are later in time: the last UID seen for a name is
 					// current. The key is built on the stack; it is a string of its own only
@@ -520,7 +559,25 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 			}
 		}
 	}
-	return items, jb, pos
+	return items, jb, pos, gb
+}
+
+// finishGuests decides the batch's guests (doors.go) once its trusted spans are settled: refused
+// spans and guests that wait are marked in remove, the others are followed or left as they came.
+func (p *objectLinkProcessor) finishGuests(ctx context.Context, td ptrace.Traces, r *resolver, gb *guestBatch, remove []bool, fresh bool) {
+	if len(gb.refused) > 0 {
+		for _, pos := range gb.refused {
+			remove[pos] = true
+		}
+		p.tel.K8sObjectLinkSpansDropped.Add(ctx, int64(len(gb.refused)), metric.WithAttributes(attribute.String(attrReason, reasonUntrustedClaim)))
+	}
+	if len(gb.guests) == 0 {
+		return
+	}
+	wait := p.settleGuests(ctx, r, gb)
+	for pos := range p.waitGuests(ctx, td, gb, wait, fresh) {
+		remove[pos] = true
+	}
 }
 
 // resolveItems settles the assignments of the items' objects. Round one carries the batch's

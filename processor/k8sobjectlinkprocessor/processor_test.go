@@ -412,7 +412,7 @@ func TestSpansWithoutIdentityPassThroughUntouched(t *testing.T) {
 	s.SetParentSpanID(pcommon.SpanID{3})
 	want := ptrace.NewTraces()
 	td.CopyTo(want)
-	if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+	if err := h.p.ConsumeTraces(trustedCtx, td); err != nil {
 		t.Fatal(err)
 	}
 	got := h.sink.AllTraces()
@@ -464,7 +464,7 @@ func TestARefusedBatchIsNotMistakenForADuplicateWhenRedelivered(t *testing.T) {
 	refuse := true
 	next := refusingConsumer(sink, &refuse)
 	h := newHarnessConsumer(t, memoryConfig(), newFakeClock(t0), next, sink)
-	if err := h.p.ConsumeTraces(context.Background(), batch(audit(deploy, "a1", t0.Add(time.Second)))); err == nil {
+	if err := h.p.ConsumeTraces(trustedCtx, batch(audit(deploy, "a1", t0.Add(time.Second)))); err == nil {
 		t.Fatal("the refusal must reach the receiver")
 	}
 	refuse = false
@@ -504,7 +504,7 @@ func TestLifecycleStartStopTwice(t *testing.T) {
 				if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 					t.Fatal(err)
 				}
-				if err := p.ConsumeTraces(context.Background(), batch(audit(deploy, "x", time.Now()))); err != nil {
+				if err := p.ConsumeTraces(trustedCtx, batch(audit(deploy, "x", time.Now()))); err != nil {
 					t.Fatal(err)
 				}
 				if err := p.Shutdown(context.Background()); err != nil {
@@ -532,11 +532,11 @@ func TestAHeldSpanIsNotPassedTwiceWhenItsBatchIsRefusedAndRedelivered(t *testing
 		return batch(audit(deploy, "x", t0.Add(time.Minute)), event(withoutOwner(podB1), "held", t0.Add(time.Minute)))
 	}
 	refuse = true
-	if err := h.p.ConsumeTraces(context.Background(), redelivered()); err == nil {
+	if err := h.p.ConsumeTraces(trustedCtx, redelivered()); err == nil {
 		t.Fatal("the refusal must reach the receiver")
 	}
 	refuse = false
-	if err := h.p.ConsumeTraces(context.Background(), redelivered()); err != nil {
+	if err := h.p.ConsumeTraces(trustedCtx, redelivered()); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(4 * time.Second)
@@ -588,7 +588,7 @@ func TestAReceiverWindowOtherThanTheProcessorsIsWarnedAboutNamingBoth(t *testing
 
 	// Receivers with the same window: no warning, nothing counted.
 	at := t0.Add(40 * time.Minute) // in the second half hour: 30m and 1h windows start apart
-	if err := p.ConsumeTraces(context.Background(), batch(audit(deploy, "same", at))); err != nil {
+	if err := p.ConsumeTraces(trustedCtx, batch(audit(deploy, "same", at))); err != nil {
 		t.Fatal(err)
 	}
 	if len(warnings()) != 0 || o.counter(t, "otelcol_k8s_object_link_window_mismatches") != 0 {
@@ -605,7 +605,7 @@ func TestAReceiverWindowOtherThanTheProcessorsIsWarnedAboutNamingBoth(t *testing
 		return td
 	}
 	for _, id := range []string{"h1", "h2", "h3"} {
-		if err := p.ConsumeTraces(context.Background(), hourly(id)); err != nil {
+		if err := p.ConsumeTraces(trustedCtx, hourly(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -665,7 +665,7 @@ func TestSpansOfReceiversBeforeSpanModel1AreNested(t *testing.T) {
 		})
 		rs.SetSchemaUrl("")
 	}
-	if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+	if err := h.p.ConsumeTraces(trustedCtx, td); err != nil {
 		t.Fatal(err)
 	}
 	d, rs, pod := h.one("Deployment default/demo"), h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1")

@@ -13,7 +13,8 @@ var recordedValues = map[string][]string{
 	"lookup_source":        {sourceRelation, sourceAPIServer},
 	"reconcile_result":     {resultWritten, resultConflict},
 	"join_source":          {sourceMemory, sourceRedis},
-	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused},
+	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused, reasonUntrustedClaim},
+	"untrusted_result":     {resultFollowed, resultPassed, resultWaiting},
 	"continued_span":       {spanActivity, spanContinuation},
 	"trace_state_result":   {resultFollowed, resultInvalid},
 	"release_reason":       {reasonOwnerFound, reasonHoldTimeout, reasonShutdown, reasonHoldFull},
@@ -33,6 +34,6 @@ func TestAttributeValuesMatchMetadata(t *testing.T) {
 	for _, key := range []string{"attrResult", "attrSource", "attrReason", "attrSpan"} {
 		calls = append(calls, enumtest.Call{Func: "String", Arg: 1, Key: key})
 	}
-	calls = append(calls, enumtest.Call{Func: "metricSource"}, enumtest.Call{Func: "onEvict"}, enumtest.Call{Func: "runError"})
+	calls = append(calls, enumtest.Call{Func: "countGuests", Arg: 1}, enumtest.Call{Func: "metricSource"}, enumtest.Call{Func: "onEvict"}, enumtest.Call{Func: "runError"})
 	enumtest.NoLiterals(t, ".", calls...)
 }

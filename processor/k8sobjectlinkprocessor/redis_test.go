@@ -144,7 +144,7 @@ func TestTwoProcessorsRacingOnTheSameStreamAgreeOnEveryTraceID(t *testing.T) {
 	for _, h := range []*harness{h1, h2} {
 		wg.Go(func() {
 			for _, b := range stream {
-				if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+				if err := h.p.ConsumeTraces(trustedCtx, batch(b...)); err != nil {
 					t.Error(err)
 				}
 			}
@@ -162,7 +162,7 @@ func TestTwoProcessorsRacingOnTheSameStreamAgreeOnEveryTraceID(t *testing.T) {
 		if i%2 == 1 {
 			h = h4
 		}
-		if err := h.p.ConsumeTraces(context.Background(), batch(b...)); err != nil {
+		if err := h.p.ConsumeTraces(trustedCtx, batch(b...)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -113,6 +113,7 @@ type item struct {
 // with attributes cost allocations the hot path should not pay per span.
 type resolverCounts struct {
 	created, reused, relationHit, relationMiss int64
+	grafts                                     int64 // trace contexts refused as grafts
 }
 
 func (r *resolver) report() {
@@ -126,6 +127,7 @@ func (r *resolver) report() {
 	add(tel.K8sObjectLinkAssignments, r.count.reused, attribute.String(attrResult, resultReused))
 	add(tel.K8sObjectLinkOwnerLookups, r.count.relationHit, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultHit))
 	add(tel.K8sObjectLinkOwnerLookups, r.count.relationMiss, attribute.String(attrSource, sourceRelation), attribute.String(attrResult, resultMiss))
+	add(tel.K8sObjectLinkTraceContextGrafts, r.count.grafts)
 }
 
 // resolver settles the assignments of one batch: every object of the batch and all its
@@ -199,6 +201,9 @@ type resolverDeps struct {
 	budget *traceBudget
 
 	window, grace, relationTTL, ownerWait time.Duration
+	// markGrafts: trace_context.nest is on, so created assignments mark their derived trace and
+	// object span for the graft check.
+	markGrafts bool
 }
 
 // forbiddenReporter is told when the apiserver forbids an owner look-up of a resource, and
@@ -221,6 +226,7 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		grace:       p.cfg.Grace,
 		relationTTL: p.cfg.RelationTTL,
 		ownerWait:   p.cfg.OwnerWait,
+		markGrafts:  p.cfg.TraceContext.Nest,
 	}
 }
 
@@ -372,7 +378,14 @@ func (r *resolver) asgExpiry(w time.Time) time.Time {
 	// An assignment must outlive the following window, which links back to it, plus grace for
 	// late spans. A window read long after the fact (a backlog) gets as long from now: a record
 	// born expired would let every later span of that window emit the object span again.
-	return later(w.Add(2*r.deps.window+r.deps.grace), r.now.Add(r.deps.window+r.deps.grace))
+	// A window ahead of now lives no longer than the window after now's would: a record's life
+	// is bounded relative to now, whatever window a span names (a span of year 2200 must not
+	// leave a record for 175 years).
+	e := later(w.Add(2*r.deps.window+r.deps.grace), r.now.Add(r.deps.window+r.deps.grace))
+	if limit := r.now.Add(3*r.deps.window + r.deps.grace); e.After(limit) {
+		e = limit
+	}
+	return e
 }
 
 func later(a, b time.Time) time.Time {
@@ -573,8 +586,14 @@ func (r *resolver) create(n *node) {
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
 		if c := n.ctx; c != nil && c.fresh {
-			// A root created by a write that carries a fresh trace context joins that trace.
-			cand.TraceID, cand.Parent = c.tc.TraceID, c.tc.SpanID
+			if c.graft {
+				// The context names an object's trace or span: nesting would graft this window
+				// into another object's tree (docs/security.md, Doors). It keeps its own trace.
+				r.count.grafts++
+			} else {
+				// A root created by a write that carries a fresh trace context joins that trace.
+				cand.TraceID, cand.Parent = c.tc.TraceID, c.tc.SpanID
+			}
 		}
 	} else {
 		o := n.owner.resolve()
@@ -587,6 +606,17 @@ func (r *resolver) create(n *node) {
 	}
 	n.state = stCreate
 	n.inflight = true
+	if r.deps.markGrafts {
+		// The object span is kubetrail's, and so is a root's derived trace (an owned object's
+		// holds none of its spans): a trace context that names either nests nothing
+		// (trace_context.go, graftTraceKey). Written by every candidate (same values whoever
+		// wins), with the assignment's round trip and life.
+		exp := r.asgExpiry(n.window)
+		if n.root || n.owner == nil {
+			r.writes = append(r.writes, Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
+		}
+		r.writes = append(r.writes, Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+	}
 	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
 		func(op *Op) {
 			n.inflight = false

@@ -108,7 +108,7 @@ func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
 	other.consume(audit(deploy, "first", base.Add(time.Second)))
 
 	h := newHarness(t, cfg, newFakeClock(now))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(trustedCtx)
 	cancel()
 	if err := h.p.ConsumeTraces(ctx, batch(audit(deploy, "second", base.Add(2*time.Second)))); err != nil {
 		t.Fatal(err)

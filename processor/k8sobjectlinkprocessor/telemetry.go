@@ -45,6 +45,11 @@ const (
 	reasonDuplicate       = "duplicate"
 	reasonOwedFull        = "owed_full"
 	reasonShutdownRefused = "shutdown_refused"
+	reasonUntrustedClaim  = "untrusted_claim" // an untrusted door's span claiming to be kubetrail's
+
+	// untrusted_result (otelcol_k8s_object_link_untrusted_spans)
+	resultPassed  = "passed"
+	resultWaiting = "waiting"
 
 	// release_reason (otelcol_k8s_object_link_spans_released)
 	reasonOwnerFound  = "owner_found"

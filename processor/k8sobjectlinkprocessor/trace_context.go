@@ -53,6 +53,20 @@ func decodeFirstSeen(s string) (time.Time, bool) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64([]byte(s)))), true
 }
 
+// Grafts. A trace context is whatever its writer put in the annotation: whoever may write one root
+// object could name another object's derived trace and object span (both follow from the cluster
+// name, the UID and the window) and have the window placed inside that object's tree, spending
+// its trace's span budget. Every created assignment therefore marks its object span, and a root's
+// also its derived trace, in the ID map ("g:" records, the assignment's life), and a context that
+// names a marked trace or span, or one of the batch's own objects, does not nest: its window gets
+// a trace of its own and links to the context. The annotated write may still nest in any trace
+// no object of the ID map owns (a CI step's, or an object's derived trace of a window the ID map
+// has not seen yet): docs/security.md, Doors, says what remains.
+
+// graftTraceKey and graftSpanKey are the marks of an object's derived trace and object span.
+func graftTraceKey(id pcommon.TraceID) string { return "g:" + string(id[:]) }
+func graftSpanKey(id pcommon.SpanID) string   { return "g:" + string(id[:]) }
+
 // contextRecordLife is how long the first sight of a context is remembered: past it, a context
 // still on an object would nest one window again.
 const contextRecordLife = 7 * 24 * time.Hour
@@ -113,6 +127,8 @@ type nodeContext struct {
 	tc    model.TraceContext
 	start time.Time
 	fresh bool
+	// graft: the context names a trace or span of an object (graftTraceKey): it never nests.
+	graft bool
 }
 
 // placed reports whether n's window was placed in the trace of its trace context.
@@ -145,6 +161,7 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 	}
 	queued := false
 	localDone := false
+	var batchIDs map[[16]byte]bool // the derived traces and object spans of the batch's objects
 	for _, n := range r.order {
 		if n.ctx == nil {
 			continue
@@ -158,7 +175,32 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		}
 		queued = true
 		c := n.ctx
-		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: c.start.Add(contextRecordLife)},
+		if batchIDs == nil {
+			batchIDs = make(map[[16]byte]bool, 2*len(r.order))
+			for _, o := range r.order {
+				batchIDs[model.ObjectTraceID(o.id.key, o.window)] = true
+				var sid [16]byte
+				span := model.ObjectSpanID(o.id.key, o.window)
+				copy(sid[:], span[:])
+				batchIDs[sid] = true
+			}
+		}
+		var sid [16]byte
+		copy(sid[:], c.tc.SpanID[:])
+		c.graft = batchIDs[c.tc.TraceID] || batchIDs[sid]
+		for _, key := range [...]string{graftTraceKey(c.tc.TraceID), graftSpanKey(c.tc.SpanID)} {
+			r.queue(Op{Kind: OpGet, Key: key}, func(op *Op) {
+				if op.Found {
+					c.graft = true
+				}
+			})
+		}
+		// Its life is counted from now at the latest: a span start far ahead names no later expiry.
+		expire := c.start.Add(contextRecordLife)
+		if limit := r.now.Add(contextRecordLife); expire.After(limit) {
+			expire = limit
+		}
+		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: expire},
 			func(op *Op) {
 				first, ok := decodeFirstSeen(op.Value)
 				if !op.Found || !ok {

@@ -200,14 +200,14 @@ func TestSpansCarryingTheTraceStateMemberJoinTheirObjectsTrace(t *testing.T) {
 	t.Run("after the object's own spans", func(t *testing.T) {
 		h := newHarness(t, memoryConfig(), newFakeClock(t0))
 		h.consume(audit(deploy, "create", t0.Add(time.Second)), audit(rsA, "rs", t0.Add(2*time.Second)))
-		if err := h.p.ConsumeTraces(context.Background(), followedBatch(t, reconcile(t0.Add(3*time.Second))...)); err != nil {
+		if err := h.p.ConsumeTraces(trustedCtx, followedBatch(t, reconcile(t0.Add(3*time.Second))...)); err != nil {
 			t.Fatal(err)
 		}
 		check(t, h)
 	})
 	t.Run("before them: the controller span names the owner", func(t *testing.T) {
 		h := newHarness(t, memoryConfig(), newFakeClock(t0))
-		if err := h.p.ConsumeTraces(context.Background(), followedBatch(t, reconcile(t0.Add(time.Second))...)); err != nil {
+		if err := h.p.ConsumeTraces(trustedCtx, followedBatch(t, reconcile(t0.Add(time.Second))...)); err != nil {
 			t.Fatal(err)
 		}
 		h.consume(audit(deploy, "create", t0.Add(2*time.Second)), audit(rsA, "rs", t0.Add(3*time.Second)))
@@ -221,7 +221,7 @@ func TestSpansCarryingTheTraceStateMemberJoinTheirObjectsTrace(t *testing.T) {
 		// The API call crossed into the next window; its member still names the first.
 		api := late.ResourceSpans().At(2).ScopeSpans().At(0).Spans().At(0)
 		api.SetStartTimestamp(pcommon.NewTimestampFromTime(t0.Add(30*time.Minute + time.Second)))
-		if err := h.p.ConsumeTraces(context.Background(), late); err != nil {
+		if err := h.p.ConsumeTraces(trustedCtx, late); err != nil {
 			t.Fatal(err)
 		}
 		check(t, h)
@@ -241,7 +241,7 @@ func TestSpansCarryingTheTraceStateMemberJoinTheirObjectsTrace(t *testing.T) {
 			td := followedBatch(t, in)
 			want := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
 			wantTrace, wantParent := want.TraceID(), want.ParentSpanID()
-			if err := h.p.ConsumeTraces(context.Background(), td); err != nil {
+			if err := h.p.ConsumeTraces(trustedCtx, td); err != nil {
 				t.Fatal(err)
 			}
 			got := h.activitySpan("reconcile")
@@ -263,7 +263,7 @@ func TestTraceContextTelemetry(t *testing.T) {
 		{name: "child", obj: rsA, at: t0.Add(3 * time.Second), parent: pcommon.SpanID{0xc0, 1}},
 		{name: "bad", obj: rsA, at: t0.Add(3 * time.Second), traceState: "kubetrail=1/zz!/x/c1"},
 	}
-	if err := p.ConsumeTraces(context.Background(), followedBatch(t, spans...)); err != nil {
+	if err := p.ConsumeTraces(trustedCtx, followedBatch(t, spans...)); err != nil {
 		t.Fatal(err)
 	}
 	var rm metricdata.ResourceMetrics

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
+	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/internal/metadata"
 )
@@ -45,7 +46,8 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 	if n == 0 {
 		return 0, nil
 	}
-	err = r.next.ConsumeTraces(ctx, td)
+	// Marked as kubetrail's own door: k8s_object_link lets only such spans write the trail.
+	err = r.next.ConsumeTraces(door.Trusted(ctx), td)
 	if err != nil && consumererror.IsPermanent(err) {
 		st.Drop(auditconv.ReasonConsumerPermanent, n)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/receiver/k8seventsreceiver/internal/metadata"
 )
@@ -106,7 +107,7 @@ func (p *pipeline) flush(ctx context.Context, batch []workItem) bool {
 			break
 		}
 		obsCtx := p.obs.StartTracesOp(opCtx)
-		err := p.next.ConsumeTraces(obsCtx, b.Traces())
+		err := p.next.ConsumeTraces(door.Trusted(obsCtx), b.Traces())
 		p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
 		if err == nil {
 			break
@@ -150,7 +151,7 @@ func (p *pipeline) deliverFinal(ctx context.Context, item workItem) {
 	}
 	n := b.SpanCount()
 	obsCtx := p.obs.StartTracesOp(ctx)
-	err := p.next.ConsumeTraces(obsCtx, b.Traces())
+	err := p.next.ConsumeTraces(door.Trusted(obsCtx), b.Traces())
 	p.obs.EndTracesOp(obsCtx, obsFormat, n, err)
 	if err != nil {
 		p.tel.K8sEventSpansDropped.Add(ctx, int64(n), withReason(reasonShutdownRefused))

@@ -118,7 +118,10 @@ receivers:
   {{- end }}
   {{- if include "kubetrail.otlpTraces" . }}
   # Spans that join the objects' traces (gateway.otlp): controllers' (pkg/objecttrace), kubectl
-  # trail apply's, the apiserver's own; k8s_object_link places them.
+  # trail apply's, the apiserver's own; k8s_object_link places them. An untrusted door
+  # (docs/security.md, Doors): its spans follow the objects' existing assignments and write
+  # nothing; k8s_object_link trusts only k8s_audit's and k8s_event_spans' spans, so this
+  # receiver must stay without doors.trusted_hop (and without include_metadata).
   otlp:
     protocols:
       grpc: {endpoint: "${env:POD_IP}:4317"}

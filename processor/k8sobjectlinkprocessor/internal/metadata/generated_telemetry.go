@@ -43,10 +43,13 @@ type TelemetryBuilder struct {
 	K8sObjectLinkSpansIn                   metric.Int64Counter
 	K8sObjectLinkSpansOut                  metric.Int64Counter
 	K8sObjectLinkSpansReleased             metric.Int64Counter
+	K8sObjectLinkTraceContextGrafts        metric.Int64Counter
 	K8sObjectLinkTraceContextWindowsPlaced metric.Int64Counter
 	K8sObjectLinkTraceContinuations        metric.Int64Counter
 	K8sObjectLinkTraceCounts               metric.Int64UpDownCounter
 	K8sObjectLinkTraceStateSpans           metric.Int64Counter
+	K8sObjectLinkUntrustedSpans            metric.Int64Counter
+	K8sObjectLinkWaitingSpans              metric.Int64UpDownCounter
 	K8sObjectLinkWindowMismatches          metric.Int64Counter
 }
 
@@ -154,7 +157,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkSpansDropped, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_spans_dropped",
-		metric.WithDescription("Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused. [Alpha]"),
+		metric.WithDescription("Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused, untrusted_claim. [Alpha]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
@@ -182,6 +185,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkTraceContextGrafts, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_trace_context_grafts",
+		metric.WithDescription("Trace contexts that named a trace or span the ID map knows as kubetrail's own (an object's derived or assigned trace, an object span): the root window they came with was not placed there, only linked. [Development]"),
+		metric.WithUnit("{context}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkTraceContextWindowsPlaced, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_trace_context_windows_placed",
 		metric.WithDescription("Root windows this replica placed in the trace their creating write's trace context names (trace_context.nest), each with a pointer span in its derived trace. [Development]"),
@@ -203,6 +212,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.K8sObjectLinkTraceStateSpans, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_trace_state_spans",
 		metric.WithDescription("Spans carrying the kubetrail trace-state member (a controller's spans of pkg/objecttrace and their descendants), by result: followed, invalid. [Development]"),
+		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkUntrustedSpans, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_untrusted_spans",
+		metric.WithDescription("Spans of an untrusted door that name an object (the kubetrail trace-state member), by result: followed, passed, waiting. They never write the ID map. [Development]"),
+		metric.WithUnit("{span}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkWaitingSpans, err = builder.meter.Int64UpDownCounter(
+		"otelcol_k8s_object_link_waiting_spans",
+		metric.WithDescription("Spans of untrusted doors currently waiting for their object's assignment (bound: doors.max_waiting_spans). [Development]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)

@@ -215,7 +215,7 @@ func AssertEqualK8sObjectLinkRedisRoundTrips(t *testing.T, tt *componenttest.Tel
 func AssertEqualK8sObjectLinkSpansDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_spans_dropped",
-		Description: "Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused. [Alpha]",
+		Description: "Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused, untrusted_claim. [Alpha]",
 		Unit:        "{span}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -292,6 +292,22 @@ func AssertEqualK8sObjectLinkSpansReleased(t *testing.T, tt *componenttest.Telem
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualK8sObjectLinkTraceContextGrafts(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_trace_context_grafts",
+		Description: "Trace contexts that named a trace or span the ID map knows as kubetrail's own (an object's derived or assigned trace, an object span): the root window they came with was not placed there, only linked. [Development]",
+		Unit:        "{context}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_trace_context_grafts")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualK8sObjectLinkTraceContextWindowsPlaced(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_trace_context_windows_placed",
@@ -352,6 +368,38 @@ func AssertEqualK8sObjectLinkTraceStateSpans(t *testing.T, tt *componenttest.Tel
 		},
 	}
 	got, err := tt.GetMetric("otelcol_k8s_object_link_trace_state_spans")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualK8sObjectLinkUntrustedSpans(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_untrusted_spans",
+		Description: "Spans of an untrusted door that name an object (the kubetrail trace-state member), by result: followed, passed, waiting. They never write the ID map. [Development]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_untrusted_spans")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualK8sObjectLinkWaitingSpans(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_waiting_spans",
+		Description: "Spans of untrusted doors currently waiting for their object's assignment (bound: doors.max_waiting_spans). [Development]",
+		Unit:        "{span}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: false,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_waiting_spans")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

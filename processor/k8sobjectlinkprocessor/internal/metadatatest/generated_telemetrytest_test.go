@@ -36,10 +36,13 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sObjectLinkSpansIn.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansOut.Add(context.Background(), 1)
 	tb.K8sObjectLinkSpansReleased.Add(context.Background(), 1)
+	tb.K8sObjectLinkTraceContextGrafts.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceContextWindowsPlaced.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceContinuations.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceCounts.Add(context.Background(), 1)
 	tb.K8sObjectLinkTraceStateSpans.Add(context.Background(), 1)
+	tb.K8sObjectLinkUntrustedSpans.Add(context.Background(), 1)
+	tb.K8sObjectLinkWaitingSpans.Add(context.Background(), 1)
 	tb.K8sObjectLinkWindowMismatches.Add(context.Background(), 1)
 	AssertEqualK8sObjectLinkApiserverJoinEvictions(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
@@ -92,6 +95,9 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualK8sObjectLinkSpansReleased(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkTraceContextGrafts(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkTraceContextWindowsPlaced(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -102,6 +108,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkTraceStateSpans(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkUntrustedSpans(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkWaitingSpans(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkWindowMismatches(t, testTel,
