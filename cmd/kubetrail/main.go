@@ -50,6 +50,7 @@ Available Commands:
   annotate     Write a fresh trace context annotation on an object and print its trace ID
   apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
+  version      Print the version, commit, build date and Go version (also --version)
 
 Usage:
 %[4]s  %[1]s [command] [options]
@@ -119,6 +120,15 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runApply(ctx, prog, cmd, traceCmd, argv[1:], stdout, stderr)
 	case "completion":
 		err = runCompletion(prog, cmd, argv[1:], stdout)
+	case "version":
+		err = runVersion(prog, cmd, argv[1:], stdout)
+	case "--version":
+		if len(argv) > 1 {
+			fmt.Fprintf(stderr, "%s: --version takes no arguments; for JSON: %s version -o json\n", prog, prog)
+			return 2
+		}
+		fmt.Fprint(stdout, buildVersion().text(prog))
+		return 0
 	case "__complete":
 		return complete(argv[1:], stdout)
 	case "help", "-h", "--help":
