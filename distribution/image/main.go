@@ -5,7 +5,7 @@
 //
 // Given several -binary/-arch pairs (or -index), it writes one image per architecture and an
 // image index over them, the multi-arch image of a release (testbed/hack/release.sh,
-// docs/releasing.md), which `crane push --index` or `oras cp --from-oci-layout` push as one tag.
+// docs/releasing.md), which `crane push DIR REF` (the extracted layout) pushes as one tag.
 //
 // The image is reproducible: every timestamp is -created (the commit time in `make image`), so
 // the same inputs give the same digest.
@@ -331,7 +331,7 @@ func buildIndex(images []options) (v1.ImageIndex, error) {
 // writeIndexArchive writes the multi-architecture image as an OCI image layout in one tar file:
 // index.json names one image index (the tag), which lists one image manifest per architecture.
 // `docker load` takes one image, not an index, so there is no manifest.json: push it with
-// `crane push --index` (or `oras cp --from-oci-layout`), or load it with skopeo or podman.
+// `crane push DIR REF` (DIR the extracted tar), or copy it with skopeo (oci-archive:).
 func writeIndexArchive(images []options, out string) (v1.Hash, error) {
 	idx, err := buildIndex(images)
 	if err != nil {
