@@ -1,12 +1,20 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -102,6 +110,30 @@ func TestIndexArchive(t *testing.T) {
 		if got, _ := os.ReadFile(filepath.Join(rootfs, "otelcol-kubetrail")); string(got) != want[m.Platform.Architecture] {
 			t.Errorf("the %s image holds the binary %q", m.Platform.Architecture, got)
 		}
+	}
+
+	// What the release workflow's `crane push DIR REF` does with the extracted layout (its one
+	// entry an index: pushed as such), against a registry on loopback; a client pulling one
+	// platform gets that platform's image.
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/kubetrail/otelcol-kubetrail:1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	desc, err := remote.Get(ref)
+	if err != nil || desc.Digest != digest || !desc.MediaType.IsIndex() {
+		t.Fatalf("the pushed tag: %v %+v, want the index %s", err, desc, digest)
+	}
+	pulled, err := remote.Image(ref, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "arm64"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf, err := pulled.ConfigFile(); err != nil || cf.Architecture != "arm64" {
+		t.Errorf("pulling linux/arm64 gives %v (%v)", cf, err)
 	}
 
 	again, err := buildIndex([]options{amd, arm})
