@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -109,7 +110,20 @@ func untarFiles(t *testing.T, r io.Reader, gz bool) map[string][]byte {
 	}
 }
 
+// archiveCache holds the archives read so far: the tests read the collector's several times.
+var archiveCache sync.Map
+
 func openArchive(t *testing.T, p string) map[string][]byte {
+	t.Helper()
+	if files, ok := archiveCache.Load(p); ok {
+		return files.(map[string][]byte)
+	}
+	files := readArchive(t, p)
+	archiveCache.Store(p, files)
+	return files
+}
+
+func readArchive(t *testing.T, p string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(p)
 	if err != nil {
