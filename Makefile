@@ -15,6 +15,10 @@ DIST_DIR      := build/otelcol-kubetrail
 COLLECTOR     := bin/otelcol-kubetrail
 VERSION       := $(shell sed -n 's/^  version: *//p' builder-config.yaml)
 IMAGE_TAR     := build/image/otelcol-kubetrail-$(VERSION).tar
+# The commit and its time (the build date of a reproducible build), for `kubetrail version`.
+COMMIT        := $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_DATE   := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+CLI_LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(COMMIT_DATE)
 MDATAGEN      := $(KUBETRAIL_CACHE)/bin/mdatagen-$(shell awk '$$1 == "go.opentelemetry.io/collector/cmd/mdatagen" {print $$2}' internal/tools/go.mod)
 GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path './testbed/.state/*' 2>/dev/null) go.mod go.sum
 # Fuzz budgets are execution counts, not durations: with a wall-clock -fuzztime, Go 1.26's fuzz
@@ -69,7 +73,7 @@ run: build ## run the collector on distribution/config.yaml and replay a recorde
 
 ## ---- tests -----------------------------------------------------------------------------------
 
-test: lint redis unit fuzz dist-test image-test e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, the built binary and image, end-to-end
+test: lint redis unit fuzz dist-test image-test release-check e2e ## everything CI runs: lint, unit + golden + Redis tests, fuzzing, the built binary, image and a snapshot release, end-to-end
 
 redis: ## make sure a redis-server answers on 127.0.0.1:6379 (installs and starts one if not)
 	testbed/hack/ensure-redis.sh
@@ -128,6 +132,18 @@ bench-kafka: build redis ## the Kafka edge and processing tiers through bin/otel
 loadtest: build redis ## end-to-end load test of bin/otelcol-kubetrail: events/s, CPU, peak RSS, spans in = out (testbed/hack/loadtest.sh)
 	testbed/hack/loadtest.sh
 
+## ---- releases (docs/releasing.md) -----------------------------------------------------------
+
+.PHONY: release release-check
+RELEASE_DIR := build/release/$(VERSION)
+
+release: build helm ## a release into build/release/<version>/ from a clean tree (SNAPSHOT=1 builds a dirty one, PLATFORMS="linux/amd64 …" fewer platforms): CLI and collector archives, multi-arch image, chart, krew manifest, SBOM, SHA256SUMS (testbed/hack/release.sh)
+	SNAPSHOT="$(SNAPSHOT)" PLATFORMS="$(PLATFORMS)" testbed/hack/release.sh
+
+release-check: build helm ## a snapshot release of linux/amd64 only, then open every artifact it wrote (testbed/cmd/release)
+	SNAPSHOT=1 PLATFORMS=linux/amd64 testbed/hack/release.sh
+	RELEASE_DIR=$(CURDIR)/$(RELEASE_DIR) go test -tags dist -count=1 ./testbed/cmd/release/
+
 ## ---- the testbed -----------------------------------------------------------------------------
 
 binaries: ## build (or reuse) kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, jaeger
@@ -149,7 +165,7 @@ KUBETRAIL_CLI := bin/kubetrail
 
 $(KUBETRAIL_CLI): $(GO_SOURCES)
 	@mkdir -p bin
-	CGO_ENABLED=0 go build -ldflags='-s -w' -o $@ ./cmd/kubetrail
+	CGO_ENABLED=0 go build -ldflags='$(CLI_LDFLAGS)' -o $@ ./cmd/kubetrail
 
 bin/kubectl-trail: $(KUBETRAIL_CLI) ## the kubectl plugin: `kubectl trail deployment/web …`
 	ln -sf kubetrail $@

@@ -51,6 +51,7 @@ Available Commands:
   apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
   config       Show and set the defaults of --source, --cluster and --window per kubeconfig context
+  version      Print the version, commit, build date and Go version (also --version)
 
 Usage:
 %[4]s  %[1]s [command] [options]
@@ -122,6 +123,15 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runCompletion(prog, cmd, argv[1:], stdout)
 	case "config":
 		err = runConfig(cmd, argv[1:], stdout, stderr)
+	case "version":
+		err = runVersion(prog, cmd, argv[1:], stdout)
+	case "--version":
+		if len(argv) > 1 {
+			fmt.Fprintf(stderr, "%s: --version takes no arguments; for JSON: %s version -o json\n", prog, prog)
+			return 2
+		}
+		fmt.Fprint(stdout, buildVersion().text(prog))
+		return 0
 	case "__complete":
 		return complete(argv[1:], stdout)
 	case "help", "-h", "--help":

@@ -3,6 +3,10 @@
 // user, written as an OCI image layout in one tar file (`make image`). The Dockerfile next to it
 // builds the same image with a container engine.
 //
+// Given several -binary/-arch pairs (or -index), it writes one image per architecture and an
+// image index over them, the multi-arch image of a release (testbed/hack/release.sh,
+// docs/releasing.md), which `crane push DIR REF` (the extracted layout) pushes as one tag.
+//
 // The image is reproducible: every timestamp is -created (the commit time in `make image`), so
 // the same inputs give the same digest.
 //
@@ -23,6 +27,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -51,6 +56,7 @@ var env = []string{
 	"KUBETRAIL_OUT=" + stateDir + "/traces.jsonl",
 }
 
+// options are one image's: one binary of one architecture.
 type options struct {
 	binary, config, caCerts string
 	name, version, revision string
@@ -58,35 +64,67 @@ type options struct {
 	created                 time.Time
 }
 
+// list is a flag given once per value.
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+
 func main() {
 	var o options
 	var out string
 	var created int64
-	flag.StringVar(&o.binary, "binary", "bin/otelcol-kubetrail", "the static otelcol-kubetrail binary")
+	var binaries, arches list
+	var index bool
+	flag.Var(&binaries, "binary", "a static otelcol-kubetrail binary (default bin/otelcol-kubetrail); once per architecture, in -arch's order")
 	flag.StringVar(&o.config, "config", "distribution/config.yaml", "the default collector config")
 	flag.StringVar(&o.caCerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA certificate bundle (PEM)")
 	flag.StringVar(&o.name, "name", "otelcol-kubetrail", "image name (without tag)")
 	flag.StringVar(&o.version, "version", "", "image tag and org.opencontainers.image.version (required)")
 	flag.StringVar(&o.revision, "revision", "", "org.opencontainers.image.revision (the commit)")
-	flag.StringVar(&o.arch, "arch", "amd64", "GOARCH of the binary")
+	flag.Var(&arches, "arch", "GOARCH of the -binary at the same position (default amd64)")
+	flag.BoolVar(&index, "index", false, "write an image index even for one architecture (several -binary imply it)")
 	flag.Int64Var(&created, "created", 0, "creation time, Unix seconds (every timestamp in the image)")
 	flag.StringVar(&out, "out", "", "the OCI image layout tar file to write (required)")
 	flag.Parse()
-	if o.version == "" || out == "" {
-		fmt.Fprintln(os.Stderr, "image: -version and -out are required")
+	if o.version == "" || out == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "image: -version and -out are required, and nothing else")
+		os.Exit(2)
+	}
+	if len(binaries) == 0 {
+		binaries = list{"bin/otelcol-kubetrail"}
+	}
+	if len(arches) == 0 && len(binaries) == 1 {
+		arches = list{"amd64"}
+	}
+	if len(arches) != len(binaries) {
+		fmt.Fprintf(os.Stderr, "image: %d -binary and %d -arch: give one -arch for each -binary\n", len(binaries), len(arches))
 		os.Exit(2)
 	}
 	o.created = time.Unix(created, 0).UTC()
-	img, err := build(o)
-	if err == nil {
-		err = writeArchive(img, o, out)
+	var images []options
+	for i, b := range binaries {
+		one := o
+		one.binary, one.arch = b, arches[i]
+		images = append(images, one)
+	}
+	var digest v1.Hash
+	var err error
+	if index || len(images) > 1 {
+		digest, err = writeIndexArchive(images, out)
+	} else {
+		var img v1.Image
+		if img, err = build(images[0]); err == nil {
+			if err = writeArchive(img, images[0], out); err == nil {
+				digest, err = img.Digest()
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
-	digest, _ := img.Digest()
-	fmt.Printf("%s:%s %s → %s\n", o.name, o.version, digest, out)
+	fmt.Printf("%s:%s %s (%s) → %s\n", o.name, o.version, digest, strings.Join(arches, ", "), out)
 }
 
 // labels are the OCI annotations the image config carries.
@@ -228,10 +266,7 @@ func writeArchive(img v1.Image, o options, out string) error {
 		return err
 	}
 	ref := o.name + ":" + o.version
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": o.version,
-		"io.containerd.image.name":          ref,
-	})); err != nil {
+	if err := p.AppendImage(img, layout.WithAnnotations(refAnnotations(o))); err != nil {
 		return err
 	}
 	cfgName, err := img.ConfigName()
@@ -258,6 +293,66 @@ func writeArchive(img v1.Image, o options, out string) error {
 		return err
 	}
 	return tarDir(dir, out, o.created)
+}
+
+// refAnnotations name the tag in the layout's index.json.
+func refAnnotations(o options) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.ref.name": o.version,
+		"io.containerd.image.name":          o.name + ":" + o.version,
+	}
+}
+
+// buildIndex builds one image for each of images (one architecture each) and the image index
+// over them, each manifest with its platform.
+func buildIndex(images []options) (v1.ImageIndex, error) {
+	seen := map[string]bool{}
+	var adds []mutate.IndexAddendum
+	for _, o := range images {
+		if seen[o.arch] {
+			return nil, fmt.Errorf("architecture %s given twice", o.arch)
+		}
+		seen[o.arch] = true
+		img, err := build(o)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", o.binary, o.arch, err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+			Platform: &v1.Platform{OS: "linux", Architecture: o.arch},
+		}})
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	return mutate.Annotations(idx, map[string]string{
+		"org.opencontainers.image.version": images[0].version,
+		"org.opencontainers.image.created": images[0].created.Format(time.RFC3339),
+	}).(v1.ImageIndex), nil
+}
+
+// writeIndexArchive writes the multi-architecture image as an OCI image layout in one tar file:
+// index.json names one image index (the tag), which lists one image manifest per architecture.
+// `docker load` takes one image, not an index, so there is no manifest.json: push it with
+// `crane push DIR REF` (DIR the extracted tar), or copy it with skopeo (oci-archive:).
+func writeIndexArchive(images []options, out string) (v1.Hash, error) {
+	idx, err := buildIndex(images)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	dir, err := os.MkdirTemp("", "kubetrail-image-")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(refAnnotations(images[0]))); err != nil {
+		return v1.Hash{}, err
+	}
+	if err := tarDir(dir, out, images[0].created); err != nil {
+		return v1.Hash{}, err
+	}
+	return idx.Digest()
 }
 
 // tarDir archives dir's files in name order with fixed times, atomically replacing out.
