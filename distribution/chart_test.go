@@ -201,7 +201,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 					t.Errorf("webhook Service type %v, nodePort %v; want ClusterIP without a nodePort", ty, np)
 				}
 				c := dig(sts, "spec", "template", "spec", "containers", 0)
-				if img := dig(c, "image"); img != "otelcol-kubetrail:0.1.0" {
+				if img := dig(c, "image"); img != shippedImage+":0.1.0" {
 					t.Errorf("image %v", img)
 				}
 				if u := dig(sts, "spec", "template", "spec", "securityContext", "runAsUser"); u != float64(10001) {
@@ -517,6 +517,10 @@ func requireRenderingRefused(t *testing.T, sets []string, want string) {
 
 // TestManifestsNameTheImage: the chart and the shipped manifest run the image `make image` builds,
 // tagged with the distribution's version (builder-config.yaml dist.version).
+// shippedImage is the image every release publishes and `make image` names: the chart's and the
+// manifest's default.
+const shippedImage = "ghcr.io/kubetrail/otelcol-kubetrail"
+
 func TestManifestsNameTheImage(t *testing.T) {
 	var builder struct {
 		Dist struct {
@@ -538,7 +542,7 @@ func TestManifestsNameTheImage(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
-	want := "otelcol-kubetrail:" + builder.Dist.Version
+	want := shippedImage + ":" + builder.Dist.Version
 	if chart.AppVersion != builder.Dist.Version {
 		t.Errorf("Chart.yaml appVersion %q, the distribution is %q", chart.AppVersion, builder.Dist.Version)
 	}
@@ -731,12 +735,12 @@ func TestChartManagedValuesFiles(t *testing.T) {
 			header := string(raw[:bytes.Index(raw, []byte("\nmode:"))])
 			image := dig(container, "image").(string)
 			if shipped {
-				if image != "otelcol-kubetrail:0.1.0" || !strings.Contains(header, "shipped otelcol-kubetrail image") {
+				if image != shippedImage+":0.1.0" || !strings.Contains(header, "shipped otelcol-kubetrail image") {
 					t.Errorf("%v: the shipped image (%s), and the header says so", names, image)
 				}
 				validate(t, path, "POD_IP=127.0.0.1")
 			} else {
-				if strings.HasPrefix(image, "otelcol-kubetrail:") || vals.Image.Repository == "" {
+				if strings.HasPrefix(image, shippedImage+":") || vals.Image.Repository == "" {
 					t.Errorf("image %s: the shipped image has none of %v", image, names)
 				}
 				for _, n := range names {

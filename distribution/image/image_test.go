@@ -111,6 +111,11 @@ func openImage(t *testing.T) (v1.Image, map[string]string, string) {
 	return img, im.Manifests[0].Annotations, dir
 }
 
+// releasedName is the image's name as `make image` writes it: the released image's, which the
+// Helm chart and distribution/kubernetes/kubetrail.yaml run by default, so a loaded tarball
+// (docker load, kind load image-archive) is the image they ask for.
+const releasedName = "ghcr.io/kubetrail/otelcol-kubetrail"
+
 func TestImageConfig(t *testing.T) {
 	img, annotations, dir := openImage(t)
 	cf, err := img.ConfigFile()
@@ -132,7 +137,7 @@ func TestImageConfig(t *testing.T) {
 		{"os", cf.OS, "linux"},
 		{"title label", c.Labels["org.opencontainers.image.title"], "otelcol-kubetrail"},
 		{"ref name annotation", annotations["org.opencontainers.image.ref.name"], version},
-		{"containerd name annotation", annotations["io.containerd.image.name"], "otelcol-kubetrail:" + version},
+		{"containerd name annotation", annotations["io.containerd.image.name"], releasedName + ":" + version},
 	} {
 		if !reflect.DeepEqual(check.got, check.want) {
 			t.Errorf("%s: %v, want %v", check.what, check.got, check.want)
@@ -159,8 +164,8 @@ func TestImageConfig(t *testing.T) {
 		t.Fatalf("manifest.json: %v %s", err, raw)
 	}
 	cfgName, _ := img.ConfigName()
-	if docker[0].Config != "blobs/sha256/"+cfgName.Hex || !reflect.DeepEqual(docker[0].RepoTags, []string{"otelcol-kubetrail:" + version}) {
-		t.Errorf("manifest.json %+v does not name config %s and tag otelcol-kubetrail:%s", docker[0], cfgName, version)
+	if docker[0].Config != "blobs/sha256/"+cfgName.Hex || !reflect.DeepEqual(docker[0].RepoTags, []string{releasedName + ":" + version}) {
+		t.Errorf("manifest.json %+v does not name config %s and tag %s:%s", docker[0], cfgName, releasedName, version)
 	}
 	for _, l := range append([]string{docker[0].Config}, docker[0].Layers...) {
 		if _, err := os.Stat(filepath.Join(dir, l)); err != nil {

@@ -79,7 +79,7 @@ func main() {
 	flag.Var(&binaries, "binary", "a static otelcol-kubetrail binary (default bin/otelcol-kubetrail); once per architecture, in -arch's order")
 	flag.StringVar(&o.config, "config", "distribution/config.yaml", "the default collector config")
 	flag.StringVar(&o.caCerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA certificate bundle (PEM)")
-	flag.StringVar(&o.name, "name", "otelcol-kubetrail", "image name (without tag)")
+	flag.StringVar(&o.name, "name", "ghcr.io/kubetrail/otelcol-kubetrail", "image name (without tag): the released image's, which the chart and the manifest run by default")
 	flag.StringVar(&o.version, "version", "", "image tag and org.opencontainers.image.version (required)")
 	flag.StringVar(&o.revision, "revision", "", "org.opencontainers.image.revision (the commit)")
 	flag.Var(&arches, "arch", "GOARCH of the -binary at the same position (default amd64)")
