@@ -142,7 +142,11 @@ func checkForwarderManifests(t *testing.T, env *Env, rel *chartRelease) {
 	Check(t, "the forwarder runs in the release's namespace", sts.Namespace == rel.ns, "%q, release in %q", sts.Namespace, rel.ns)
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		if v.Secret != nil {
-			_ = objectData(t, env, rel.ns, "secret", v.Secret.SecretName) // fails the test if the release has no such Secret
+			// The files the forwarder configs read (/etc/kubetrail-shipper/*): in the release's Secret.
+			data := objectData(t, env, rel.ns, "secret", v.Secret.SecretName)
+			for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+				Check(t, "the release's Secret "+v.Secret.SecretName+" has the forwarder's "+k, len(data[k]) > 0, "keys %v", slices.Sorted(maps.Keys(data)))
+			}
 		}
 	}
 	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
