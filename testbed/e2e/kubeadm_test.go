@@ -180,7 +180,9 @@ current-context: default
 // kubeadmAPIServerPod runs `kubeadm init phase control-plane apiserver` chrooted into rootfs
 // (--rootfs: kubeadm chroots before it reads anything, so its /etc/kubernetes is rootfs's) on the
 // snippet with what a cluster of the testbed adds: kubernetesVersion (the testbed's, which is
-// kubeadm's own), the service range, and an InitConfiguration with the local endpoint. With
+// kubeadm's own), the service range, and an InitConfiguration with the local endpoint (a
+// documentation address: kubeadm refuses 127.0.0.1 unless the loopback interface has a global
+// address; the apiserver is told to advertise 127.0.0.1 instead, kubeadmAPIServerArgs). With
 // bare, the snippet's extraVolumes are removed: its flags alone. It returns the static pod.
 func kubeadmAPIServerPod(t *testing.T, env *Env, kubeadm, rootfs string, snippet []byte, port int, bare bool) *corev1.Pod {
 	t.Helper()
@@ -208,7 +210,7 @@ func kubeadmAPIServerPod(t *testing.T, env *Env, kubeadm, rootfs string, snippet
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
-localAPIEndpoint: {advertiseAddress: 127.0.0.1, bindPort: %d}
+localAPIEndpoint: {advertiseAddress: 192.0.2.10, bindPort: %d}
 nodeRegistration: {name: kubeadm-e2e, criSocket: "unix:///var/run/containerd/containerd.sock"}
 ---
 %s`, port, cb)
@@ -294,8 +296,8 @@ func unmountedAuditPaths(pod *corev1.Pod) []string {
 // path resolved through the pod's hostPath volumes into rootfs (a path in no volume into a
 // directory that does not exist: the apiserver cannot open it, as in the container); etcd is the
 // testbed's (plain http on loopback, so kubeadm's etcd client certificate flags go) and the
-// apiserver binds loopback only, without endpoint reconciling (a second apiserver of the
-// testbed). Every other flag is kubeadm's as generated. It returns the args and the generated
+// apiserver binds and advertises loopback only, without endpoint reconciling (a second apiserver
+// of the testbed). Every other flag is kubeadm's as generated. It returns the args and the generated
 // command's flags.
 func kubeadmAPIServerArgs(t *testing.T, env *Env, pod *corev1.Pod, rootfs string) (args, generated []string) {
 	t.Helper()
@@ -311,6 +313,8 @@ func kubeadmAPIServerArgs(t *testing.T, env *Env, pod *corev1.Pod, rootfs string
 			continue
 		case name == "etcd-servers":
 			value = env.Etcd
+		case name == "advertise-address":
+			value = "127.0.0.1"
 		case found && strings.HasPrefix(value, "/"):
 			if host, _, ok := resolveInPod(pod, value); ok {
 				value = filepath.Join(rootfs, host)
