@@ -543,9 +543,13 @@ func TestHelmInstallDaemonset(t *testing.T) {
 }
 
 // TestHelmInstallManaged installs the README's managed command (OTLP logs with a client
-// certificate) and runs its collector as the pod would; a shipper (otelcol-kubetrail with its
-// filelog receiver on the testbed's audit log and the OTLP exporter) sends with the client
-// certificate, key and CA the notes' commands copy, and the server name the notes give.
+// certificate) and runs its collector as the pod would. The shipper is the managed clusters'
+// forwarder (distribution/examples/managed/forwarder/eks-cloudwatch.yaml: its otlp_grpc exporter,
+// queue and storage as written) in otelcol-kubetrail, its cloud receiver swapped for file_log on
+// the testbed's audit log and on a recorded audit event of its own; it sends with the client
+// certificate, key and CA the notes' commands copy, and the server name the notes give. The same
+// forwarder without the client certificate is refused: its recorded event never becomes a span.
+// The forwarder's StatefulSet and NetworkPolicy values are checked against the release.
 func TestHelmInstallManaged(t *testing.T) {
 	AfterOthers(t)
 	env := Testbed(t)
@@ -584,22 +588,45 @@ func TestHelmInstallManaged(t *testing.T) {
 	if serverName == nil {
 		t.Fatalf("the notes name no server name:\n%s", rel.notes)
 	}
-	cfg := Config{}
-	cfg.Set("receivers.file_log.include", []any{env.AuditLog()})
-	cfg.Set("receivers.file_log.start_at", "end")
-	cfg.Set("receivers.file_log.max_log_size", filelogMaxLogSize)
-	cfg.Set("exporters.otlp_grpc.endpoint", podIP+":4317")
-	cfg.Set("exporters.otlp_grpc.tls", map[string]any{
-		"ca_file": filepath.Join(dir, "ca.crt"), "cert_file": filepath.Join(dir, "client.crt"), "key_file": filepath.Join(dir, "client.key"),
-		"server_name_override": serverName[1]})
-	cfg.Set("service.pipelines.logs.receivers", []any{"file_log"})
-	cfg.Set("service.pipelines.logs.exporters", []any{"otlp_grpc"})
-	cfg.Set("service.telemetry.metrics.level", "none")
-	shipper := env.StartExtraCollector(t, "helm-shipper", cfg)
+	// One recorded audit event for each forwarder, of an object only it sends.
+	const fwdNS = "helm-managed-forwarded"
+	withCert, withoutCert := filepath.Join(dir, "with-cert.log"), filepath.Join(dir, "without-cert.log")
+	for path, name := range map[string]string{withCert: "sent-with-cert", withoutCert: "sent-without-cert"} {
+		if err := os.WriteFile(path, recordedAuditEvent(t, fwdNS, name, time.Now()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recorded := func(path string) map[string]any {
+		return map[string]any{"include": []any{path}, "start_at": "beginning", "max_log_size": filelogMaxLogSize}
+	}
+	tlsFiles := forwarderTLS{ca: filepath.Join(dir, "ca.crt"), cert: filepath.Join(dir, "client.crt"), key: filepath.Join(dir, "client.key"), serverName: serverName[1]}
+	shipper := env.StartExtraCollector(t, "helm-shipper", forwarderConfig(t, env, "eks-cloudwatch.yaml", podIP+":4317", tlsFiles, map[string]any{
+		"file_log":          map[string]any{"include": []any{env.AuditLog()}, "start_at": "end", "max_log_size": filelogMaxLogSize},
+		"file_log/recorded": recorded(withCert),
+	}))
+	noCert := tlsFiles
+	noCert.cert, noCert.key = "", ""
+	intruder := env.StartExtraCollector(t, "helm-shipper-no-cert", forwarderConfig(t, env, "eks-cloudwatch.yaml", podIP+":4317", noCert, map[string]any{
+		"file_log/recorded": recorded(withoutCert),
+	}))
 
 	runChartScenario(t, env, env.APIServer, "helm-managed", start)
+	spans := env.WaitSpans(t, Window{Start: start, End: time.Now().Add(time.Minute)}, 60*time.Second, func(ss Spans) error {
+		if len(clusterSpans(ss, readmeCluster).ForObject("ConfigMap", fwdNS, "sent-with-cert").OfType(model.SpanTypeAudit)) != 1 {
+			return fmt.Errorf("no audit span of the forwarder's recorded ConfigMap %s/sent-with-cert", fwdNS)
+		}
+		return nil
+	})
 	Check(t, "the shipper was refused nothing", !shipper.LogContains("Unauthenticated") && !shipper.LogContains("certificate"),
 		"shipper log:\n%s", shipper.LogTail(20))
+	Check(t, "a forwarder without the client certificate puts nothing in Jaeger",
+		len(clusterSpans(spans, readmeCluster).ForObject("ConfigMap", fwdNS, "sent-without-cert")) == 0, "%v",
+		clusterSpans(spans, readmeCluster).ForObject("ConfigMap", fwdNS, "sent-without-cert"))
+	refused := regexp.MustCompile(`(?i)certificate required|bad certificate|handshake failure|authentication handshake failed`)
+	intruderLog, _ := os.ReadFile(intruder.LogPath)
+	Check(t, "a forwarder without the client certificate is refused in the TLS handshake", refused.Match(intruderLog),
+		"its log:\n%s", intruder.LogTail(20))
+	checkForwarderManifests(t, env, rel)
 
 	rel.uninstall(t, pod)
 	rel.checkLeftovers(t, "persistentvolumeclaim/state-"+full+"-", "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name)

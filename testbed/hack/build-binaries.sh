@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, etcd, kwok) and Jaeger v2 from the Go module proxy into a cache outside the repository,
+# kubectl, kubeadm, etcd, kwok) and Jaeger v2 from the Go module proxy into a cache outside the repository,
 # and reuses them when present. Nothing is downloaded except modules from the proxy.
 #
 #   testbed/hack/build-binaries.sh [k8s|etcd|kwok|jaeger|all]   (default: all)
@@ -43,7 +43,11 @@ modfile_of() { (cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "$1" | sed 
 
 build_k8s() {
   local out=$BIN/k8s-$K8S_VERSION
-  if [[ -x $out/kube-apiserver && -x $out/kube-controller-manager && -x $out/kube-scheduler && -x $out/kubectl ]]; then
+  # kubeadm only generates manifests in the tests (testbed/e2e/kubeadm_test.go); built after the
+  # apiserver it shares most packages with, it costs little more.
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm) c missing=0
+  for c in "${cmds[@]}"; do [[ -x $out/$c ]] || missing=1; done
+  if (( ! missing )); then
     log "kubernetes $K8S_VERSION: cached in $out"; return; fi
   local dir=$WORK/k8s-$K8S_VERSION staging=v0.${K8S_VERSION#v1.}
   mkdir -p "$dir" "$out"
@@ -51,14 +55,14 @@ build_k8s() {
   { echo "module kubetrail.local/k8sbuild"; echo; echo "go 1.26.0"; echo
     echo "require k8s.io/kubernetes $K8S_VERSION"; echo
     replaces_for "$modfile" "$staging"; } > "$dir/go.mod"
-  printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubectl/pkg/cmd"\n)\n' > "$dir/tools.go"
+  printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubectl/pkg/cmd"\n\t_ "k8s.io/kubernetes/cmd/kubeadm"\n)\n' > "$dir/tools.go"
   sed -i 's#_ "k8s.io/kubectl/pkg/cmd"#_ "k8s.io/kubernetes/cmd/kubectl"#' "$dir/tools.go"
   log "kubernetes $K8S_VERSION: resolving modules"
   (cd "$dir" && go mod tidy >/dev/null)
   local minor ld
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for c in "${cmds[@]}"; do
     [[ -x $out/$c ]] && continue
     log "kubernetes $K8S_VERSION: building $c"
     local t0=$SECONDS
