@@ -139,6 +139,7 @@ func TestChartKafkaMode(t *testing.T) {
 		"receivers.kafka.initial_offset":                        "earliest",
 		"receivers.kafka.message_marking.after":                 true,
 		"receivers.kafka.message_marking.on_error":              false,
+		"receivers.kafka.message_marking.on_permanent_error":    true,
 		"receivers.kafka.error_backoff.enabled":                 true,
 		"receivers.kafka.error_backoff.initial_interval":        "1s",
 		"receivers.kafka.partition_processing.independent":      true,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -240,6 +241,15 @@ func TestExamplesValidate(t *testing.T) {
 			var cfg map[string]map[string]any
 			if err := yaml.Unmarshal(raw, &cfg); err != nil {
 				t.Fatal(err)
+			}
+			// A kafka receiver marks a message once the pipeline took it, holds its partition on a
+			// retryable refusal and skips (counts, logs) a message refused for good, which would
+			// otherwise stop its partition.
+			if kafka, ok := cfg["receivers"]["kafka"].(map[string]any); ok {
+				want := map[string]any{"after": true, "on_error": false, "on_permanent_error": true}
+				if got := kafka["message_marking"]; !reflect.DeepEqual(got, want) {
+					t.Errorf("receivers.kafka.message_marking = %v, want %v", got, want)
+				}
 			}
 			var missing []string
 			for _, kind := range []string{"receivers", "processors", "exporters", "connectors", "extensions"} {

@@ -86,8 +86,8 @@ func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 }
 
 // setKafkaConsumer configures cfg's kafka receiver as the shipped examples do: a consumer group
-// that starts at the oldest message, marks a message only once the pipeline took it and gives each
-// partition a worker of its own, with kfake's shortest session so that a rebalance after a kill
+// that starts at the oldest message, marks a message only once the pipeline took it or refused it
+// for good (a retryable refusal is read again) and gives each partition a worker of its own, with kfake's shortest session so that a rebalance after a kill
 // is quick.
 func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
@@ -97,6 +97,7 @@ func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.initial_offset", "earliest")
 	cfg.Set("receivers.kafka.message_marking.after", true)
 	cfg.Set("receivers.kafka.message_marking.on_error", false)
+	cfg.Set("receivers.kafka.message_marking.on_permanent_error", true)
 	cfg.Set("receivers.kafka.partition_processing.independent", true)
 	// A killed consumer stays a group member until its session times out; the restarted one
 	// waits for that rebalance. kfake's minimum keeps it short.

@@ -72,10 +72,13 @@ receivers:
     # this tier exists to drain.
     initial_offset: earliest
     # A message is committed only once the pipeline took it (the spans are at the OTLP backend);
-    # a refusal is read again, never skipped, retried in place with backoff.
+    # a retryable refusal is read again, never skipped, retried in place with backoff. One
+    # refused for good (not otlp_proto, or past the connector's max_in_flight_bytes) is skipped,
+    # counted and logged with its partition and offset instead of stopping its partition.
     message_marking:
       after: true
       on_error: false
+      on_permanent_error: true
     # error_backoff has no defaults: enabled alone would retry in a tight loop.
     error_backoff:
       enabled: true
