@@ -394,9 +394,10 @@ func TestOperationsClaimsAboutExamples(t *testing.T) {
 				t.Errorf("the chart's mode managed lacks %v", lacks)
 			}
 		}},
-		{"`message_marking: {after: true, on_error: false}`, `error_backoff: {enabled: true}`, `initial_offset: earliest` (`distribution/examples/managed/kafka.yaml`)", func(t *testing.T) {
+		{"`message_marking: {after: true, on_error: false, on_permanent_error: true}`, `error_backoff: {enabled: true}`, `initial_offset: earliest` (`distribution/examples/managed/kafka.yaml`)", func(t *testing.T) {
 			k := receiver("managed/kafka.yaml", "kafka")
 			if dig(k, "message_marking", "after") != true || dig(k, "message_marking", "on_error") != false ||
+				dig(k, "message_marking", "on_permanent_error") != true ||
 				dig(k, "error_backoff", "enabled") != true || dig(k, "initial_offset") != "earliest" {
 				t.Errorf("managed/kafka.yaml's kafka receiver: %v", k)
 			}
@@ -477,11 +478,12 @@ func TestOperationsClaimsAboutExamples(t *testing.T) {
 				t.Errorf("kafka-edge.yaml: pipeline %v, exporter %v", p, k)
 			}
 		}},
-		{"`kafka` receiver (a consumer group, `initial_offset: earliest`, `message_marking: {after: true,\n  on_error: false}`, `error_backoff`), the `k8s_audit` connector with `cluster_attribute:\n  k8s.cluster.name`, `k8s_object_link` on Redis, a persistent exporter queue", func(t *testing.T) {
+		{"`kafka` receiver (a consumer group, `initial_offset: earliest`, `message_marking: {after: true,\n  on_error: false, on_permanent_error: true}`, `error_backoff`), the `k8s_audit` connector with\n  `cluster_attribute: k8s.cluster.name`, `k8s_object_link` on Redis, a persistent exporter queue", func(t *testing.T) {
 			p := ex["kafka-processing.yaml"]
 			k := dig(p, "receivers", "kafka")
 			if dig(k, "group_id") == nil || dig(k, "initial_offset") != "earliest" || dig(k, "message_marking", "after") != true ||
-				dig(k, "message_marking", "on_error") != false || dig(k, "error_backoff", "enabled") != true {
+				dig(k, "message_marking", "on_error") != false || dig(k, "message_marking", "on_permanent_error") != true ||
+				dig(k, "error_backoff", "enabled") != true {
 				t.Errorf("kafka-processing.yaml's kafka receiver: %v", k)
 			}
 			if a := dig(p, "connectors", "k8s_audit", "cluster_attribute"); a != "k8s.cluster.name" {
