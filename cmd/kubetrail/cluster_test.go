@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -282,26 +281,7 @@ func TestNamespacesAndKindsComeFromTheClusterAsInKubectl(t *testing.T) {
 // searched, and the namespace is still the context's. Without any kubeconfig nothing is said.
 func TestAnUnreachableClusterFallsBackToTheBackendQuietly(t *testing.T) {
 	src := "file=" + recordedFile(t, "deployment")
-	kubeconfig := filepath.Join(t.TempDir(), "config")
-	config := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: gone
-  cluster: {server: "https://%s"}
-contexts:
-- name: gone
-  context: {cluster: gone, user: u, namespace: default}
-- name: elsewhere
-  context: {cluster: gone, user: u, namespace: shop}
-users:
-- name: u
-  user: {token: t}
-current-context: gone
-`, closedPort(t))
-	if err := os.WriteFile(kubeconfig, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("KUBECONFIG", kubeconfig)
+	withKubeconfig(t)
 
 	code, out, errOut := invoke(t, "kubectl-trail", "deploy/demo", "--source", src)
 	if code != 0 || !strings.HasPrefix(out, "Deployment default/demo in cluster testbed") {
