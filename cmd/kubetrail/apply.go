@@ -133,11 +133,7 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 	case f.fieldManager == "":
 		return usagef("--field-manager: want a name, e.g. %s", defaultFieldManager)
 	}
-	d, err := loadDefaults(&f.kube)
-	if err != nil {
-		return err
-	}
-	r, err := d.apply(c.fs, &f.source, &f.cluster, &f.window)
+	r, err := resolveDefaults(&f.kube, c.fs, &f.source, &f.cluster, &f.window)
 	if err != nil {
 		return err
 	}

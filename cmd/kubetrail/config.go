@@ -380,6 +380,16 @@ type resolved struct {
 	fromFile []string
 }
 
+// resolveDefaults is what trace and apply do before they read a backend: load the defaults of
+// the context the kube flags name, and apply them to the flags the command line left unset.
+func resolveDefaults(k *kubeFlags, fs *pflag.FlagSet, source, cluster *string, window *time.Duration) (resolved, error) {
+	d, err := loadDefaults(k)
+	if err != nil {
+		return resolved{}, err
+	}
+	return d.apply(fs, source, cluster, window)
+}
+
 // apply sets the flags the command line left unset from the environment and the file, in that
 // order (flag > $ENV > context > default > built-in), and says where each came from.
 func (d *defaults) apply(fs *pflag.FlagSet, source, cluster *string, window *time.Duration) (resolved, error) {

@@ -103,11 +103,7 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	d, err := loadDefaults(&f.kube)
-	if err != nil {
-		return err
-	}
-	r, err := d.apply(c.fs, &f.source, &f.cluster, &f.window)
+	r, err := resolveDefaults(&f.kube, c.fs, &f.source, &f.cluster, &f.window)
 	if err != nil {
 		return err
 	}
