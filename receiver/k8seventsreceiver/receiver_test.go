@@ -74,15 +74,26 @@ func (h *testHost) Report(ev *componentstatus.Event) {
 	h.statuses = append(h.statuses, ev)
 }
 
-func (h *testHost) permanentError() error {
+// firstError is the error of the first status reported with st, nil if none was.
+func (h *testHost) firstError(st componentstatus.Status) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ev := range h.statuses {
-		if ev.Status() == componentstatus.StatusPermanentError {
+		if ev.Status() == st {
 			return ev.Err()
 		}
 	}
 	return nil
+}
+
+// last is the status reported last (StatusNone before any).
+func (h *testHost) last() componentstatus.Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.statuses) == 0 {
+		return componentstatus.StatusNone
+	}
+	return h.statuses[len(h.statuses)-1].Status()
 }
 
 type harness struct {
@@ -391,7 +402,10 @@ func TestReceiverDropsPermanentlyRefusedSpans(t *testing.T) {
 	h.stop()
 }
 
-func TestReceiverReportsRBACForbiddenPermanently(t *testing.T) {
+// An RBAC refusal is a recoverable status that names what to grant, never a permanent one: the
+// collector's status machine leaves a permanent error only to stop, so a role granted later could
+// not make the receiver healthy again. Granted after a few refusals, the status turns OK.
+func TestReceiverReportsRBACForbiddenRecoverably(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		eventsV1 bool
@@ -402,16 +416,24 @@ func TestReceiverReportsRBACForbiddenPermanently(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := newFakeClient(tc.eventsV1)
+			var refusals atomic.Int32
 			client.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if refusals.Add(1) > 3 {
+					return false, nil, nil // RBAC granted: the fake lists
+				}
 				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New("RBAC: access denied"))
 			})
 			h := startReceiver(t, client, new(consumertest.TracesSink), nil, nil)
-			waitFor(t, "a permanent status", func() bool { return h.host.permanentError() != nil })
+			waitFor(t, "a recoverable status", func() bool { return h.host.firstError(componentstatus.StatusRecoverableError) != nil })
+			waitFor(t, "status OK once RBAC allows the list", func() bool { return h.host.last() == componentstatus.StatusOK })
 			h.stop()
-			msg := h.host.permanentError().Error()
+			if err := h.host.firstError(componentstatus.StatusPermanentError); err != nil {
+				t.Errorf("a permanent status was reported: %v", err)
+			}
+			msg := h.host.firstError(componentstatus.StatusRecoverableError).Error()
 			for _, want := range []string{"list and watch", "API group " + tc.group, "all namespaces"} {
 				if !strings.Contains(msg, want) {
-					t.Errorf("permanent status %q does not name %q", msg, want)
+					t.Errorf("status %q does not name %q", msg, want)
 				}
 			}
 			if got := h.metric("otelcol_k8s_event_spans_errors", errorForbidden); got < 1 {
@@ -437,7 +459,7 @@ func TestReceiverRecoversFromAnUnreachableAPIServer(t *testing.T) {
 	if got := h.metric("otelcol_k8s_event_spans_errors", errorListWatch); got != 3 {
 		t.Errorf("errors{list_watch} = %d, want 3", got)
 	}
-	if h.host.permanentError() != nil {
+	if h.host.firstError(componentstatus.StatusPermanentError) != nil {
 		t.Error("an unreachable apiserver was reported as a permanent error")
 	}
 }

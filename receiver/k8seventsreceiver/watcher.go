@@ -336,8 +336,9 @@ func (w *watchRunner) stallGuard(ctx context.Context, progress *atomic.Int64) bo
 	}
 }
 
-// failed reports a list-watch failure: a permanent status for RBAC, naming what to grant,
-// a recoverable one otherwise.
+// failed reports a list-watch failure as a recoverable status, naming what to grant when RBAC
+// refused. Not a permanent one, even for RBAC: the receiver keeps retrying and a granted role
+// makes it healthy again, while the collector's status machine never leaves a permanent error.
 func (w *watchRunner) failed(ctx context.Context, err error, ns, group string) {
 	w.degraded.Store(true)
 	if apierrors.IsForbidden(err) {
@@ -345,7 +346,7 @@ func (w *watchRunner) failed(ctx context.Context, err error, ns, group string) {
 		perr := fmt.Errorf("RBAC forbids reading Events in %s: grant verbs list and watch on resource events in API group %q: %w",
 			scopeName(ns), group, err)
 		w.logger.Error("Cannot list-watch Kubernetes Events", zap.Error(perr))
-		w.report(componentstatus.NewPermanentErrorEvent(perr))
+		w.report(componentstatus.NewRecoverableErrorEvent(perr))
 		return
 	}
 	w.tel.K8sEventSpansErrors.Add(ctx, 1, withReason(errorListWatch))
