@@ -178,13 +178,27 @@ type Collector struct {
 	proc       *Process
 	env        *Env
 	auditAddr  string
+	opts       CollectorOptions
+}
+
+// CollectorOptions change how a collector process starts.
+type CollectorOptions struct {
+	// Kubeconfig replaces the testbed's admin kubeconfig (e.g. one that names a fault proxy).
+	Kubeconfig string
+	// FeatureGates are passed as --feature-gates (e.g. +extension.healthcheck.useComponentStatus).
+	FeatureGates []string
 }
 
 // StartCollector writes cfg (with a free port for k8s_audit when it has that receiver) and starts
 // otelcol-kubetrail on it, with KUBECONFIG pointing at the testbed. It returns once the webhook
 // port accepts connections. name must be unique; files go to <out>/collector-<name>.*.
 func (e *Env) StartCollector(name string, cfg Config) (*Collector, error) {
-	c := &Collector{Name: name, env: e,
+	return e.StartCollectorWith(name, cfg, CollectorOptions{})
+}
+
+// StartCollectorWith is StartCollector with options.
+func (e *Env) StartCollectorWith(name string, cfg Config, opts CollectorOptions) (*Collector, error) {
+	c := &Collector{Name: name, env: e, opts: opts,
 		ConfigPath: filepath.Join(e.OutDir, "collector-"+name+".yaml"),
 		LogPath:    filepath.Join(e.OutDir, "collector-"+name+".log")}
 	if cfg.Get("receivers.k8s_audit") != nil {
@@ -207,8 +221,15 @@ func (e *Env) StartCollector(name string, cfg Config) (*Collector, error) {
 }
 
 func (c *Collector) start() error {
-	p, err := StartProcess("collector-"+c.Name, c.LogPath, c.env.pidDir, []string{"KUBECONFIG=" + c.env.Kubeconfig},
-		c.env.CollectorBin, "--config", c.ConfigPath)
+	kubeconfig, args := c.env.Kubeconfig, []string{"--config", c.ConfigPath}
+	if c.opts.Kubeconfig != "" {
+		kubeconfig = c.opts.Kubeconfig
+	}
+	if len(c.opts.FeatureGates) > 0 {
+		args = append(args, "--feature-gates="+strings.Join(c.opts.FeatureGates, ","))
+	}
+	p, err := StartProcess("collector-"+c.Name, c.LogPath, c.env.pidDir, []string{"KUBECONFIG=" + kubeconfig},
+		c.env.CollectorBin, args...)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,12 @@ func diffBase(summary string) string {
 // audit spans; a missing file has none.
 func auditSpansIn(t *testing.T, path string) Spans {
 	t.Helper()
+	return spansInFile(path).OfType(model.SpanTypeAudit)
+}
+
+// spansInFile reads a file exporter's output (one OTLP JSON document per line); a missing file
+// has no spans, and a line still being written is skipped.
+func spansInFile(path string) Spans {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -69,7 +75,7 @@ func auditSpansIn(t *testing.T, path string) Spans {
 		if err != nil {
 			continue // a line still being written
 		}
-		out = append(out, SpansFromTraces(td).OfType(model.SpanTypeAudit)...)
+		out = append(out, SpansFromTraces(td)...)
 	}
 	return out
 }

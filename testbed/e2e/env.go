@@ -479,7 +479,13 @@ func (e *Env) WaitSpans(t testing.TB, w Window, timeout time.Duration, cond func
 // should restore the route (to ToAll(env.Collector.AuditURL)) in a t.Cleanup.
 func (e *Env) StartExtraCollector(t testing.TB, name string, cfg Config) *Collector {
 	t.Helper()
-	c, err := e.StartCollector(name, cfg)
+	return e.StartExtraCollectorWith(t, name, cfg, CollectorOptions{})
+}
+
+// StartExtraCollectorWith is StartExtraCollector with options.
+func (e *Env) StartExtraCollectorWith(t testing.TB, name string, cfg Config, opts CollectorOptions) *Collector {
+	t.Helper()
+	c, err := e.StartCollectorWith(name, cfg, opts)
 	if err != nil {
 		t.Fatalf("start collector %s: %v", name, err)
 	}
