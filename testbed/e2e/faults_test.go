@@ -70,7 +70,7 @@ type faultRig struct {
 
 // newEventsRig starts the collector of a fault test, named fault-<name>, on namespace fault-<name>
 // (its cluster name too), and its writer; tune adjusts the config before the start.
-func newEventsRig(t *testing.T, env *Env, name string, tune func(Config)) *faultRig {
+func newEventsRig(t *testing.T, env *Env, name string, tune func(Config, *faultRig)) *faultRig {
 	t.Helper()
 	requireEventsReceiver(t, env)
 	r := &faultRig{t: t, env: env, name: name, ns: "fault-" + name, created: map[string]time.Time{}}
@@ -126,13 +126,13 @@ func newEventsRig(t *testing.T, env *Env, name string, tune func(Config)) *fault
 	cfg.Set("service.telemetry.metrics.readers", []any{map[string]any{"pull": map[string]any{"exporter": map[string]any{
 		"prometheus": map[string]any{"host": "127.0.0.1", "port": metricsPort}}}}})
 	if tune != nil {
-		tune(cfg)
+		tune(cfg, r)
 	}
 	r.c = env.StartExtraCollectorWith(t, r.ns, cfg, CollectorOptions{Kubeconfig: kubeconfig, FeatureGates: []string{healthGate}})
 	r.startWriter()
 	t.Cleanup(r.stopWriter)
 	// Ready: the first probe is a span and the receiver's status is OK.
-	if _, ok := r.until(30*time.Second, func() bool {
+	if _, ok := until(30*time.Second, func() bool {
 		first := r.createdBefore(time.Now())
 		return len(first) > 0 && len(r.exported()[first[0]]) > 0 && r.status() == statusOK
 	}); !ok {
@@ -208,9 +208,13 @@ func (r *faultRig) exported() map[string][]string {
 }
 
 // status is the receiver's component status as the health check reports it ("" if unknown).
-func (r *faultRig) status() string {
+func (r *faultRig) status() string { return componentStatus(r.health, receiverStatus) }
+
+// componentStatus is the status of a component (e.g. "processor:k8s_object_link") as the health
+// check extension (component status, verbose) at addr reports it; "" if unknown.
+func componentStatus(addr, key string) string {
 	c := &http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + r.health + "/status?verbose")
+	resp, err := c.Get("http://" + addr + "/status?verbose")
 	if err != nil {
 		return ""
 	}
@@ -219,7 +223,7 @@ func (r *faultRig) status() string {
 	if json.NewDecoder(resp.Body).Decode(&doc) != nil {
 		return ""
 	}
-	return findStatus(doc, receiverStatus)
+	return findStatus(doc, key)
 }
 
 // findStatus looks for the component named key anywhere under components and returns its status.
@@ -239,7 +243,7 @@ func findStatus(doc map[string]any, key string) string {
 }
 
 // until polls cond every 100 ms for up to timeout and returns how long it took.
-func (r *faultRig) until(timeout time.Duration, cond func() bool) (time.Duration, bool) {
+func until(timeout time.Duration, cond func() bool) (time.Duration, bool) {
 	start := time.Now()
 	for {
 		if cond() {
@@ -299,7 +303,7 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	}
 	start := time.Now()
 	inject()
-	res.noticed, res.noticedOK = r.until(noticeWithin, func() bool {
+	res.noticed, res.noticedOK = until(noticeWithin, func() bool {
 		st := r.status()
 		note(st)
 		return strings.Contains(r.logSince(off), signal) || (st != "" && st != statusOK)
@@ -312,7 +316,7 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	restoredAt := time.Now()
 	restore()
 	due := r.createdBefore(restoredAt)
-	res.recovered, res.recoveredOK = r.until(faultRecovery, func() bool {
+	res.recovered, res.recoveredOK = until(faultRecovery, func() bool {
 		st := r.status()
 		note(st)
 		got := r.exported()
@@ -329,7 +333,7 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	r.stopWriter()
 	all := r.createdBefore(time.Now().Add(time.Hour))
 	var got map[string][]string
-	r.until(30*time.Second, func() bool {
+	until(30*time.Second, func() bool {
 		got = r.exported()
 		for _, name := range all {
 			if len(got[name]) == 0 {
@@ -500,7 +504,7 @@ func TestFaultEventsExpiredWatchFailingRelists(t *testing.T) {
 func TestFaultEventsLeaseStolen(t *testing.T) {
 	env := Testbed(t)
 	lease := "fault-lease"
-	r := newEventsRig(t, env, "lease", func(cfg Config) {
+	r := newEventsRig(t, env, "lease", func(cfg Config, _ *faultRig) {
 		cfg.Set("receivers.k8s_event_spans.leader_election", map[string]any{
 			"lease_name": lease, "lease_namespace": "fault-lease",
 			"lease_duration": "6s", "renew_deadline": "4s", "retry_period": "1s",
@@ -530,4 +534,147 @@ func TestFaultEventsLeaseStolen(t *testing.T) {
 		steal, func() { close(stop); done.Wait() })
 	Check(t, "lease stolen: the receiver took the Lease back", strings.Count(r.logSince(0), "Acquired the Events leader lease") >= 2,
 		"%s", r.c.LogTail(20))
+}
+
+// TestFaultBackendDown takes the OTLP backend away (its port refuses) for faultFor while the
+// collector exports through a persistent sending queue with retries without a deadline, as the
+// chart configures it: every Event arrives at the backend once it is back.
+func TestFaultBackendDown(t *testing.T) {
+	env := Testbed(t)
+	sinkPort, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkOut := filepath.Join(env.OutDir, "fault-backend-sink-spans.jsonl")
+	_ = os.Remove(sinkOut)
+	sink := Config{}
+	sink.Set("receivers.otlp.protocols.grpc.endpoint", fmt.Sprintf("127.0.0.1:%d", sinkPort))
+	sink.Set("exporters.file.path", sinkOut)
+	sink.Set("exporters.file.flush_interval", "100ms")
+	sink.SetPipeline("receivers", "otlp")
+	sink.SetPipeline("exporters", "file")
+	sink.Set("service.telemetry.metrics.level", "none")
+	env.StartExtraCollector(t, "fault-backend-sink", sink)
+	proxy, err := faultproxy.ListenTCP(fmt.Sprintf("127.0.0.1:%d", sinkPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	queueDir := filepath.Join(env.OutDir, "fault-backend-queue")
+	if err := os.MkdirAll(queueDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exp := env.Components.otlpExporter()
+	r := newEventsRig(t, env, "backend", func(cfg Config, r *faultRig) {
+		cfg.Delete("exporters.file")
+		cfg.Set("exporters."+exp, map[string]any{
+			"endpoint": proxy.Addr(), "tls": map[string]any{"insecure": true},
+			"sending_queue":    map[string]any{"enabled": true, "storage": "file_storage/queue", "block_on_overflow": false},
+			"retry_on_failure": map[string]any{"enabled": true, "initial_interval": "500ms", "max_interval": "2s", "max_elapsed_time": 0},
+		})
+		cfg.Set("extensions.file_storage/queue.directory", queueDir)
+		cfg.Set("service.extensions", []any{"health_check", "file_storage/queue"})
+		cfg.SetPipeline("exporters", exp)
+		r.out = sinkOut
+	})
+	r.stage("OTLP backend down "+faultFor.String()+" (persistent queue, retries without a deadline)", "Exporting failed", 5*time.Second,
+		proxy.Refuse, func() {
+			if err := proxy.Pass(); err != nil {
+				t.Fatalf("listen again: %v", err)
+			}
+		})
+}
+
+// TestFaultRedisStalled freezes Redis (connections open, no answer) for faultFor under the
+// audit webhook, k8s_object_link's ID map and the shared diff base, while a writer labels a
+// ServiceAccount every 300 ms: the processor goes on from memory and reconciles when Redis
+// answers again; every audited write is one span.
+func TestFaultRedisStalled(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	proxy, err := faultproxy.ListenTCP("127.0.0.1:6379")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	const name = "fault-redis"
+	prefix := "e2e-" + name + ":"
+	t.Cleanup(func() { deleteRedisPrefix(t, "127.0.0.1:6379", prefix) })
+	out := filepath.Join(env.OutDir, name+"-spans.jsonl")
+	_ = os.Remove(out)
+	healthPort, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := fmt.Sprintf("127.0.0.1:%d", healthPort)
+	cfg := doorConfig(out, prefix)
+	cfg.Set("processors.k8s_object_link.id_map.redis.addresses", []any{proxy.Addr()})
+	cfg.Set("processors.k8s_object_link.id_map.redis.timeout", "1s")
+	cfg.Set("receivers.k8s_audit.shared_diff_base.redis.addresses", []any{proxy.Addr()})
+	cfg.Set("receivers.k8s_audit.shared_diff_base.redis.timeout", "1s")
+	cfg.Set("extensions.health_check.http.endpoint", health)
+	cfg.Set("extensions.health_check.http.status.enabled", true)
+	cfg.Set("extensions.health_check.http.status.path", "/status")
+	cfg.Set("service.extensions", []any{"health_check"})
+	c := env.StartExtraCollectorWith(t, name, cfg, CollectorOptions{FeatureGates: []string{healthGate}})
+	env.Router.SetRoute(ToAll(c.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+	const processor = "processor:k8s_object_link"
+
+	since := time.Now()
+	stopWriter := steadyWriter(t, env, "kubetrail-fault-redis", 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	res := &faultResult{fault: "Redis stalled " + faultFor.String() + " (connections open, no answer)"}
+	var statuses []string
+	note := func(s string) {
+		if s != "" && (len(statuses) == 0 || statuses[len(statuses)-1] != s) {
+			statuses = append(statuses, s)
+		}
+	}
+	note(componentStatus(health, processor))
+	off := len(readFile(c.LogPath))
+	start := time.Now()
+	proxy.Freeze()
+	res.noticed, res.noticedOK = until(10*time.Second, func() bool {
+		st := componentStatus(health, processor)
+		note(st)
+		return strings.Contains(readFile(c.LogPath)[off:], "Redis ID map unavailable") || (st != "" && st != statusOK)
+	})
+	for time.Since(start) < faultFor {
+		note(componentStatus(health, processor))
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := proxy.Pass(); err != nil {
+		t.Fatal(err)
+	}
+	res.recovered, res.recoveredOK = until(faultRecovery, func() bool {
+		st := componentStatus(health, processor)
+		note(st)
+		return strings.Contains(readFile(c.LogPath)[off:], "Redis ID map available again") && st == statusOK
+	})
+	time.Sleep(time.Second)
+	stopWriter()
+	logged := loggedWrites(t, env.AuditLog(), since, time.Now())
+	got := waitAuditSpans(t, logged, out)
+	for id := range logged {
+		switch n := len(got[id]); {
+		case n == 0:
+			res.lost++
+		case n > 1:
+			res.twice++
+		}
+	}
+	logText := readFile(c.LogPath)[off:]
+	res.sees = fmt.Sprintf("log %q; status %s", firstLine(logText, "Redis ID map unavailable"), strings.Join(statuses, "→"))
+	Check(t, "Redis stalled: noticed", res.noticedOK, "%s", c.LogTail(20))
+	Check(t, "Redis stalled: recovered (reconciled, status OK)", res.recoveredOK, "status %q:\n%s", componentStatus(health, processor), c.LogTail(20))
+	checkEachWriteOnce(t, "Redis stalled", logged, got)
+	t.Logf("%s: noticed after %s, recovered after %s; %d writes; %s", res.fault, res.noticed.Round(100*time.Millisecond),
+		res.recovered.Round(100*time.Millisecond), len(logged), res.sees)
+	appendFaultRow(t, env, t.Name(), res)
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
