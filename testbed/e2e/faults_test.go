@@ -678,3 +678,98 @@ func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// TestFaultKafkaBrokerRestarted restarts the Kafka broker (SIGTERM, down for kafkaDownFor, started
+// again on the same port and data directory) between an edge collector (the webhook's events into
+// Kafka, kafka-edge.yaml) and a processing collector (kafka receiver and k8s_audit connector,
+// kafka-processing.yaml) while a writer labels a ServiceAccount every 300 ms: the edge holds the
+// webhook's answer while it retries (the apiserver keeps the batch), the consumer reconnects and
+// rejoins its group, and every audited write is one span.
+func TestFaultKafkaBrokerRestarted(t *testing.T) {
+	env := Testbed(t)
+	requireAuditReceiver(t, env)
+	requireComponent(t, env, "receivers", "kafka")
+	requireComponent(t, env, "exporters", "kafka")
+	requireComponent(t, env, "connectors", "k8s_audit")
+	const kafkaDownFor = 5 * time.Second
+	const topic, group = "kube-audit-fault", "kubetrail-fault"
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(env.OutDir, "kafka-fault-data")
+	_ = os.RemoveAll(dataDir)
+	logPath := filepath.Join(env.OutDir, "kafka-fault.log")
+	bootstrap := fmt.Sprintf("127.0.0.1:%d", port)
+	var broker *Process
+	startBroker := func() {
+		t.Helper()
+		p, err := StartProcess("kafka-fault", logPath, env.pidDir, nil, env.KafkaBin,
+			"-ports", fmt.Sprint(port), "-data-dir", dataDir, "-topic", topic+":2", "-log-level", "warn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WaitTCP(bootstrap, p, 30*time.Second); err != nil {
+			t.Fatalf("kafka: %v\n%s", err, p.LogTail(20))
+		}
+		broker = p
+	}
+	startBroker()
+	t.Cleanup(func() { _ = broker.Stop(10 * time.Second) })
+
+	out := filepath.Join(env.OutDir, "fault-kafka-spans.jsonl")
+	_ = os.Remove(out)
+	edge := env.StartExtraCollector(t, "fault-kafka-edge", kafkaEdgeConfig(bootstrap, topic, ClusterName))
+	proc := env.StartExtraCollector(t, "fault-kafka-processing", kafkaProcessingConfig(bootstrap, topic, group, out))
+	env.Router.SetRoute(ToAll(edge.AuditURL))
+	t.Cleanup(env.RestoreRoute)
+
+	since := time.Now()
+	stopWriter := steadyWriter(t, env, "kubetrail-fault-kafka", 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	res := &faultResult{fault: "Kafka broker restarted (down " + kafkaDownFor.String() + ", same data directory)"}
+	edgeOff, procOff := len(readFile(edge.LogPath)), len(readFile(proc.LogPath))
+	start := time.Now()
+	if err := broker.Stop(10 * time.Second); err != nil {
+		t.Logf("kafka stop: %v", err)
+	}
+	const edgeSignal = "Exporting failed"
+	res.noticed, res.noticedOK = until(kafkaDownFor, func() bool {
+		return strings.Contains(readFile(edge.LogPath)[edgeOff:], edgeSignal)
+	})
+	if d := kafkaDownFor - time.Since(start); d > 0 {
+		time.Sleep(d)
+	}
+	restartedAt := time.Now()
+	startBroker()
+	due := loggedWrites(t, env.AuditLog(), since, restartedAt)
+	res.recovered, res.recoveredOK = until(faultRecovery, func() bool {
+		got := auditSpanIDsIn(t, out)
+		for id := range due {
+			if len(got[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(2 * time.Second)
+	stopWriter()
+	logged := loggedWrites(t, env.AuditLog(), since, time.Now())
+	got := waitAuditSpans(t, logged, out)
+	for id := range logged {
+		switch n := len(got[id]); {
+		case n == 0:
+			res.lost++
+		case n > 1:
+			res.twice++
+		}
+	}
+	procLog := readFile(proc.LogPath)[procOff:]
+	res.sees = fmt.Sprintf("edge log %q; processing log %q", firstLine(readFile(edge.LogPath)[edgeOff:], edgeSignal), firstLine(procLog, "\twarn\t"))
+	Check(t, "Kafka broker restarted: the edge noticed", res.noticedOK, "%s", edge.LogTail(20))
+	Check(t, "Kafka broker restarted: every write before the restart is a span again", res.recoveredOK, "%d writes due:\n%s", len(due), proc.LogTail(20))
+	checkEachWriteOnce(t, "Kafka broker restarted", logged, got)
+	t.Logf("%s: noticed after %s, recovered after %s; %d writes; %s", res.fault, res.noticed.Round(100*time.Millisecond),
+		res.recovered.Round(100*time.Millisecond), len(logged), res.sees)
+	appendFaultRow(t, env, t.Name(), res)
+}
