@@ -3,9 +3,12 @@ package k8seventsreceiver
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -487,9 +490,49 @@ func TestReceiverRestartsAStalledWatch(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	<-watches // relisted and watching again
+	// The stall was a recoverable status; the relist that followed it made it OK again.
+	waitFor(t, "status OK after the relist", func() bool { return h.host.last() == componentstatus.StatusOK })
 	h.stop()
 	if sink.SpanCount() != 1 {
 		t.Fatalf("%d spans after the stalled watch was restarted, want 1", sink.SpanCount())
+	}
+	if err := h.host.firstError(componentstatus.StatusRecoverableError); err == nil || !strings.Contains(err.Error(), "delivered nothing") {
+		t.Errorf("the stall was not reported as a recoverable status: %v", err)
+	}
+}
+
+// client-go's reflector retries a watch whose connection is refused by itself and does not return
+// the error; the receiver still reports each refused call (status, counter, log) and turns OK at
+// the first Event that arrives after it.
+func TestReceiverReportsWatchErrorsTheReflectorRetriesItself(t *testing.T) {
+	client := newFakeClient(true, testEvent("a", "10"))
+	var refusals atomic.Int32
+	events := make(chan *watch.FakeWatcher, 1)
+	client.PrependWatchReactor("events", func(k8stesting.Action) (bool, watch.Interface, error) {
+		if refusals.Add(1) <= 3 {
+			// A refused connection as the dialer returns it (what the reflector retries itself).
+			return true, nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		}
+		w := watch.NewFakeWithChanSize(1, false)
+		events <- w
+		return true, w, nil
+	})
+	sink := new(consumertest.TracesSink)
+	h := startReceiver(t, client, sink, nil, nil)
+	waitFor(t, "the listed Event's span", func() bool { return sink.SpanCount() == 1 })
+	w := <-events
+	if got := h.metric("otelcol_k8s_event_spans_errors", errorListWatch); got != 3 {
+		t.Errorf("errors{list_watch} = %d, want 3 (one per refused watch)", got)
+	}
+	if err := h.host.firstError(componentstatus.StatusRecoverableError); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("the refused watches were not reported as a recoverable status: %v", err)
+	}
+	w.Add(testEvent("b", "11"))
+	waitFor(t, "the watched Event's span", func() bool { return sink.SpanCount() == 2 })
+	waitFor(t, "status OK once an Event arrives", func() bool { return h.host.last() == componentstatus.StatusOK })
+	h.stop()
+	if got := h.metric("otelcol_k8s_event_spans_watch_restarts", restartError); got != 0 {
+		t.Errorf("watch_restarts{error} = %d, want 0: the reflector retried the watch within one list-watch", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package k8seventsreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,10 @@ type apiSource struct {
 	groupResource string // for messages: "events.events.k8s.io"
 	rbacGroup     string // the API group to name in an RBAC hint: "events.k8s.io" or "" (core)
 	expected      runtime.Object
-	listWatch     func(namespace string) cache.ListerWatcher
+	// listWatch builds the list-watch of a namespace; every list or watch call's error goes
+	// to failed first (client-go's reflector retries some, a refused connection among them,
+	// without returning them).
+	listWatch func(namespace string, failed func(error)) cache.ListerWatcher
 }
 
 func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
@@ -37,15 +41,23 @@ func eventsV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 		groupResource: "events.events.k8s.io",
 		rbacGroup:     "events.k8s.io",
 		expected:      &eventsv1.Event{},
-		listWatch: func(ns string) cache.ListerWatcher {
+		listWatch: func(ns string, failed func(error)) cache.ListerWatcher {
 			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					selectors(cfg, &o)
-					return client.EventsV1().Events(ns).List(ctx, o)
+					l, err := client.EventsV1().Events(ns).List(ctx, o)
+					if err != nil {
+						failed(err)
+					}
+					return l, err
 				},
 				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 					selectors(cfg, &o)
-					return client.EventsV1().Events(ns).Watch(ctx, o)
+					w, err := client.EventsV1().Events(ns).Watch(ctx, o)
+					if err != nil {
+						failed(err)
+					}
+					return w, err
 				},
 			}, client)
 		},
@@ -57,15 +69,23 @@ func coreV1Source(client kubernetes.Interface, cfg *Config) apiSource {
 		groupResource: "events (core/v1)",
 		rbacGroup:     "",
 		expected:      &corev1.Event{},
-		listWatch: func(ns string) cache.ListerWatcher {
+		listWatch: func(ns string, failed func(error)) cache.ListerWatcher {
 			return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					selectors(cfg, &o)
-					return client.CoreV1().Events(ns).List(ctx, o)
+					l, err := client.CoreV1().Events(ns).List(ctx, o)
+					if err != nil {
+						failed(err)
+					}
+					return l, err
 				},
 				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 					selectors(cfg, &o)
-					return client.CoreV1().Events(ns).Watch(ctx, o)
+					w, err := client.CoreV1().Events(ns).Watch(ctx, o)
+					if err != nil {
+						failed(err)
+					}
+					return w, err
 				},
 			}, client)
 		},
@@ -98,7 +118,9 @@ type scopeStore struct {
 	namespace string
 	tracker   *tracker
 	pipeline  *pipeline
-	onSynced  func()
+	// onProgress is called with every call the reflector makes (a list, an Event, a bookmark):
+	// the apiserver answers again.
+	onProgress func()
 
 	synced   bool
 	progress atomic.Int64 // bumped by every call, bookmarks included: the stall guard's pulse
@@ -112,8 +134,16 @@ var (
 func (s *scopeStore) Add(obj any) error    { return s.observe(obj) }
 func (s *scopeStore) Update(obj any) error { return s.observe(obj) }
 
-func (s *scopeStore) observe(obj any) error {
+// pulse records progress for the stall guard and the health status.
+func (s *scopeStore) pulse() {
 	s.progress.Add(1)
+	if s.onProgress != nil {
+		s.onProgress()
+	}
+}
+
+func (s *scopeStore) observe(obj any) error {
+	s.pulse()
 	ev, ok := strip(obj)
 	if !ok {
 		return fmt.Errorf("unexpected object %T in the Events watch", obj)
@@ -125,7 +155,7 @@ func (s *scopeStore) observe(obj any) error {
 }
 
 func (s *scopeStore) Delete(obj any) error {
-	s.progress.Add(1)
+	s.pulse()
 	if ev, ok := strip(obj); ok {
 		if item, ok := s.tracker.forget(ev); ok {
 			return s.pipeline.enqueue(s.ctx, item)
@@ -138,7 +168,7 @@ func (s *scopeStore) Delete(obj any) error {
 // broken watch. Versions already seen are recognised by the tracker, so a relist emits only
 // occurrences that happened while the watch was down.
 func (s *scopeStore) Replace(list []any, _ string) error {
-	s.progress.Add(1)
+	s.pulse()
 	evs := make([]*eventsv1.Event, 0, len(list))
 	for _, obj := range list {
 		if ev, ok := strip(obj); ok {
@@ -152,16 +182,13 @@ func (s *scopeStore) Replace(list []any, _ string) error {
 			return err
 		}
 	}
-	if s.onSynced != nil {
-		s.onSynced()
-	}
 	return nil
 }
 
 func (s *scopeStore) Resync() error { return nil }
 
 func (s *scopeStore) Bookmark(string) error {
-	s.progress.Add(1)
+	s.pulse()
 	return nil
 }
 
@@ -215,12 +242,23 @@ func (w *watchRunner) run(ctx context.Context, client kubernetes.Interface) {
 // watchScope list-watches one namespace (or all) with one reflector, restarting it with capped
 // exponential backoff on errors and at once when the watch closes or stalls.
 func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) {
-	store := &scopeStore{ctx: ctx, namespace: ns, tracker: w.tracker, pipeline: w.pipeline, onSynced: w.synced}
+	store := &scopeStore{ctx: ctx, namespace: ns, tracker: w.tracker, pipeline: w.pipeline, onProgress: w.answering}
+	// A list or watch call that fails is reported at once, whether or not the reflector
+	// returns the error (it retries a refused connection itself, silently); reported keeps
+	// the error that ends ListAndWatch from being reported twice.
+	var reported atomic.Bool
+	onCallError := func(err error) {
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		reported.Store(true)
+		w.failed(ctx, err, ns, src.rbacGroup)
+	}
 	// The reflector's own retries within one ListAndWatch follow the same policy, with the
 	// jitter client-go gives its reflectors.
 	reflectorBackoff := w.cfg.Backoff.exponential()
 	reflectorBackoff.Jitter = 0.1
-	refl := cache.NewReflectorWithOptions(src.listWatch(ns), src.expected, store, cache.ReflectorOptions{
+	refl := cache.NewReflectorWithOptions(src.listWatch(ns, onCallError), src.expected, store, cache.ReflectorOptions{
 		Name:    "k8s_event_spans/" + scopeName(ns),
 		Clock:   w.clock,
 		Backoff: &reflectorBackoff,
@@ -228,6 +266,7 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 	retries := w.cfg.Backoff.exponential()
 	for {
 		runCtx, cancel := context.WithCancel(ctx)
+		reported.Store(false)
 		var stalled atomic.Bool
 		var guard sync.WaitGroup
 		if w.cfg.StalledWatchTimeout > 0 {
@@ -250,6 +289,10 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 			w.tel.K8sEventSpansWatchRestarts.Add(ctx, 1, withReason(restartStalled))
 			w.logger.Warn("Events watch delivered nothing, not even a bookmark; relisting",
 				zap.String("namespace", scopeName(ns)), zap.Duration("stalled_watch_timeout", w.cfg.StalledWatchTimeout))
+			// Nothing says the apiserver still answers: not healthy until it does.
+			w.degraded.Store(true)
+			w.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("the Events watch in %s delivered nothing, not even a bookmark, for %s",
+				scopeName(ns), w.cfg.StalledWatchTimeout)))
 			continue
 		case err == nil:
 			// The watch ended without an error to report: expired (410 Gone) or closed by the
@@ -263,7 +306,9 @@ func (w *watchRunner) watchScope(ctx context.Context, src apiSource, ns string) 
 		if w.clock.Since(start) > w.cfg.Backoff.MaxInterval {
 			retries = w.cfg.Backoff.exponential()
 		}
-		w.failed(ctx, err, ns, src.rbacGroup)
+		if !reported.Load() {
+			w.failed(ctx, err, ns, src.rbacGroup)
+		}
 		select {
 		case <-w.clock.After(retries.Step()):
 		case <-ctx.Done():
@@ -354,8 +399,10 @@ func (w *watchRunner) failed(ctx context.Context, err error, ns, group string) {
 	w.report(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("list-watch of Events in %s: %w", scopeName(ns), err)))
 }
 
-func (w *watchRunner) synced() {
-	if w.degraded.Swap(false) {
+// answering turns the status OK again after a failure, at the first call of the reflector's
+// that shows the apiserver answers (a list, an Event, a bookmark).
+func (w *watchRunner) answering() {
+	if w.degraded.Load() && w.degraded.Swap(false) {
 		w.report(componentstatus.NewEvent(componentstatus.StatusOK))
 	}
 }

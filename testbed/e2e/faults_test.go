@@ -379,16 +379,20 @@ func unique(ids []string) []string {
 	return out
 }
 
-// firstLine is the message of the first log line containing s, its level and message only.
+// firstLine is the first log line containing s, its level and message only (the collector's
+// console lines: time, level, [logger,] caller, message, fields).
 func firstLine(logText, s string) string {
 	for _, line := range strings.Split(logText, "\n") {
-		if i := strings.Index(line, s); i >= 0 {
-			fields := strings.SplitN(line, "\t", 5)
-			if len(fields) >= 4 {
-				return fields[1] + " " + fields[3]
-			}
-			return line[i:]
+		if !strings.Contains(line, s) {
+			continue
 		}
+		fields := strings.Split(line, "\t")
+		for i := 2; i+1 < len(fields); i++ {
+			if strings.Contains(fields[i], ".go:") {
+				return fields[1] + " " + fields[i+1]
+			}
+		}
+		return line
 	}
 	return ""
 }
@@ -492,7 +496,7 @@ func TestFaultEventsExpiredWatchFailingRelists(t *testing.T) {
 	r.stage("410 Expired watch with failing relists (503)", "list-watch failed", 5*time.Second,
 		func() {
 			r.front.Expire(faultproxy.Watches("events"))
-			r.front.Answer(http.StatusServiceUnavailable, faultproxy.Lists("events"))
+			r.front.Answer(http.StatusServiceUnavailable, faultproxy.Relists("events"))
 			r.front.EndWatches()
 		},
 		func() { _ = r.front.Pass() })
@@ -733,7 +737,7 @@ func TestFaultKafkaBrokerRestarted(t *testing.T) {
 	if err := broker.Stop(10 * time.Second); err != nil {
 		t.Logf("kafka stop: %v", err)
 	}
-	const edgeSignal = "Exporting failed"
+	const edgeSignal = "unable to open connection to broker"
 	res.noticed, res.noticedOK = until(kafkaDownFor, func() bool {
 		return strings.Contains(readFile(edge.LogPath)[edgeOff:], edgeSignal)
 	})
@@ -765,7 +769,7 @@ func TestFaultKafkaBrokerRestarted(t *testing.T) {
 		}
 	}
 	procLog := readFile(proc.LogPath)[procOff:]
-	res.sees = fmt.Sprintf("edge log %q; processing log %q", firstLine(readFile(edge.LogPath)[edgeOff:], edgeSignal), firstLine(procLog, "\twarn\t"))
+	res.sees = fmt.Sprintf("edge log %q; processing log %q", firstLine(readFile(edge.LogPath)[edgeOff:], edgeSignal), firstLine(procLog, "unable to open connection to broker"))
 	Check(t, "Kafka broker restarted: the edge noticed", res.noticedOK, "%s", edge.LogTail(20))
 	Check(t, "Kafka broker restarted: every write before the restart is a span again", res.recoveredOK, "%d writes due:\n%s", len(due), proc.LogTail(20))
 	checkEachWriteOnce(t, "Kafka broker restarted", logged, got)

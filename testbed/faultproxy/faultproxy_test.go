@@ -169,7 +169,7 @@ func TestHTTPAnswersExpiresEndsFreezesRefuses(t *testing.T) {
 		t.Fatalf("pass: %d %s", code, body)
 	}
 
-	h.Answer(http.StatusForbidden, Lists("events"))
+	h.Answer(http.StatusForbidden, Relists("events"))
 	code, body := get(t, list)
 	var st struct {
 		Kind, Reason string
@@ -181,14 +181,17 @@ func TestHTTPAnswersExpiresEndsFreezesRefuses(t *testing.T) {
 	if code, _ := get(t, base+"/api/v1/namespaces/a/pods"); code != 200 {
 		t.Errorf("answer 403 for events: pods got %d", code)
 	}
+	if code, _ := get(t, list+"?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"); code != 403 {
+		t.Errorf("a watch-list is a relist: got %d, want 403", code)
+	}
 
 	h.Expire(Watches("events"))
 	code, body = get(t, list+"?watch=true")
 	if code != 200 || !strings.Contains(body, `"type":"ERROR"`) || !strings.Contains(body, `"code":410`) {
 		t.Fatalf("expire: %d %s", code, body)
 	}
-	if h.Answered() != 2 {
-		t.Errorf("answered %d, want 2", h.Answered())
+	if h.Answered() != 3 {
+		t.Errorf("answered %d, want 3", h.Answered())
 	}
 	if err := h.Pass(); err != nil {
 		t.Fatal(err)

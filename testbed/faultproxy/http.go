@@ -22,16 +22,25 @@ import (
 // Match selects the requests a fault applies to.
 type Match func(*http.Request) bool
 
-// Watches matches the watch requests of a resource (its plural, e.g. "events").
+// Watches matches the watch requests of a resource (its plural, e.g. "events") that go on from a
+// resource version, not the watch-list requests that stand for a list (sendInitialEvents).
 func Watches(resource string) Match {
-	return func(r *http.Request) bool { return isWatch(r) && hasResource(r, resource) }
+	return func(r *http.Request) bool { return isWatch(r) && !isWatchList(r) && hasResource(r, resource) }
 }
 
-// Lists matches the list requests (GET of a collection, not a watch) of a resource.
-func Lists(resource string) Match {
+// Relists matches the requests that (re)list a resource: a list (GET of a collection, not a
+// watch), or a watch-list (a watch with sendInitialEvents, client-go's streaming list).
+func Relists(resource string) Match {
 	return func(r *http.Request) bool {
-		return r.Method == http.MethodGet && !isWatch(r) && strings.HasSuffix(r.URL.Path, "/"+resource)
+		if !hasResource(r, resource) || r.Method != http.MethodGet {
+			return false
+		}
+		return isWatchList(r) || (!isWatch(r) && strings.HasSuffix(r.URL.Path, "/"+resource))
 	}
+}
+
+func isWatchList(r *http.Request) bool {
+	return isWatch(r) && r.URL.Query().Get("sendInitialEvents") == "true"
 }
 
 // Resource matches every request of a resource (e.g. "leases"), whatever the verb.
