@@ -47,7 +47,7 @@ const (
 	healthGate      = "+extension.healthcheck.useComponentStatus"
 	receiverStatus  = "receiver:k8s_event_spans"
 	statusOK        = "StatusOK"
-	faultTableTitle = "| fault | noticed after | what the user sees | recovered after | Events lost | twice |"
+	faultTableTitle = "| fault | noticed after | what the user sees | recovered after | lost | twice |"
 )
 
 // faultRig is a collector with k8s_event_spans behind a fault front, its writer and its output.
@@ -301,6 +301,7 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 			statuses = append(statuses, s)
 		}
 	}
+	note(r.status())
 	start := time.Now()
 	inject()
 	res.noticed, res.noticedOK = until(noticeWithin, func() bool {
@@ -355,7 +356,8 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	res.restarts = scrapeByReason(r.metrics, "otelcol_k8s_event_spans_watch_restarts")
 	res.errs = scrapeByReason(r.metrics, "otelcol_k8s_event_spans_errors")
 	logText := r.logSince(off)
-	res.sees = fmt.Sprintf("log %q; status %s; watch_restarts %v, errors %v", firstLine(logText, signal), strings.Join(statuses, "→"), res.restarts, res.errs)
+	res.sees = fmt.Sprintf("log %q; status %s; %s", firstLine(logText, signal), strings.Join(statuses, "→"),
+		byReason("watch_restarts", res.restarts, "errors", res.errs))
 
 	Check(r.t, fault+": noticed", res.noticedOK, "no %q in the log and status OK for %s:\n%s", signal, noticeWithin, r.c.LogTail(20))
 	Check(r.t, fault+": recovered", res.recoveredOK, "after %s: status %q, %d probes due:\n%s", faultRecovery, r.status(), len(due), r.c.LogTail(20))
@@ -397,6 +399,32 @@ func firstLine(logText, s string) string {
 	return ""
 }
 
+// byReason renders counters by reason as `name{reason}=n`, sorted, "no watch_restarts, errors"
+// when every one is zero.
+func byReason(pairs ...any) string {
+	var parts, none []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, counts := pairs[i].(string), pairs[i+1].(map[string]float64)
+		reasons := make([]string, 0, len(counts))
+		for reason, n := range counts {
+			if n > 0 {
+				reasons = append(reasons, reason)
+			}
+		}
+		sort.Strings(reasons)
+		for _, reason := range reasons {
+			parts = append(parts, fmt.Sprintf("%s{%s}=%d", name, reason, int(counts[reason])))
+		}
+		if len(reasons) == 0 {
+			none = append(none, name)
+		}
+	}
+	if len(none) > 0 {
+		parts = append(parts, "no "+strings.Join(none, ", "))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // scrapeByReason reads a counter's values by their reason label.
 func scrapeByReason(addr, name string) map[string]float64 {
 	_, body, err := scrapeSum(addr, name, "")
@@ -434,8 +462,11 @@ func appendFaultRow(t *testing.T, env *Env, test string, res *faultResult) {
 		fmt.Fprintf(f, "%s\n|---|---|---|---|---|---|\n", faultTableTitle)
 	}
 	mark := func(d time.Duration, ok bool) string {
-		if !ok {
+		switch {
+		case !ok:
 			return "not within " + d.Round(time.Second).String()
+		case d < 100*time.Millisecond:
+			return "< 0.1 s" // the first poll
 		}
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}

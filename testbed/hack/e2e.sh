@@ -62,7 +62,7 @@ trap 'exit 130' INT TERM
 
 log "running (logs and configs in testbed/.out/e2e)"
 set +e
-(cd testbed/e2e && exec "$OUT/e2e.test" -test.count=1 -test.timeout 25m "$@") &
+(cd testbed/e2e && exec "$OUT/e2e.test" -test.count=1 -test.timeout 35m "$@") &
 test_pid=$!
 wait "$test_pid"
 rc=$?
