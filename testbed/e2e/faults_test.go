@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -207,6 +209,17 @@ func (r *faultRig) exported() map[string][]string {
 	return out
 }
 
+// allExported reports whether every probe of names is a span.
+func (r *faultRig) allExported(names []string) bool {
+	got := r.exported()
+	for _, name := range names {
+		if len(got[name]) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // status is the receiver's component status as the health check reports it ("" if unknown).
 func (r *faultRig) status() string { return componentStatus(r.health, receiverStatus) }
 
@@ -282,7 +295,6 @@ type faultResult struct {
 	recovered      time.Duration
 	recoveredOK    bool
 	lost, twice    int
-	statusesSeen   []string
 	restarts, errs map[string]float64
 }
 
@@ -320,39 +332,15 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	res.recovered, res.recoveredOK = until(faultRecovery, func() bool {
 		st := r.status()
 		note(st)
-		got := r.exported()
-		for _, name := range due {
-			if len(got[name]) == 0 {
-				return false
-			}
-		}
-		return st == statusOK
+		return r.allExported(due) && st == statusOK
 	})
-	res.statusesSeen = statuses
 	// Two more probes after the recovery, then every probe's spans.
 	time.Sleep(2 * probeEvery)
 	r.stopWriter()
 	all := r.createdBefore(time.Now().Add(time.Hour))
-	var got map[string][]string
-	until(30*time.Second, func() bool {
-		got = r.exported()
-		for _, name := range all {
-			if len(got[name]) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	until(30*time.Second, func() bool { return r.allExported(all) })
 	time.Sleep(time.Second) // a duplicate still in flight
-	got = r.exported()
-	for _, name := range all {
-		switch n := len(unique(got[name])); {
-		case n == 0:
-			res.lost++
-		case len(got[name]) > 1:
-			res.twice++
-		}
-	}
+	res.tally(all, r.exported())
 	res.restarts = scrapeByReason(r.metrics, "otelcol_k8s_event_spans_watch_restarts")
 	res.errs = scrapeByReason(r.metrics, "otelcol_k8s_event_spans_errors")
 	logText := r.logSince(off)
@@ -369,16 +357,17 @@ func (r *faultRig) stage(fault string, signal string, noticeWithin time.Duration
 	return res
 }
 
-func unique(ids []string) []string {
-	set := map[string]bool{}
-	var out []string
-	for _, id := range ids {
-		if !set[id] {
-			set[id] = true
-			out = append(out, id)
+// tally counts the Events or writes of want without a span (lost) and with more than one (twice:
+// several span IDs, or one span ID exported again).
+func (res *faultResult) tally(want []string, got map[string][]string) {
+	for _, id := range want {
+		switch {
+		case len(got[id]) == 0:
+			res.lost++
+		case len(got[id]) > 1:
+			res.twice++
 		}
 	}
-	return out
 }
 
 // firstLine is the first log line containing s, its level and message only (the collector's
@@ -691,14 +680,7 @@ func TestFaultRedisStalled(t *testing.T) {
 	stopWriter()
 	logged := loggedWrites(t, env.AuditLog(), since, time.Now())
 	got := waitAuditSpans(t, logged, out)
-	for id := range logged {
-		switch n := len(got[id]); {
-		case n == 0:
-			res.lost++
-		case n > 1:
-			res.twice++
-		}
-	}
+	res.tally(slices.Collect(maps.Keys(logged)), got)
 	logText := readFile(c.LogPath)[off:]
 	res.sees = fmt.Sprintf("log %q; status %s", firstLine(logText, "Redis ID map unavailable"), strings.Join(statuses, "→"))
 	Check(t, "Redis stalled: noticed", res.noticedOK, "%s", c.LogTail(20))
@@ -791,14 +773,7 @@ func TestFaultKafkaBrokerRestarted(t *testing.T) {
 	stopWriter()
 	logged := loggedWrites(t, env.AuditLog(), since, time.Now())
 	got := waitAuditSpans(t, logged, out)
-	for id := range logged {
-		switch n := len(got[id]); {
-		case n == 0:
-			res.lost++
-		case n > 1:
-			res.twice++
-		}
-	}
+	res.tally(slices.Collect(maps.Keys(logged)), got)
 	procLog := readFile(proc.LogPath)[procOff:]
 	res.sees = fmt.Sprintf("edge log %q; processing log %q", firstLine(readFile(edge.LogPath)[edgeOff:], edgeSignal), firstLine(procLog, "unable to open connection to broker"))
 	Check(t, "Kafka broker restarted: the edge noticed", res.noticedOK, "%s", edge.LogTail(20))

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,24 +64,18 @@ type answer struct {
 
 // HTTP is a fault-injecting plain-HTTP front for a kube-apiserver.
 type HTTP struct {
+	port
 	upstream *url.URL
 	proxy    *httputil.ReverseProxy
 	srv      *http.Server
-
-	mu      sync.Mutex
-	ln      net.Listener
-	addr    string
-	frozen  chan struct{}
-	answers []answer
-	expire  Match
-	streams map[*context.CancelFunc]bool // in-flight requests: watch or not
-	conns   map[net.Conn]struct{}
-	closed  bool
+	answers  []answer
+	expire   Match
+	streams  map[*context.CancelFunc]bool // in-flight requests: watch or not
+	conns    map[net.Conn]struct{}
 
 	requests atomic.Int64
 	answered atomic.Int64
 	ended    atomic.Int64
-	wg       sync.WaitGroup
 }
 
 // ListenHTTP starts a front on 127.0.0.1 (a free port) for the apiserver and credentials of the
@@ -100,14 +93,10 @@ func ListenHTTP(kubeconfig string) (*HTTP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: server %q: %w", kubeconfig, cfg.Host, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	h := &HTTP{upstream: up, streams: map[*context.CancelFunc]bool{}, conns: map[net.Conn]struct{}{}}
+	if err := h.open(); err != nil {
 		return nil, err
 	}
-	thawed := make(chan struct{})
-	close(thawed)
-	h := &HTTP{upstream: up, ln: ln, addr: ln.Addr().String(), frozen: thawed,
-		streams: map[*context.CancelFunc]bool{}, conns: map[net.Conn]struct{}{}}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -123,7 +112,7 @@ func ListenHTTP(kubeconfig string) (*HTTP, error) {
 	h.srv = &http.Server{Handler: http.HandlerFunc(h.serveHTTP), ReadHeaderTimeout: 10 * time.Second,
 		ConnState: h.connState}
 	h.wg.Add(1)
-	go h.serve(ln)
+	go h.serve(h.ln)
 	return h, nil
 }
 
@@ -197,18 +186,13 @@ func (h *HTTP) EndWatches() int {
 func (h *HTTP) Freeze() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	select {
-	case <-h.frozen:
-		h.frozen = make(chan struct{})
-	default:
-	}
+	h.freezeLocked()
 }
 
 // Refuse closes every connection and stops listening: the apiserver is unreachable until Pass.
 func (h *HTTP) Refuse() {
 	h.mu.Lock()
-	ln := h.ln
-	h.ln = nil
+	h.stopListeningLocked()
 	conns := h.conns
 	h.conns = map[net.Conn]struct{}{}
 	var cancels []context.CancelFunc
@@ -216,9 +200,6 @@ func (h *HTTP) Refuse() {
 		cancels = append(cancels, *c)
 	}
 	h.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
 	for _, c := range cancels {
 		c()
 	}
@@ -233,22 +214,7 @@ func (h *HTTP) Pass() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.answers, h.expire = nil, nil
-	select {
-	case <-h.frozen:
-	default:
-		close(h.frozen)
-	}
-	if h.ln != nil || h.closed {
-		return nil
-	}
-	ln, err := net.Listen("tcp", h.addr)
-	if err != nil {
-		return err
-	}
-	h.ln = ln
-	h.wg.Add(1)
-	go h.serve(ln)
-	return nil
+	return h.passLocked(h.serve)
 }
 
 // Close stops the front.
@@ -338,11 +304,8 @@ type gatedBody struct {
 
 func (b *gatedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.h.mu.Lock()
-	frozen := b.h.frozen
-	b.h.mu.Unlock()
 	select {
-	case <-frozen:
+	case <-b.h.gate():
 		return n, err
 	case <-b.ctx.Done():
 		return 0, b.ctx.Err()

@@ -18,39 +18,29 @@ package faultproxy
 
 import (
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // TCP is a fault-injecting TCP proxy on a loopback port.
 type TCP struct {
+	port
 	upstream string
-
-	mu     sync.Mutex
-	ln     net.Listener
-	addr   string
-	frozen chan struct{} // closed when not frozen; a new open channel while frozen
-	delay  time.Duration
-	conns  map[net.Conn]struct{}
-	closed bool
+	delay    time.Duration
+	conns    map[net.Conn]struct{}
 
 	accepted atomic.Int64
 	cut      atomic.Int64
-	wg       sync.WaitGroup
 }
 
 // ListenTCP starts a proxy on 127.0.0.1 (a free port) that forwards to upstream (host:port).
 func ListenTCP(upstream string) (*TCP, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &TCP{upstream: upstream, conns: map[net.Conn]struct{}{}}
+	if err := p.open(); err != nil {
 		return nil, err
 	}
-	thawed := make(chan struct{})
-	close(thawed)
-	p := &TCP{upstream: upstream, ln: ln, addr: ln.Addr().String(), frozen: thawed, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
-	go p.serve(ln)
+	go p.serve(p.ln)
 	return p, nil
 }
 
@@ -68,11 +58,7 @@ func (p *TCP) CutCount() int64 { return p.cut.Load() }
 func (p *TCP) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.frozen:
-		p.frozen = make(chan struct{})
-	default: // already frozen
-	}
+	p.freezeLocked()
 }
 
 // Slow delays every chunk forwarded by d (0: no delay).
@@ -97,12 +83,8 @@ func (p *TCP) Cut() {
 // Refuse cuts every connection and stops listening: connecting is refused until Pass.
 func (p *TCP) Refuse() {
 	p.mu.Lock()
-	ln := p.ln
-	p.ln = nil
+	p.stopListeningLocked()
 	p.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
 	p.Cut()
 }
 
@@ -110,23 +92,8 @@ func (p *TCP) Refuse() {
 func (p *TCP) Pass() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.frozen:
-	default:
-		close(p.frozen)
-	}
 	p.delay = 0
-	if p.ln != nil || p.closed {
-		return nil
-	}
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		return err
-	}
-	p.ln = ln
-	p.wg.Add(1)
-	go p.serve(ln)
-	return nil
+	return p.passLocked(p.serve)
 }
 
 // Close stops the proxy and closes every connection.
