@@ -468,7 +468,7 @@ func appendFaultRow(t *testing.T, env *Env, test string, res *faultResult) {
 func TestFaultEventsHungWatch(t *testing.T) {
 	env := Testbed(t)
 	r := newEventsRig(t, env, "hung", nil)
-	res := r.stage("watch hung (connections open, nothing arrives)", "Events watch delivered nothing", faultStall+4*time.Second,
+	res := r.stage("watch hung (connections open, nothing arrives)", "Events watch delivered nothing", 2*faultStall,
 		r.front.Freeze, func() { _ = r.front.Pass() })
 	Check(t, "hung watch: the stall guard restarted the watch", res.restarts["stalled"] > 0, "watch_restarts %v", res.restarts)
 }
