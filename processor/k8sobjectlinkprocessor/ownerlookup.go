@@ -14,6 +14,10 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
+// lookupFailedLogEvery spaces the warning that owner look-ups fail: once a minute while the
+// apiserver does not answer, with the count of failures in between.
+const lookupFailedLogEvery = time.Minute
+
 // lookupResult is what the apiserver said about an object's controlling owner.
 type lookupResult uint8
 

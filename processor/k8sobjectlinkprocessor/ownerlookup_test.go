@@ -131,6 +131,54 @@ func TestForbiddenOwnerLookups(t *testing.T) {
 	}
 }
 
+// Look-ups that fail (an apiserver that answers 503, is unreachable or slow) are not silent: a
+// warning once per lookupFailedLogEvery says so, with the count of failures in between; the
+// objects are placed from what the spans say, and no status is reported (nothing is lost).
+func TestFailingOwnerLookupsWarnOncePerInterval(t *testing.T) {
+	fake := fakeMetadata(t).(*metadatafake.FakeMetadataClient)
+	fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("apiserver overloaded")
+	})
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := processortest.NewNopSettings(olmetadata.Type)
+	set.Logger = zap.New(core)
+	sink := new(consumertest.TracesSink)
+	clk := newFakeClock(t0)
+	p, err := newProcessor(set, memoryConfig(), sink, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	// cache_ttl shorter than the steps, so that every batch asks again.
+	p.lookup = newOwnerLookup(fake, "c1", time.Millisecond, time.Second, clk.Now, "pods")
+	h := &harness{t: t, p: p, sink: sink}
+	pod := func(name string) model.Object { // a new object each batch: each one is looked up
+		o := withoutOwner(podA1)
+		o.Name, o.UID = name, "uid-"+name
+		return o
+	}
+	h.consume(event(pod("p1"), "e1", t0.Add(time.Second)))
+	clk.Step(10 * time.Second)
+	h.consume(event(pod("p2"), "e2", t0.Add(11*time.Second)))
+	clk.Step(time.Minute)
+	h.consume(event(pod("p3"), "e3", t0.Add(71*time.Second)))
+	assertChild(t, h.one("Pod default/p1"), h.activitySpan("event e1"))
+	warnings := logs.FilterMessageSnippet("Owner look-ups are failing").All()
+	if len(warnings) != 2 || warnings[0].Level != zapcore.WarnLevel {
+		t.Fatalf("want two warnings a minute apart, got %v", warnings)
+	}
+	if n := warnings[1].ContextMap()["similar_errors_not_logged"]; n != int64(1) {
+		t.Errorf("the second warning counts %v failures held back, want 1", n)
+	}
+	if st := host.statuses(); len(st) != 0 {
+		t.Errorf("statuses %v, want none: failing look-ups lose nothing", st)
+	}
+}
+
 // A resource owner_lookup.resources does not list is never asked about: its objects wait
 // owner_wait as those of another cluster do.
 func TestOwnerLookupAsksOnlyAboutTheListedResources(t *testing.T) {

@@ -61,6 +61,7 @@ type objectLinkProcessor struct {
 	newLookupClients func() (*k8sconfig.Clients, error)
 
 	windowLogs *logLimiter // the window-mismatch warning, at most once per windowMismatchLogEvery
+	lookupLogs *logLimiter // the failing owner look-ups warning, at most once per lookupFailedLogEvery
 	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
 	lastSenderWindow atomic.Int64
 
@@ -117,6 +118,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		id:     set.ID,
 
 		windowLogs: newLogLimiter(windowMismatchLogEvery),
+		lookupLogs: newLogLimiter(lookupFailedLogEvery),
 	}
 	evicted := func(reason string) {
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))

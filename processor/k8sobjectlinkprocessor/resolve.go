@@ -207,9 +207,10 @@ type resolverDeps struct {
 }
 
 // forbiddenReporter is told when the apiserver forbids an owner look-up of a resource, and
-// whether owner_lookup.resources lists that resource.
+// whether owner_lookup.resources lists that resource, and of every look-up that failed otherwise.
 type forbiddenReporter interface {
 	lookupForbidden(gr schema.GroupResource, listed bool, err error)
+	lookupFailed(err error)
 }
 
 // resolverDeps gives a batch's resolver what it needs from p.
@@ -235,6 +236,18 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 // which will not fix itself: an error and a permanent status, once. With every resource looked
 // up (no list), RBAC that grants some resources and not others is the normal case: a warning
 // once per resource, naming it.
+// lookupFailed warns, at most once per lookupFailedLogEvery, that owner look-ups fail (an
+// apiserver unreachable, slow past owner_lookup.timeout, or answering 5xx): the objects they were
+// for are placed from spans and relations only, as roots when nothing else names their owner.
+func (p *objectLinkProcessor) lookupFailed(err error) {
+	suppressed, ok := p.lookupLogs.allow("lookup", p.clock.Now())
+	if !ok {
+		return
+	}
+	p.logger.Warn("Owner look-ups are failing; objects whose owner no span or relation names are placed as roots until the apiserver answers",
+		zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))
+}
+
 func (p *objectLinkProcessor) lookupForbidden(gr schema.GroupResource, listed bool, err error) {
 	if p.host == nil {
 		return
@@ -732,6 +745,7 @@ func (r *resolver) runLookups() {
 		case err != nil:
 			result = resultError
 			r.deps.logger.Debug("Owner look-up failed", zap.String("object", string(n.id.key)), zap.Error(err))
+			r.deps.forbidden.lookupFailed(err)
 		case res == lookupOwner:
 			result = resultHit
 			n.obj.Owner = owner
