@@ -169,10 +169,14 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 // TestControllerSpansJoinTheObjectsTrace runs testbed/cmd/childmaker, a client-go controller
 // instrumented with pkg/objecttrace, on a ConfigMap owned by another ConfigMap: its reconcile
 // spans, its own child spans and the apiserver's spans of its requests all land in the trace of
-// the reconciled ConfigMap's window, under its span; `kubetrail trace` shows the reconcile and
-// counts it. The controller's spans come through the otlp receiver, an untrusted door
-// (docs/design.md, Doors): the owner its reconcile span names is not taken, so kids, whose audit
-// spans name no owner here, is a root of its own trace.
+// the reconciled ConfigMap's window, under its derived span ID; `kubetrail trace` shows the
+// reconcile. The controller's spans come through the otlp receiver, an untrusted door
+// (docs/design.md, Doors): they follow an assignment only where a trusted door made one for
+// kids' UID, and they make no object span. Here none did: the testbed's audit policy logs
+// ConfigMaps at Metadata level, whose audit events name an object without its UID, and the e2e
+// collector has no owner_lookup. So the controller's spans stay where pkg/objecttrace put them,
+// and no object span of kids' UID is made from them (before the doors, the reconcile span made
+// one and named its owner).
 func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 	env := otlpTestbed(t)
 	if env == nil {
@@ -236,20 +240,19 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 	// e2e collector has no owner_lookup, and the reconcile span's owner comes through an
 	// untrusted door. The creates' apiserver spans are in kids' trace.
 	trace := model.ObjectTraceID(model.UIDKey(ClusterName, kidsUID), model.WindowStart(readyAt, model.DefaultWindow)).String()
+	kidsSpan := model.ObjectSpanID(model.UIDKey(ClusterName, kidsUID), model.WindowStart(readyAt, model.DefaultWindow)).String()
 	var kids, reconcile, children, apiserver Spans
 	spans, err := waitTrace(t, env, trace, 60*time.Second, func(ss Spans) error {
 		kids = ss.OfType(model.SpanTypeObject).WithAttr(model.AttrObjectUID, kidsUID)
 		reconcile = ss.OfType(model.SpanTypeController).Where(func(s *Span) bool {
-			return s.Attr(model.AttrObjectUID) == kidsUID && childOf(s, kids)
+			return s.Attr(model.AttrObjectUID) == kidsUID && s.ParentSpanID == kidsSpan
 		})
 		mine := ss.Where(func(s *Span) bool { return s.Service == "childmaker" })
 		children = mine.Where(func(s *Span) bool { return s.Name != "reconcile" && childOf(s, reconcile) })
 		apiserver = ss.Where(func(s *Span) bool { return s.Service == apiserverService && childOf(s, mine) })
 		switch {
-		case len(kids) != 1:
-			return fmt.Errorf("%d object spans of ConfigMap kids", len(kids))
 		case len(reconcile) == 0:
-			return fmt.Errorf("no reconcile span under ConfigMap kids")
+			return fmt.Errorf("no reconcile span under kids' derived span ID %s", kidsSpan)
 		case len(children) == 0:
 			return fmt.Errorf("no child span of a reconcile")
 		case len(apiserver) == 0:
@@ -257,11 +260,13 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 		}
 		return nil
 	})
-	if !Check(t, "the reconcile spans, their children and the apiserver's spans of the controller's requests are in kids' trace under its span",
+	if !Check(t, "the reconcile spans, their children and the apiserver's spans of the controller's requests are in kids' trace under its derived span ID",
 		err == nil, "%v; trace %s: %v", err, trace, spans.Names()) {
 		t.Logf("childmaker log:\n%s", proc.LogTail(30))
 		return
 	}
+	Check(t, "the controller's spans, through an untrusted door, made no object span of kids", len(kids) == 0,
+		"%d object spans of kids' UID in its trace: %v", len(kids), kids.Names())
 	out, err := exec.Command(cli, "trace", "configmap/kids", "-n", "default", "--kubeconfig", env.Kubeconfig,
 		"--cluster", ClusterName, "--source", "jaeger="+env.Jaeger.QueryURL, "--since", "10m").CombinedOutput()
 	Check(t, "kubetrail trace configmap/kids shows the reconcile and its controller", err == nil &&
