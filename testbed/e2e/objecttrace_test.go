@@ -267,8 +267,10 @@ func TestControllerSpansJoinTheObjectsTrace(t *testing.T) {
 	}
 	Check(t, "the controller's spans, through an untrusted door, made no object span of kids", len(kids) == 0,
 		"%d object spans of kids' UID in its trace: %v", len(kids), kids.Names())
+	// kubetrail trace starts from an object span, and kids has none: it says so, and why, rather
+	// than show the controller's spans without the object they are about.
 	out, err := exec.Command(cli, "trace", "configmap/kids", "-n", "default", "--kubeconfig", env.Kubeconfig,
 		"--cluster", ClusterName, "--source", "jaeger="+env.Jaeger.QueryURL, "--since", "10m").CombinedOutput()
-	Check(t, "kubetrail trace configmap/kids shows the reconcile and its controller", err == nil &&
-		strings.Contains(string(out), "reconcile") && strings.Contains(string(out), "childmaker"), "%v:\n%s", err, out)
+	Check(t, "kubetrail trace configmap/kids says the traces it found hold no object span of kids", err != nil &&
+		strings.Contains(string(out), "traces were found but none holds its object span"), "%v:\n%s", err, out)
 }
