@@ -58,6 +58,10 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	waitFor(t, func() bool { return !h1.p.redis.writingBack.Load() })
 	// h2 now writes Pod Y: its record is back, so h2 does not emit Y's window span again.
 	h2.consume(audit(podY, "patch-y-again", at(7)))
+	// h2 noticed the restart at its first round trip (patch-x) and writes back Pod Z, which it
+	// held, in the background: once that is done, h1's write of Z emits nothing again. (Without
+	// this wait a slow write-back made Z's span go out twice under load.)
+	waitFor(t, func() bool { return !h2.p.redis.writingBack.Load() })
 	h1.consume(audit(podZ, "patch-z", at(8)))
 
 	for name, o := range map[string]*observed{"h1": o1, "h2": o2} {
