@@ -330,7 +330,7 @@ func BenchmarkEdge(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.logs = consumertest.NewNop()
+	r.edge = consumertest.NewNop()
 	h := (&webhook{r: r, maxBody: 64 << 20, inFlight: bytebudget.New(1 << 30)}).routes()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

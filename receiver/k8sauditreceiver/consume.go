@@ -54,26 +54,26 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 	return n, err
 }
 
-// consumeRaw hands a batch of one cluster, its events as received, to the logs output: a log
+// consumeEdge hands a batch of one cluster, its events as received, to the edge output: a log
 // record each, its body the event's JSON bytes, grouped in one ResourceLogs per object whose
 // resource is k8s.cluster.name and the object's key (API group, resource, namespace, name), so
 // that an exporter partitioning by resource attributes (kafka's
 // partition_logs_by_resource_attributes) keeps each object's events in one partition, in order.
 // It returns the record count and the consumer's error.
-func (r *auditReceiver) consumeRaw(ctx context.Context, obs *receiverhelper.ObsReport, cluster string, events []auditconv.RawEvent) (n int, err error) {
+func (r *auditReceiver) consumeEdge(ctx context.Context, obs *receiverhelper.ObsReport, cluster string, events []auditconv.RawEvent) (n int, err error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
 	ctx = obs.StartLogsOp(ctx)
-	ld := rawLogs(cluster, events, time.Now(), r.set.BuildInfo.Version)
+	ld := edgeLogs(cluster, events, time.Now(), r.set.BuildInfo.Version)
 	n = ld.LogRecordCount()
-	err = r.logs.ConsumeLogs(ctx, ld)
+	err = r.edge.ConsumeLogs(ctx, ld)
 	obs.EndLogsOp(ctx, "audit", n, err)
 	return n, err
 }
 
-// rawLogs builds the logs of consumeRaw; observed is every record's observed time.
-func rawLogs(cluster string, events []auditconv.RawEvent, observed time.Time, version string) plog.Logs {
+// edgeLogs builds the logs of consumeEdge; observed is every record's observed time.
+func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, version string) plog.Logs {
 	ld := plog.NewLogs()
 	rls := ld.ResourceLogs()
 	byKey := make(map[auditconv.ObjectKey]plog.LogRecordSlice, 8)

@@ -100,7 +100,7 @@ func recordedBodies(t *testing.T) [][]byte {
 	return bodies
 }
 
-// The logs output forwards each audit event of a real body exactly as the apiserver sent it, a
+// The edge output forwards each audit event of a real body exactly as the apiserver sent it, a
 // log record each, in one ResourceLogs per object (its cluster and key the resource), each
 // object's events in the body's order.
 func TestLogsOutputForwardsEachEventAsReceived(t *testing.T) {
@@ -178,7 +178,7 @@ func TestOneReceiverFeedsTracesAndLogs(t *testing.T) {
 	}
 }
 
-// The logs output's own refusals: a batch of more events than max_events_per_request, and one
+// The edge output's own refusals: a batch of more events than max_events_per_request, and one
 // whose records alone would pass max_in_flight_bytes, are 413s, counted by reason, and reach no
 // consumer.
 func TestLogsOutputRefusesWhatPassesItsBounds(t *testing.T) {
@@ -196,7 +196,7 @@ func TestLogsOutputRefusesWhatPassesItsBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.logs = sink
+	r.edge = sink
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestLogsOutputRefusesWhatPassesItsBounds(t *testing.T) {
 
 // The audit log files feed spans only: a receiver with files and no traces output does not
 // start, and says why.
-func TestFilesWithOnlyALogsOutputDoNotStart(t *testing.T) {
+func TestFilesWithOnlyTheEdgeOutputDoNotStart(t *testing.T) {
 	f := NewFactory()
 	cfg := f.CreateDefaultConfig().(*Config)
 	cfg.ServerConfig.NetAddr.Endpoint = ""

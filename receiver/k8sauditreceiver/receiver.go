@@ -31,9 +31,9 @@ type auditReceiver struct {
 	cfg  *Config
 	set  receiver.Settings
 	next consumer.Traces // the traces output: spans; nil without a traces pipeline
-	// logs is the logs output: each audit event as received, one log record, for an edge
-	// collector that forwards to Kafka; nil without a logs pipeline.
-	logs      consumer.Logs
+	// edge is the edge output, the receiver in a logs pipeline: each audit event as received,
+	// one log record, for an edge collector that forwards to Kafka; nil without a logs pipeline.
+	edge      consumer.Logs
 	telemetry *metadata.TelemetryBuilder
 	obsHTTP   *receiverhelper.ObsReport
 	obsFile   *receiverhelper.ObsReport
@@ -105,7 +105,7 @@ func (r *auditReceiver) Start(ctx context.Context, host component.Host) error {
 
 	if len(r.cfg.Files) > 0 && r.next == nil {
 		cancel()
-		return errors.New("files: the audit log files feed the traces output only; the logs output (an edge collector's) takes the webhook's events: put this receiver in a traces pipeline, or remove files")
+		return errors.New("files: the audit log files feed the traces output only; the edge output (a logs pipeline) takes the webhook's events only: put this receiver in a traces pipeline, or remove files")
 	}
 	if len(r.cfg.Files) > 0 {
 		client, err := r.storageClient(ctx, host)

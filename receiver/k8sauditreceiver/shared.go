@@ -47,7 +47,7 @@ func createTraces(_ context.Context, set receiver.Settings, cfg component.Config
 }
 
 func createLogs(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Logs) (receiver.Logs, error) {
-	return shared(set, cfg.(*Config), func(r *auditReceiver) { r.logs = next })
+	return shared(set, cfg.(*Config), func(r *auditReceiver) { r.edge = next })
 }
 
 func (s *sharedReceiver) Start(ctx context.Context, host component.Host) error {

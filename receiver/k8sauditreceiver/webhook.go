@@ -35,187 +35,6 @@ type webhook struct {
 	inFlight *bytebudget.Budget
 }
 
-// reservation is what one request holds of the in-flight budget. It grows as the request's
-// body arrives and as its events are decoded, and is given back whole when the request ends.
-type reservation struct {
-	w    *webhook
-	ctx  context.Context
-	held int64
-	// floor is what the request holds besides its body and events (its decoder, see
-	// chargesDecoders), which shrink leaves.
-	floor int64
-}
-
-// grow reserves n bytes more, or reports false when the budget cannot spare them.
-func (r *reservation) grow(n int64) bool {
-	if !r.w.inFlight.Acquire(n) {
-		return false
-	}
-	r.held += n
-	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, n)
-	return true
-}
-
-func (r *reservation) release() {
-	r.w.inFlight.Release(r.held)
-	r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -r.held)
-	r.held = 0
-}
-
-// shrink gives back what the request holds for its body and events, once they are dropped.
-func (r *reservation) shrink() {
-	if n := r.held - r.floor; n > 0 {
-		r.w.inFlight.Release(n)
-		r.w.r.telemetry.K8sAuditInFlightBytes.Add(r.ctx, -n)
-		r.held = r.floor
-	}
-}
-
-// alone reports whether n bytes more than the request holds would pass the whole budget, even
-// with no other request in flight: asking again later would not help.
-func (r *reservation) alone(n int64) bool { return r.held+n > r.w.inFlight.Max() }
-
-// bodyChunk is the size of the chunks a body of unknown length is read into, and what a body's
-// reservation grows by once it holds that much.
-const bodyChunk = 64 << 10
-
-// bodyFirstStep is what a body's reservation starts with, its first chunk's size: the server's
-// read buffer, which holds what arrived with the headers. A sender that declares a large body
-// and sends it slowly holds what it has sent, rounded up to this while it is small, not what it
-// declared: 1,100 senders of a byte a second held 64 KiB each, the whole 64 MiB bound, when
-// every body started with a full chunk.
-const bodyFirstStep = 4 << 10
-
-// errBodyOverBudget says the in-flight budget could not hold more of a body being read.
-var errBodyOverBudget = errors.New("the in-flight budget is spent")
-
-// maxPooledBuffer is the largest body buffer kept for reuse: the pool serves the common
-// batch sizes, a rare large body is left to the garbage collector instead of pinning its size.
-const maxPooledBuffer = 4 << 20
-
-var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-// chunkPool holds the fixed-size chunks bodies are read into as they arrive. A body that fails
-// (over max_request_body_size, over the budget, a broken connection) leaves nothing behind but
-// its chunks, which the next body reuses: a flood of gzip bombs, each read up to the limit
-// and refused, allocated 1.4 GB in bodies grown by copying before this.
-var chunkPool = sync.Pool{New: func() any { c := make([]byte, bodyChunk); return &c }}
-
-// firstChunkPool holds the first, small chunk of each body of unknown length (bodyFirstStep).
-var firstChunkPool = sync.Pool{New: func() any { c := make([]byte, bodyFirstStep); return &c }}
-
-// readBody reads a body of at most limit bytes into a pooled buffer, which the caller gives back
-// with putBodyBuffer: straight into the buffer when the body declared a length below the limit
-// (the apiserver's batches: no copy; see readDeclared), else into chunks (readChunked).
-func readBody(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
-	if declared >= 0 && declared < limit {
-		return readDeclared(body, declared, limit, res)
-	}
-	return readChunked(body, res)
-}
-
-// readDeclared reads a body that declared its length (declared bytes, less than limit) into a
-// pooled buffer, which the caller gives back with putBodyBuffer. The reservation grows as the
-// bytes arrive: bodyFirstStep first, then by what it holds up to bodyChunk, then by half of what
-// it holds, never past the declared length (plus the byte that sees the end), and the buffer
-// with it: a body read to its end is held at its size, and one still arriving holds at most
-// twice what has arrived, or bodyFirstStep. When the budget cannot grow, it returns
-// errBodyOverBudget.
-func readDeclared(body io.Reader, declared, limit int64, res *reservation) (*[]byte, error) {
-	p := bodyBuffers.Get().(*[]byte)
-	buf := (*p)[:0]
-	defer func() { *p = buf }()
-	ceiling := limit + 1 // MaxBytesReader fails on the byte past the limit
-	if declared >= 0 && declared < limit {
-		ceiling = declared + 1
-	}
-	var room int64 // bytes of the reservation not yet filled
-	for {
-		if room == 0 {
-			held := int64(len(buf))
-			step := min(max(bodyFirstStep, min(held, bodyChunk), held/2), ceiling-held)
-			if step <= 0 {
-				// A body longer than it declared: the server's reader fails on it, let it.
-				step = bodyChunk
-			}
-			if !res.grow(step) {
-				return p, errBodyOverBudget
-			}
-			room = step
-			if need := len(buf) + int(room); need > cap(buf) {
-				grown := make([]byte, len(buf), need)
-				copy(grown, buf)
-				buf = grown
-			}
-		}
-		n, err := body.Read(buf[len(buf) : len(buf)+int(room)])
-		buf = buf[:len(buf)+n]
-		room -= int64(n)
-		if errors.Is(err, io.EOF) {
-			return p, nil
-		}
-		if err != nil {
-			return p, err
-		}
-	}
-}
-
-// readChunked reads a body of unknown length (compressed, or sent in chunks; the reader bounds
-// it) into a pooled buffer. The body arrives into chunks, the first of bodyFirstStep bytes, the
-// others of bodyChunk, the reservation growing by one chunk at a time, and is copied into the
-// buffer, whole, once it has ended; the chunks go back to their pools. A body refused on the way
-// (past max_request_body_size, past the budget) leaves no outgrown buffers behind, only chunks
-// the next body reuses. When the budget cannot grow, it returns errBodyOverBudget.
-func readChunked(body io.Reader, res *reservation) (*[]byte, error) {
-	p := bodyBuffers.Get().(*[]byte)
-	var chunks []*[]byte
-	defer func() {
-		for i, c := range chunks {
-			if i == 0 {
-				firstChunkPool.Put(c)
-			} else {
-				chunkPool.Put(c)
-			}
-		}
-	}()
-	total := 0
-	for {
-		pool, size := &chunkPool, int64(bodyChunk)
-		if len(chunks) == 0 {
-			pool, size = &firstChunkPool, bodyFirstStep
-		}
-		if !res.grow(size) {
-			return p, errBodyOverBudget
-		}
-		c := pool.Get().(*[]byte)
-		chunks = append(chunks, c)
-		n, err := io.ReadFull(body, *c)
-		total += n
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break // the body ended within this chunk
-		}
-		if err != nil {
-			return p, err
-		}
-	}
-	buf := (*p)[:0]
-	if total > cap(buf) {
-		buf = make([]byte, 0, total)
-	}
-	for _, c := range chunks {
-		buf = append(buf, (*c)[:min(len(*c), total-len(buf))]...)
-	}
-	*p = buf
-	return p, nil
-}
-
-func putBodyBuffer(p *[]byte) {
-	if cap(*p) <= maxPooledBuffer {
-		*p = (*p)[:0]
-		bodyBuffers.Put(p)
-	}
-}
-
 func (w *webhook) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/audit", w.serveAudit)
@@ -226,25 +45,57 @@ func (w *webhook) routes() http.Handler {
 	return mux
 }
 
+// batch is one request's EventList as the outputs take it: its cluster, its body's bytes and
+// the request's share of max_in_flight_bytes.
+type batch struct {
+	cluster   string
+	data      []byte
+	res       *reservation
+	maxEvents int
+}
+
+// serveAudit takes a request's body (intake) and hands it to each output the receiver has: the
+// edge output first (the events as received, see serveEdge), then the traces output (spans, see
+// serveTraces). Each output answers the request itself when it refuses it; 200 means every
+// output took the batch.
 func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
+	ctx := req.Context()
+	b, done, ok := w.intake(rw, req)
+	if !ok {
+		return
+	}
+	defer done()
+	if w.r.edge != nil && !w.serveEdge(ctx, rw, b) {
+		return
+	}
+	if w.r.next != nil && !w.serveTraces(ctx, rw, b) {
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+}
+
+// intake checks a request's method and cluster and reads its body within max_request_body_size
+// and max_in_flight_bytes. It answers a request it refuses (then ok is false); done gives back
+// what the body holds, once the outputs are through with it.
+func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, done func(), ok bool) {
 	ctx := req.Context()
 	if req.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
 		w.reject(ctx, rw, http.StatusMethodNotAllowed, reasonMethod, "MethodNotAllowed", "only POST is accepted")
-		return
+		return b, nil, false
 	}
 	cluster := req.PathValue("cluster")
 	switch {
 	case cluster == "" && w.r.cfg.Cluster == "":
 		w.reject(ctx, rw, http.StatusNotFound, reasonNoCluster, "NotFound",
 			"no cluster: POST to /audit/{cluster}, or set cluster in the receiver's configuration")
-		return
+		return b, nil, false
 	case cluster == "":
 		cluster = w.r.cfg.Cluster
 	case !validClusterName(cluster):
 		w.reject(ctx, rw, http.StatusNotFound, reasonNotFound, "NotFound",
 			fmt.Sprintf("%q is not a valid cluster name", cluster))
-		return
+		return b, nil, false
 	}
 
 	limit := w.maxBody
@@ -264,18 +115,25 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	if declared > limit {
 		rw.Header().Set("Connection", "close")
 		tooLarge()
-		return
+		return b, nil, false
 	}
 	// What the request holds of max_in_flight_bytes: its decoder (chargesDecoders made the
 	// reservation then), its body as it arrives, not its declared length (a sender that
 	// declares 20 MiB and sends a byte a second holds 64 KiB), then an estimate of its decoded
 	// events, until the handler returns.
-	res, ok := ctx.Value(reservationKey{}).(*reservation)
-	if !ok {
+	res, fromDecoders := req.Context().Value(reservationKey{}).(*reservation)
+	if !fromDecoders {
 		res = &reservation{w: w, ctx: ctx}
-		defer res.release()
 	}
-	busy := func(what string) { w.busy(ctx, rw, what) }
+	var buf *[]byte
+	done = func() {
+		if buf != nil {
+			putBodyBuffer(buf)
+		}
+		if !fromDecoders {
+			res.release()
+		}
+	}
 
 	body := http.MaxBytesReader(rw, req.Body, limit)
 	buf, err := readBody(body, declared, limit, res)
@@ -292,88 +150,137 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 		res.shrink()
 		_, err = io.Copy(io.Discard, body)
 		if err == nil {
-			busy("no room for the body")
-			return
+			w.busy(ctx, rw, "no room for the body")
+			done()
+			return b, nil, false
 		}
 	}
-	if buf != nil {
-		defer putBodyBuffer(buf)
-	}
 	if err != nil {
+		defer done()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			tooLarge()
-			return
+			return b, nil, false
 		}
 		if bodyCutForRate(ctx) {
 			rw.Header().Set("Connection", "close")
 			w.reject(ctx, rw, http.StatusRequestTimeout, reasonTooSlow, "Timeout",
 				fmt.Sprintf("the body arrived slower than min_body_rate (%d bytes a second)", w.r.cfg.MinBodyRate))
-			return
+			return b, nil, false
 		}
 		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
-		return
+		return b, nil, false
 	}
-	// The events refer to the buffer's bytes until they are converted: it goes back to the
-	// pool only when this handler returns.
-	data := *buf
 	maxEvents := w.r.cfg.MaxEventsPerRequest
 	if maxEvents <= 0 {
 		maxEvents = defaultMaxEventsPerRequest
 	}
-	if w.r.logs != nil {
-		// The logs output first (an edge collector's): the events as received, split by the
-		// scanner and not decoded. With no traces output that is all.
-		if !w.serveRaw(ctx, rw, res, cluster, data, maxEvents) || w.r.next == nil {
-			return
-		}
-	}
+	// The events refer to the buffer's bytes until they are converted: it goes back to the
+	// pool only when the outputs are done (done).
+	return batch{cluster: cluster, data: *buf, res: res, maxEvents: maxEvents}, done, true
+}
+
+// serveTraces decodes the batch's events and hands them to the traces output, converted to
+// spans. It answers the request itself when it refuses the batch or the pipeline refuses the
+// spans (then false); true means the spans were taken and nothing was written yet.
+func (w *webhook) serveTraces(ctx context.Context, rw http.ResponseWriter, b batch) bool {
 	var alone bool // the decoded events would pass the budget on their own
 	pooled := auditconv.GetEvents()
-	events, err := w.r.conv.DecodeBodyLimited(data, *pooled, auditconv.DecodeLimits{
-		MaxItems: maxEvents,
+	events, err := w.r.conv.DecodeBodyLimited(b.data, *pooled, auditconv.DecodeLimits{
+		MaxItems: b.maxEvents,
 		Charge: func(n int64) bool {
-			alone = res.alone(n)
-			return res.grow(n)
+			alone = b.res.alone(n)
+			return b.res.grow(n)
 		},
 	})
 	defer auditconv.PutEvents(pooled, events)
 	if err != nil {
-		if _, ok := errors.AsType[*auditconv.TooManyItemsError](err); ok {
-			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyEvents, "RequestEntityTooLarge",
-				fmt.Sprintf("the EventList has more than %d events (max_events_per_request): split the batch (--audit-webhook-batch-max-size)", maxEvents))
-			return
-		}
 		if errors.Is(err, auditconv.ErrOverBudget) {
 			if alone && errors.Is(err, auditconv.ErrValuesOverBudget) {
 				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyValues, "RequestEntityTooLarge",
 					fmt.Sprintf("indexed, the values of its object bodies would hold more than max_in_flight_bytes (%d bytes, %d per value)",
 						w.inFlight.Max(), auditconv.ValueBytes))
-				return
+				return false
 			}
-			if alone {
-				w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
-					fmt.Sprintf("decoded, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.Max()))
-				return
-			}
-			busy("no room for the decoded events")
-			return
+			w.overBudget(ctx, rw, alone, "decoded, the body", "the decoded events")
+			return false
 		}
-		reason := reasonMalformedJSON
-		if auditconv.IsWrongKind(err) {
-			reason = reasonWrongKind
-		}
-		w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
-		return
+		w.unreadable(ctx, rw, err, b.maxEvents)
+		return false
 	}
-
-	n, err := w.r.consume(ctx, w.r.obsHTTP, inputWebhook, cluster, events)
+	n, err := w.r.consume(ctx, w.r.obsHTTP, inputWebhook, b.cluster, events)
 	if err != nil {
 		w.refused(ctx, rw, err)
+		return false
+	}
+	w.r.set.Logger.Debug("Audit batch accepted", zap.String("cluster", b.cluster),
+		zap.Int("events", len(events)), zap.Int("spans", n))
+	return true
+}
+
+// edgeRecordBytes is what a log record of the edge output holds besides its body (record,
+// resource and attribute headers), charged to max_in_flight_bytes.
+const edgeRecordBytes = 256
+
+// serveEdge hands the batch's events, as received (split by the scanner, not decoded), to the
+// edge output. It answers the request itself when it refuses the batch or the pipeline refuses
+// the records (then false); true means the records were taken and nothing was written yet.
+func (w *webhook) serveEdge(ctx context.Context, rw http.ResponseWriter, b batch) bool {
+	pooled := edgeEventsPool.Get().(*[]auditconv.RawEvent)
+	defer func() {
+		clear(*pooled)
+		edgeEventsPool.Put(pooled)
+	}()
+	raws, err := auditconv.ScanEventList(b.data, b.maxEvents, *pooled)
+	if err != nil {
+		w.unreadable(ctx, rw, err, b.maxEvents)
+		return false
+	}
+	*pooled = raws
+	// The records copy the bodies: their bytes, and a record's overhead each, are charged.
+	charge := int64(len(b.data)) + int64(len(raws))*edgeRecordBytes
+	if alone := b.res.alone(charge); !b.res.grow(charge) {
+		w.overBudget(ctx, rw, alone, "as log records, the body", "the log records")
+		return false
+	}
+	n, err := w.r.consumeEdge(ctx, w.r.obsHTTP, b.cluster, raws)
+	if err != nil {
+		w.refused(ctx, rw, err)
+		return false
+	}
+	w.r.set.Logger.Debug("Audit batch forwarded", zap.String("cluster", b.cluster), zap.Int("records", n))
+	return true
+}
+
+// edgeEventsPool keeps the scanned events of a request for the next one.
+var edgeEventsPool = sync.Pool{New: func() any { return new([]auditconv.RawEvent) }}
+
+// The refusal path, shared by both outputs: every answer but 200 is a metav1.Status written by
+// reject and counted by reason.
+
+// unreadable answers a body whose events could not be taken out of it: more than
+// max_events_per_request (413), not an EventList (400, wrong_kind) or not JSON (400).
+func (w *webhook) unreadable(ctx context.Context, rw http.ResponseWriter, err error, maxEvents int) {
+	if _, ok := errors.AsType[*auditconv.TooManyItemsError](err); ok {
+		w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyEvents, "RequestEntityTooLarge",
+			fmt.Sprintf("the EventList has more than %d events (max_events_per_request): split the batch (--audit-webhook-batch-max-size)", maxEvents))
 		return
 	}
-	w.r.set.Logger.Debug("Audit batch accepted", zap.String("cluster", cluster),
-		zap.Int("events", len(events)), zap.Int("spans", n))
-	rw.WriteHeader(http.StatusOK)
+	reason := reasonMalformedJSON
+	if auditconv.IsWrongKind(err) {
+		reason = reasonWrongKind
+	}
+	w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
+}
+
+// overBudget answers a batch whose next form (what) would pass max_in_flight_bytes: 413 when it
+// would on its own (alone; as form, the batch can never fit), else 429 (busy).
+func (w *webhook) overBudget(ctx context.Context, rw http.ResponseWriter, alone bool, as, what string) {
+	if alone {
+		w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
+			fmt.Sprintf("%s would hold more than max_in_flight_bytes (%d bytes)", as, w.inFlight.Max()))
+		return
+	}
+	w.busy(ctx, rw, "no room for "+what)
 }
 
 // refused answers a batch the pipeline refused: 500 for a permanent refusal (the same batch
@@ -391,60 +298,6 @@ func (w *webhook) refused(ctx context.Context, rw http.ResponseWriter, err error
 	rw.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	w.reject(ctx, rw, code, reasonPipelineBusy, "ServiceUnavailable", "the pipeline refused the batch, retry: "+err.Error())
 }
-
-// rawRecordBytes is what a log record of the logs output holds besides its body (record,
-// resource and attribute headers), charged to max_in_flight_bytes.
-const rawRecordBytes = 256
-
-// serveRaw hands the body's events, as received, to the logs output. It answers the request
-// itself when it refuses the body or the pipeline refuses the events (then false); true means
-// the events were accepted and nothing was written yet.
-func (w *webhook) serveRaw(ctx context.Context, rw http.ResponseWriter, res *reservation, cluster string, data []byte, maxEvents int) bool {
-	pooled := rawEventsPool.Get().(*[]auditconv.RawEvent)
-	defer func() {
-		clear(*pooled)
-		rawEventsPool.Put(pooled)
-	}()
-	raws, err := auditconv.ScanEventList(data, maxEvents, *pooled)
-	if err != nil {
-		if _, ok := errors.AsType[*auditconv.TooManyItemsError](err); ok {
-			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooManyEvents, "RequestEntityTooLarge",
-				fmt.Sprintf("the EventList has more than %d events (max_events_per_request): split the batch (--audit-webhook-batch-max-size)", maxEvents))
-			return false
-		}
-		reason := reasonMalformedJSON
-		if auditconv.IsWrongKind(err) {
-			reason = reasonWrongKind
-		}
-		w.reject(ctx, rw, http.StatusBadRequest, reason, "BadRequest", err.Error())
-		return false
-	}
-	*pooled = raws
-	// The records copy the bodies: their bytes, and a record's overhead each, are charged.
-	charge := int64(len(data)) + int64(len(raws))*rawRecordBytes
-	if alone := res.alone(charge); !res.grow(charge) {
-		if alone {
-			w.reject(ctx, rw, http.StatusRequestEntityTooLarge, reasonTooLarge, "RequestEntityTooLarge",
-				fmt.Sprintf("as log records, the body would hold more than max_in_flight_bytes (%d bytes)", w.inFlight.Max()))
-			return false
-		}
-		w.busy(ctx, rw, "no room for the log records")
-		return false
-	}
-	n, err := w.r.consumeRaw(ctx, w.r.obsHTTP, cluster, raws)
-	if err != nil {
-		w.refused(ctx, rw, err)
-		return false
-	}
-	w.r.set.Logger.Debug("Audit batch forwarded", zap.String("cluster", cluster), zap.Int("records", n))
-	if w.r.next == nil {
-		rw.WriteHeader(http.StatusOK)
-	}
-	return true
-}
-
-// rawEventsPool keeps the scanned events of a request for the next one.
-var rawEventsPool = sync.Pool{New: func() any { return new([]auditconv.RawEvent) }}
 
 // busy answers 429 with Retry-After: the request would pass max_in_flight_bytes.
 func (w *webhook) busy(ctx context.Context, rw http.ResponseWriter, what string) {
