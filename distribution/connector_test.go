@@ -16,7 +16,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/plog"
 
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // The recorded deployment capture as OTLP logs (native Events, then the same batches as AKS
@@ -37,7 +37,7 @@ func TestAuditLogsThroughTheConnector(t *testing.T) {
 	post := func(records ...[]byte) { postLogs(t, otlpPort, records...) }
 	half := len(bodies) / 2
 	for _, b := range bodies[:half] {
-		items, err := envelope.Items(b)
+		items, err := envelopetest.Items(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,11 +48,11 @@ func TestAuditLogsThroughTheConnector(t *testing.T) {
 		post(records...)
 	}
 	for _, b := range bodies[half:] {
-		items, err := envelope.Items(b)
+		items, err := envelopetest.Items(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := envelope.AKS("disttest", items)
+		msg, err := envelopetest.AKS("disttest", items)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestAuditFromFileExample(t *testing.T) {
 		}
 		defer f.Close()
 		for _, b := range bodies {
-			items, err := envelope.Items(b)
+			items, err := envelopetest.Items(b)
 			if err != nil {
 				t.Fatal(err)
 			}

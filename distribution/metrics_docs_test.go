@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // documentedMetric is one "### <name>" section of a component's generated documentation.md:
@@ -293,7 +293,7 @@ service:
 		ld := plog.NewLogs()
 		records := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
 		for _, b := range bodies {
-			items, err := envelope.Items(b)
+			items, err := envelopetest.Items(b)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
-	"github.com/kubetrail/kubetrail/internal/audittest"
 	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/k8sauditreceivertest"
 )
 
 // replayWithWindow posts a recorded scenario's audit webhook bodies through the real k8s_audit
@@ -47,7 +47,7 @@ func replayWith(t *testing.T, scenario string, window time.Duration, configure f
 	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	audittest.PostCapture(t, posts, window, proc)
+	k8sauditreceivertest.PostCapture(t, posts, window, proc)
 	// The other receivers' spans come as k8s_event_spans hands them on: through one of
 	// kubetrail's own doors (internal/door), which alone may place Event spans.
 	for _, td := range more {

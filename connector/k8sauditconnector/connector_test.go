@@ -23,7 +23,7 @@ import (
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector/internal/metadata"
 	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // newTestConnector is a connector of the default configuration for cluster testbed, changed by
@@ -80,7 +80,7 @@ func scenarioItems(t *testing.T, scenario string) []json.RawMessage {
 	t.Helper()
 	var out []json.RawMessage
 	for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-		items, err := envelope.Items(body)
+		items, err := envelopetest.Items(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,11 +136,11 @@ func TestEveryFormatGivesTheWebhookSpans(t *testing.T) {
 		"aks records per Event Hub message": func(t *testing.T, scenario string) []plog.Logs {
 			var out []plog.Logs
 			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-				items, err := envelope.Items(body)
+				items, err := envelopetest.Items(body)
 				if err != nil {
 					t.Fatal(err)
 				}
-				msg, err := envelope.AKS(auditconvtest.Cluster, items)
+				msg, err := envelopetest.AKS(auditconvtest.Cluster, items)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -178,7 +178,7 @@ func TestGKEEntriesGiveTheWebhookSpans(t *testing.T) {
 			c, _ := newTestConnector(t, sink, func(cfg *Config) { cfg.Format = formatAuto })
 			var bodies []func(pcommon.Value)
 			for _, item := range scenarioItems(t, scenario) {
-				entry, err := envelope.GKE(auditconvtest.Cluster, item)
+				entry, err := envelopetest.GKE(auditconvtest.Cluster, item)
 				if err != nil {
 					continue // a non-resource request: GKE has no entry of that shape
 				}
@@ -289,7 +289,7 @@ func TestRedeliveryIsOneSpan(t *testing.T) {
 func TestShuffledCaptureWithDuplicates(t *testing.T) {
 	for _, scenario := range auditconvtest.Scenarios(t) {
 		t.Run(scenario, func(t *testing.T) {
-			stream, err := envelope.Shuffled(scenarioItems(t, scenario), 60*time.Second, 5, 1)
+			stream, err := envelopetest.Shuffled(scenarioItems(t, scenario), 60*time.Second, 5, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // FuzzRead feeds arbitrary record bodies to format detection and every envelope's reader (the
@@ -22,17 +22,17 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(`{"records":[{"category":"kube-audit","properties":{"log":"{}"}}]}`))
 	f.Add([]byte(`{"@type":"type.googleapis.com/google.cloud.audit.AuditLog","methodName":"io.k8s.core.v1.pods.delete","resourceName":"core/v1/namespaces/a/pods/b"}`))
 	for _, body := range auditconvtest.FixtureBodies(f, "unschedulable") {
-		items, err := envelope.Items(body)
+		items, err := envelopetest.Items(body)
 		if err != nil {
 			f.Fatal(err)
 		}
 		for _, item := range items[:min(3, len(items))] {
 			f.Add([]byte(item))
-			if entry, err := envelope.GKE("c", item); err == nil {
+			if entry, err := envelopetest.GKE("c", item); err == nil {
 				f.Add(entry)
 			}
 		}
-		if aks, err := envelope.AKS("c", items[:min(2, len(items))]); err == nil {
+		if aks, err := envelopetest.AKS("c", items[:min(2, len(items))]); err == nil {
 			f.Add(aks)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/auditconv"
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // These tests feed the connector the records the stock contrib receivers make of the
@@ -30,11 +30,11 @@ func aksMessages(t *testing.T, scenario, cluster string) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-		items, err := envelope.Items(body)
+		items, err := envelopetest.Items(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := envelope.AKS(cluster, items)
+		msg, err := envelopetest.AKS(cluster, items)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,26 +76,26 @@ func TestEveryReceiverShapeGivesTheWebhookSpans(t *testing.T) {
 		return out
 	}
 	shapes := map[string]func(t *testing.T, scenario string) []plog.Logs{
-		"azure_event_hub format azure (its default)": perMessage(envelope.EventHubAzure),
+		"azure_event_hub format azure (its default)": perMessage(envelopetest.EventHubAzure),
 		"azure_event_hub format azure, properties.log an object": perMessage(func(msg []byte) (plog.Logs, error) {
-			obj, err := envelope.AKSLogObjects(msg)
+			obj, err := envelopetest.AKSLogObjects(msg)
 			if err != nil {
 				return plog.Logs{}, err
 			}
-			return envelope.EventHubAzure(obj)
+			return envelopetest.EventHubAzure(obj)
 		}),
 		"azure_event_hub format azure, apply_semantic_conventions": perMessage(func(msg []byte) (plog.Logs, error) {
-			return envelope.EventHubAzureSemconv(msg, at)
+			return envelopetest.EventHubAzureSemconv(msg, at)
 		}),
-		"azure_event_hub format raw": perMessage(func(msg []byte) (plog.Logs, error) { return envelope.EventHubRaw(msg, at), nil }),
+		"azure_event_hub format raw": perMessage(func(msg []byte) (plog.Logs, error) { return envelopetest.EventHubRaw(msg, at), nil }),
 		"awscloudwatch": perEvent(func(items []json.RawMessage) (plog.Logs, error) {
-			return envelope.CloudWatch(auditconvtest.Cluster, items), nil
+			return envelopetest.CloudWatch(auditconvtest.Cluster, items), nil
 		}),
-		"filelog":                  perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelope.Filelog(items, false) }),
-		"filelog with json_parser": perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelope.Filelog(items, true) }),
-		"kafka raw":                perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelope.Kafka("raw", messages(items)) }),
-		"kafka text":               perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelope.Kafka("text", messages(items)) }),
-		"kafka json":               perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelope.Kafka("json", messages(items)) }),
+		"filelog":                  perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelopetest.Filelog(items, false) }),
+		"filelog with json_parser": perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelopetest.Filelog(items, true) }),
+		"kafka raw":                perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelopetest.Kafka("raw", messages(items)) }),
+		"kafka text":               perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelopetest.Kafka("text", messages(items)) }),
+		"kafka json":               perEvent(func(items []json.RawMessage) (plog.Logs, error) { return envelopetest.Kafka("json", messages(items)) }),
 	}
 	for name, shape := range shapes {
 		for _, scenario := range auditconvtest.Scenarios(t) {
@@ -165,7 +165,7 @@ func TestGKEShapesGiveTheSameSpans(t *testing.T) {
 		t.Run(scenario, func(t *testing.T) {
 			var entries [][]byte
 			for _, item := range scenarioItems(t, scenario) {
-				if entry, err := envelope.GKE(auditconvtest.Cluster, item); err == nil {
+				if entry, err := envelopetest.GKE(auditconvtest.Cluster, item); err == nil {
 					entries = append(entries, entry)
 				}
 			}
@@ -182,18 +182,18 @@ func TestGKEShapesGiveTheSameSpans(t *testing.T) {
 				}
 				return spansByID(sink)
 			}
-			text := run(envelope.PubSubText(entries, at))
+			text := run(envelopetest.PubSubText(entries, at))
 			if len(text) != len(goldenByID(t, scenario)) {
 				t.Fatalf("text: %d spans, the webhook made %d", len(text), len(goldenByID(t, scenario)))
 			}
 			var legacy, ext []plog.Logs
 			for _, e := range entries {
-				ld, err := envelope.PubSubCloudLogging(e)
+				ld, err := envelopetest.PubSubCloudLogging(e)
 				if err != nil {
 					t.Fatal(err)
 				}
 				legacy = append(legacy, ld)
-				if ld, err = envelope.LogEntryExtension(e); err != nil {
+				if ld, err = envelopetest.LogEntryExtension(e); err != nil {
 					t.Fatal(err)
 				}
 				ext = append(ext, ld)
@@ -296,7 +296,7 @@ func TestAnnotationKeyOfExtensionLabels(t *testing.T) {
 
 // envelopeSnake is the extension's spelling of a label key, as the fixture builder writes it.
 func envelopeSnake(key string) string {
-	ld, err := envelope.LogEntryExtension([]byte(`{"timestamp":"2026-11-27T00:00:00Z","labels":{"` + key + `":"v"},"protoPayload":{}}`))
+	ld, err := envelopetest.LogEntryExtension([]byte(`{"timestamp":"2026-11-27T00:00:00Z","labels":{"` + key + `":"v"},"protoPayload":{}}`))
 	if err != nil {
 		panic(err)
 	}
@@ -331,10 +331,10 @@ func TestConfiguredClusterWinsOverTheEnvelope(t *testing.T) {
 			for _, shape := range []string{"raw", "azure"} {
 				sink := new(consumertest.TracesSink)
 				c, _ := newTestConnector(t, sink, tc.mutate)
-				ld := envelope.EventHubRaw(msg, time.Now())
+				ld := envelopetest.EventHubRaw(msg, time.Now())
 				if shape == "azure" {
 					var err error
-					if ld, err = envelope.EventHubAzure(msg); err != nil {
+					if ld, err = envelopetest.EventHubAzure(msg); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -368,7 +368,7 @@ func TestTruncatedAndUnknownShapesAreCountedAndNamed(t *testing.T) {
 
 	big := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"9f2c0d8e-cut","stage":"ResponseComplete","verb":"update","requestObject":{"data":"` +
 		strings.Repeat("x", 300<<10) + `"}}`
-	cut := envelope.Truncated([]byte(big), 0)
+	cut := envelopetest.Truncated([]byte(big), 0)
 	if len(cut) != 256*1024-26 || !strings.HasSuffix(string(cut), "[Truncated...]") {
 		t.Fatalf("the fixture is not cut as EKS cuts: %d bytes", len(cut))
 	}

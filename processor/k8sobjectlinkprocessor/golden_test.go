@@ -19,10 +19,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/kubetrail/kubetrail/internal/audittest"
 	"github.com/kubetrail/kubetrail/internal/goldentest"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+	"github.com/kubetrail/kubetrail/receiver/k8sauditreceiver/k8sauditreceivertest"
 )
 
 const fixturesDir = "../../testbed/fixtures"
@@ -38,7 +38,7 @@ func replayFixture(t *testing.T, scenario string) ptrace.Traces {
 	}
 	slices.Sort(posts)
 	p, sink := startFixtureProcessor(t, scenario)
-	audittest.PostCapture(t, posts, 0, p)
+	k8sauditreceivertest.PostCapture(t, posts, 0, p)
 	return stopFixtureProcessor(t, p, sink)
 }
 

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/connector/k8sauditconnector"
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // replayShuffled feeds a scenario's audit events through the k8s_audit connector into this
@@ -36,13 +36,13 @@ func replayShuffled(t *testing.T, scenario string) ptrace.Traces {
 		if err != nil {
 			t.Fatal(err)
 		}
-		its, err := envelope.Items(body)
+		its, err := envelopetest.Items(body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		items = append(items, its...)
 	}
-	stream, err := envelope.Shuffled(items, 60*time.Second, 5, 7)
+	stream, err := envelopetest.Shuffled(items, 60*time.Second, 5, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kubetrail/kubetrail/testbed/envelope"
+	"github.com/kubetrail/kubetrail/internal/envelopetest"
 )
 
 // The stock contrib log receivers in front of the k8s_audit connector, in the built binary, on
@@ -189,7 +189,7 @@ func kafkaMessages(t *testing.T, lines [][]byte) (msgs [][]byte, native, aks int
 		if len(batch) == 0 {
 			return
 		}
-		m, err := envelope.AKS(ClusterName, batch)
+		m, err := envelopetest.AKS(ClusterName, batch)
 		if err != nil {
 			t.Fatal(err)
 		}

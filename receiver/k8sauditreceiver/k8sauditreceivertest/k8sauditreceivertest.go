@@ -1,6 +1,6 @@
-// Package audittest feeds recorded audit-webhook bodies through a real k8s_audit receiver, for
+// Package k8sauditreceivertest feeds recorded audit-webhook bodies through a real k8s_audit receiver, for
 // tests of what comes after it (the processor's goldens, the command-line viewer).
-package audittest
+package k8sauditreceivertest
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package envelope
+package envelopetest
 
 // The log records the stock contrib receivers make of the envelopes above, as they reach a logs
 // pipeline (and so the k8s_audit connector). Each function follows the named receiver's source.

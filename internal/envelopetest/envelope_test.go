@@ -1,4 +1,4 @@
-package envelope
+package envelopetest
 
 import (
 	"encoding/json"

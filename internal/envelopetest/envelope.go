@@ -1,4 +1,4 @@
-// Package envelope wraps recorded apiserver audit events in the envelopes managed clusters'
+// Package envelopetest wraps recorded apiserver audit events in the envelopes managed clusters'
 // log services deliver them in, following the providers' published schemas, so that the
 // k8s_audit connector is tested on the testbed's real captures:
 //
@@ -12,7 +12,7 @@
 //     (serviceName k8s.io, methodName io.k8s.<group>.<version>.<resource>[.<subresource>].<verb>,
 //     resourceName <group>/<version>/[namespaces/<ns>/]<resource>/<name>[/<subresource>]),
 //     operation.id the auditID, labels the audit annotations, resource.labels.cluster_name.
-package envelope
+package envelopetest
 
 import (
 	"bytes"
