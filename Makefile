@@ -117,7 +117,7 @@ lint: ## gofmt, no tracked binaries, go vet, golangci-lint (.golangci.yml) and s
 
 lint: $(MDATAGEN)
 
-bench: ## benchmarks of every component (figures in README.md)
+bench: ## benchmarks of every component (figures in docs/performance.md)
 	go test -run '^$$' -bench . -benchmem -count=1 ./...
 
 bench-json: ## the hand-written JSON scanner and index against encoding/json/jsontext on the same bodies (figures in docs/performance.md)
