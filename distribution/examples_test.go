@@ -468,7 +468,7 @@ func TestOperationsClaimsAboutExamples(t *testing.T) {
 				}
 			}
 		}},
-		{"`k8s_audit` in a logs pipeline (its logs output: each event's bytes as received, one record,\n  the resource `k8s.cluster.name` and the object's key) into the `kafka` exporter with\n  `partition_logs_by_resource_attributes`, `encoding: otlp_proto`, `required_acks: all` and the\n  queue off", func(t *testing.T) {
+		{"`k8s_audit` in a logs pipeline (its edge output: each event's bytes as received, one record,\n  the resource `k8s.cluster.name` and the object's key) into the `kafka` exporter with\n  `partition_logs_by_resource_attributes`, `encoding: otlp_proto`, `required_acks: all` and the\n  queue off", func(t *testing.T) {
 			e := ex["kafka-edge.yaml"]
 			p := dig(e, "service", "pipelines", "logs/edge")
 			k := dig(e, "exporters", "kafka")

@@ -115,7 +115,7 @@ func TestEveryFormatGivesTheWebhookSpans(t *testing.T) {
 			}
 			return []plog.Logs{logsOf(bodies...)}
 		},
-		"k8s_audit's logs output: each event as an EventList held it, bytes body (Kafka edge)": func(t *testing.T, scenario string) []plog.Logs {
+		"k8s_audit's edge output: each event as an EventList held it, bytes body (Kafka edge)": func(t *testing.T, scenario string) []plog.Logs {
 			var out []plog.Logs
 			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
 				raws, err := auditconv.ScanEventList(body, 0, nil)
@@ -324,7 +324,7 @@ func TestShuffledCaptureWithDuplicates(t *testing.T) {
 }
 
 // An EventList's item (no kind, no apiVersion) is an audit event only where the record says so
-// (the event name k8s_audit's logs output writes): elsewhere it is a record of no known shape.
+// (the event name k8s_audit's edge output writes): elsewhere it is a record of no known shape.
 func TestAnItemIsAnEventOnlyWhenTheRecordSaysSo(t *testing.T) {
 	raws, err := auditconv.ScanEventList(auditconvtest.FixtureBodies(t, "deployment")[0], 0, nil)
 	if err != nil || len(raws) == 0 {

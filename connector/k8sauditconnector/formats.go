@@ -99,7 +99,7 @@ func (r *reader) read(lr plog.LogRecord, res pcommon.Map) (decoded, error) {
 		return decoded{}, &unknownShapeError{shape: shapeOf(lr, res)}
 	}
 	if lr.EventName() == auditconv.RawEventName && r.allows(formatNative) {
-		// An event as an EventList carried it, forwarded by a k8s_audit receiver's logs output:
+		// An event as an EventList carried it, forwarded by a k8s_audit receiver's edge output:
 		// no kind or apiVersion of its own.
 		evs, err := r.conv.DecodeItem(data, auditconv.DecodeLimits{MaxItems: maxEventsPerRecord, Charge: r.charge})
 		if err != nil {

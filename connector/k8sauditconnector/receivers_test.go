@@ -22,7 +22,7 @@ import (
 )
 
 // These tests feed the connector the records the stock contrib receivers make of the
-// providers' envelopes (testbed/envelope/receivers.go), built from every recorded capture.
+// providers' envelopes (internal/envelopetest/receivers.go), built from every recorded capture.
 
 // aksMessages is a scenario's capture as AKS Event Hub messages, one per webhook batch, with
 // the resourceId naming cluster.

@@ -106,7 +106,7 @@ func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 }
 
 // TestKafkaTiersSurviveAProcessingOutage puts the apiserver's webhook in front of an edge
-// collector (k8s_audit's logs output into the kafka exporter, kafka-edge.yaml) and runs the
+// collector (k8s_audit's edge output into the kafka exporter, kafka-edge.yaml) and runs the
 // deployment scenario while no processing tier runs, then waits past the testbed apiserver's
 // retry budget (about 10 s with its 1 s initial backoff) before starting the processing tier
 // (kafka receiver, k8s_audit connector, kafka-processing.yaml). The apiserver saw no refusal, and
