@@ -120,7 +120,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sAuditInFlightBytes, err = builder.meter.Int64UpDownCounter(
 		"otelcol_k8s_audit_in_flight_bytes",
-		metric.WithDescription("Bytes webhook requests hold now: their bodies as they arrive, and an estimate of their decoded events (bounded by max_in_flight_bytes). [Alpha]"),
+		metric.WithDescription("Bytes webhook requests hold now: their bodies as they arrive, their decoded events (an estimate) or the edge output's log records (bounded by max_in_flight_bytes). [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

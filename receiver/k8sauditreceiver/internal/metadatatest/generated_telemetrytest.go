@@ -152,7 +152,7 @@ func AssertEqualK8sAuditFilteredEvents(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualK8sAuditInFlightBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_audit_in_flight_bytes",
-		Description: "Bytes webhook requests hold now: their bodies as they arrive, and an estimate of their decoded events (bounded by max_in_flight_bytes). [Alpha]",
+		Description: "Bytes webhook requests hold now: their bodies as they arrive, their decoded events (an estimate) or the edge output's log records (bounded by max_in_flight_bytes). [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
