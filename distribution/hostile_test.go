@@ -233,7 +233,7 @@ func TestASlowBodyIsAnswered400ByTheBinary(t *testing.T) {
 // connections each sending an unfinished 1 MB header, and 1,100 senders of a byte a second
 // beside a real 5 MB batch, which gets its 200. Each row runs against a collector of its own
 // and gets its documented answers, and its peak RSS stays within the collector's RSS before it
-// plus 2.5 times max_in_flight_bytes (issue 30's target; receiver/k8sauditreceiver/doors_test.go
+// plus 2.5 times max_in_flight_bytes (issue 30's target; receiver/k8sauditreceiver/hostile_senders_test.go
 // holds the same rows to it in the heap, in process).
 func TestWebhookDoorsStayWithinTheBoundOnTheBinary(t *testing.T) {
 	requireBinary(t)

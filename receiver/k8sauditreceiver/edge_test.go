@@ -103,7 +103,7 @@ func recordedBodies(t *testing.T) [][]byte {
 // The edge output forwards each audit event of a real body exactly as the apiserver sent it, a
 // log record each, in one ResourceLogs per object (its cluster and key the resource), each
 // object's events in the body's order.
-func TestLogsOutputForwardsEachEventAsReceived(t *testing.T) {
+func TestEdgeOutputForwardsEachEventAsReceived(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	url := startEdge(t, sink, nil, nil)
 	bodies := recordedBodies(t)
@@ -181,7 +181,7 @@ func TestOneReceiverFeedsTracesAndLogs(t *testing.T) {
 // The edge output's own refusals: a batch of more events than max_events_per_request, and one
 // whose records alone would pass max_in_flight_bytes, are 413s, counted by reason, and reach no
 // consumer.
-func TestLogsOutputRefusesWhatPassesItsBounds(t *testing.T) {
+func TestEdgeOutputRefusesWhatPassesItsBounds(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })

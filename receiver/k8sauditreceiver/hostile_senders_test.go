@@ -27,7 +27,7 @@ import (
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
 )
 
-// The hostile rows of issue 30 that reach the webhook, each against the real receiver: what
+// Hostile senders (the rows of issue 30 that reach the webhook), each against the real receiver: what
 // the process holds while they are served is measured as the peak of the Go heap over its
 // baseline (runtime/metrics, sampled every millisecond: live objects and the garbage not yet
 // collected, what the process takes from the OS for them), and bounded with margin by what the
