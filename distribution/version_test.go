@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
 // releaseVersion is builder-config.yaml's dist.version, the one version of a release
@@ -38,11 +40,13 @@ func releaseVersion(t *testing.T) string {
 }
 
 // TestOneVersion: the chart (version and appVersion, the image tag it defaults to), the
-// Dockerfile's default, the built collector's --version and the built CLI's version all say
-// builder-config.yaml's dist.version.
+// Dockerfile's default, pkg/objecttrace's Version(), the built collector's --version and the
+// built CLI's version all say builder-config.yaml's dist.version.
 func TestOneVersion(t *testing.T) {
-	requireBinary(t)
 	v := releaseVersion(t)
+	if got := objecttrace.Version(); got != v {
+		t.Errorf("pkg/objecttrace Version() %q, builder-config.yaml dist.version %q (pkg/objecttrace/version.go)", got, v)
+	}
 
 	raw, err := os.ReadFile(filepath.Join(root, "distribution", "helm", "kubetrail", "Chart.yaml"))
 	if err != nil {
@@ -74,6 +78,7 @@ func TestOneVersion(t *testing.T) {
 		t.Errorf("the Dockerfile's ARG VERSION=%q, builder-config.yaml dist.version %q", dockerfile, v)
 	}
 
+	requireBinary(t)
 	out, err := exec.Command(binary, "--version").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "otelcol-kubetrail version "+v {
 		t.Errorf("otelcol-kubetrail --version: %v, %q; want version %s", err, out, v)

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,28 +17,29 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
-	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
-// AnnotationTraceContext is the annotation of the object-lifecycle tracing proposal that carries
-// a W3C traceparent on an object, so the changes that follow can be read as one trace; k8s_audit
-// reads the same key by default.
-const AnnotationTraceContext = model.DefaultTraceContextAnnotation
-
-// newTraceparent returns a fresh W3C traceparent (version 00, sampled) and its trace ID.
-func newTraceparent() (traceparent, traceID string, err error) {
+// freshAnnotations returns the annotations that start a new trace: objecttrace's trace context
+// annotation holding a fresh, sampled span context; and that context's trace ID.
+func freshAnnotations() (map[string]string, string, error) {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	traceID = hex.EncodeToString(b[:16])
-	return "00-" + traceID + "-" + hex.EncodeToString(b[16:]) + "-01", traceID, nil
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID(b[:16]), SpanID: trace.SpanID(b[16:]), TraceFlags: trace.FlagsSampled})
+	var meta metav1.ObjectMeta
+	objecttrace.EncodeContextIntoObject(trace.ContextWithSpanContext(context.Background(), sc), &meta)
+	if meta.Annotations == nil {
+		return nil, "", errors.New("no valid trace context drawn: try again")
+	}
+	return meta.Annotations, sc.TraceID().String(), nil
 }
 
 // annotateCommand is annotate's command line; cmd is the command as the user typed it.
 func annotateCommand(cmd string, kube *kubeFlags) *command {
 	c := newCommand(cmd,
-		"Start a trace of the changes about to be made to an object: write a fresh "+AnnotationTraceContext+"\nannotation (a W3C traceparent, as in the Kubernetes tracing KEP 647) on it and print its trace ID.",
+		"Start a trace of the changes about to be made to an object: write a fresh "+objecttrace.AnnotationTraceContext+"\nannotation (a W3C traceparent, as in the Kubernetes tracing KEP 647) on it and print its trace ID.",
 		"The collector links every later write of the object, and the object's window span, to that trace.\nThe annotation is printed on stderr.",
 		fmt.Sprintf(`  # Annotate a Deployment of the current context's namespace, keep the trace ID
   id=$(%[1]s deploy/web)
@@ -76,11 +78,11 @@ func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr 
 		return fmt.Errorf("cluster (context %s) unreachable: %w", cl.context, err)
 	}
 	namespace := kube.namespaceFor(m.namespaced, cl)
-	tp, traceID, err := newTraceparent()
+	annotations, traceID, err := freshAnnotations()
 	if err != nil {
 		return err
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationTraceContext: tp}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	var res dynamic.ResourceInterface = cl.dynamic.Resource(m.gvr)
 	if namespace != "" {
 		res = cl.dynamic.Resource(m.gvr).Namespace(namespace)
@@ -95,6 +97,6 @@ func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr 
 		return fmt.Errorf("annotating %s/%s: %w", m.gvr.Resource, name, err)
 	}
 	fmt.Fprintln(stdout, traceID)
-	fmt.Fprintf(stderr, "%s/%s annotated %s=%s\n", m.gvr.Resource, trail.Escape(name), AnnotationTraceContext, tp)
+	fmt.Fprintf(stderr, "%s/%s annotated %s=%s\n", m.gvr.Resource, trail.Escape(name), objecttrace.AnnotationTraceContext, annotations[objecttrace.AnnotationTraceContext])
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
 var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-[0-9a-f]{16}-01$`)
@@ -25,9 +27,9 @@ func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := traceparentRE.FindStringSubmatch(got.GetAnnotations()[AnnotationTraceContext])
+		m := traceparentRE.FindStringSubmatch(got.GetAnnotations()[objecttrace.AnnotationTraceContext])
 		if m == nil {
-			t.Fatalf("annotation %q is not a W3C traceparent", got.GetAnnotations()[AnnotationTraceContext])
+			t.Fatalf("annotation %q is not a W3C traceparent", got.GetAnnotations()[objecttrace.AnnotationTraceContext])
 		}
 		if strings.TrimSpace(out) != m[1] {
 			t.Fatalf("printed %q, annotation's trace ID %s", out, m[1])

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
 // defaultFieldManager is apply's field manager, kubectl's own for its server-side apply being
@@ -60,7 +60,7 @@ type applyFlags struct {
 func applyCommand(cmd string, f *applyFlags) *command {
 	c := newCommand(cmd,
 		"Apply objects server-side inside a trace: a root span (a child of $TRACEPARENT when set) exported over OTLP,\nthe trace context on every object and every request, and with --wait the rollout followed to its end.",
-		`Every object gets the `+AnnotationTraceContext+` annotation (the root span's W3C traceparent) and is
+		`Every object gets the `+objecttrace.AnnotationTraceContext+` annotation (the root span's W3C traceparent) and is
 applied with server-side apply in a client span whose context the request carries (traceparent, tracestate),
 so the apiserver's spans and kubetrail's spans of the objects join the trace. The OTLP exporter is configured
 by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc,
@@ -179,7 +179,7 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 		}
 	}()
 
-	f.kube.wrap = func(rt http.RoundTripper) http.RoundTripper { return propagating{next: rt} }
+	f.kube.wrap = objecttrace.WrapTransport
 	cl, err := connect(&f.kube, stderr)
 	if err != nil {
 		return err
@@ -213,12 +213,11 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 		plan = append(plan, planned{manifest: mf, m: m})
 	}
 
-	tp := traceparent(rctx)
 	start := now()
 	var done []*applied
 	var failed []string
 	for _, p := range plan {
-		a, err := applyOne(rctx, tr.tracer, cl, p.obj, p.m, tp, f)
+		a, err := applyOne(rctx, tr.tracer, cl, p.obj, p.m, f)
 		if err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", p.where, err))
 			continue
@@ -249,14 +248,10 @@ func runApply(ctx context.Context, prog, cmd, traceCmd string, args []string, st
 	return waitErr
 }
 
-// applyOne applies one object in a client span, with the trace context annotation.
-func applyOne(ctx context.Context, tracer trace.Tracer, cl *cluster, obj *unstructured.Unstructured, m mapping, tp string, f applyFlags) (*applied, error) {
-	ann := obj.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[AnnotationTraceContext] = tp
-	obj.SetAnnotations(ann)
+// applyOne applies one object in a client span, with the trace context annotation of ctx's span
+// (the root span).
+func applyOne(ctx context.Context, tracer trace.Tracer, cl *cluster, obj *unstructured.Unstructured, m mapping, f applyFlags) (*applied, error) {
+	objecttrace.EncodeContextIntoObject(ctx, obj)
 	attrs := []attribute.KeyValue{
 		attribute.String(model.AttrObjectAPIVersion, obj.GetAPIVersion()),
 		attribute.String(model.AttrObjectKind, obj.GetKind()),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -151,24 +150,4 @@ func parentFromEnv(ctx context.Context) (context.Context, bool, error) {
 		return ctx, false, errors.New("TRACEPARENT is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
 	}
 	return pctx, true, nil
-}
-
-// traceparent is the W3C traceparent of ctx's span, as a header or annotation carries it.
-func traceparent(ctx context.Context) string {
-	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, c)
-	return c["traceparent"]
-}
-
-// propagating sends the span context of each request's context as traceparent and tracestate
-// headers, so the apiserver's own spans (KEP 647) are children of the span the request was made
-// in. A request made outside any span carries none.
-type propagating struct{ next http.RoundTripper }
-
-func (p propagating) RoundTrip(r *http.Request) (*http.Response, error) {
-	if trace.SpanContextFromContext(r.Context()).IsValid() {
-		r = r.Clone(r.Context())
-		propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
-	}
-	return p.next.RoundTrip(r)
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"time"
+	"strings"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -56,14 +56,19 @@ func ExampleRemoveSpanContextFromObject() {
 // the apiserver's spans join the object's trace. With client-go: cfg.Wrap(objecttrace.WrapTransport).
 func ExampleWrapTransport() {
 	apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Println("tracestate:", r.Header.Get("tracestate"))
+		// The member is kubetrail=1/<window>/<uid>/<cluster>, the window the current one.
+		ts := r.Header.Get("tracestate")
+		if m := strings.Split(ts, "/"); len(m) == 4 {
+			m[1] = "<window>"
+			ts = strings.Join(m, "/")
+		}
+		fmt.Println("tracestate:", ts)
 	}))
 	defer apiserver.Close()
 	client := &http.Client{Transport: objecttrace.WrapTransport(nil)}
 	defer client.CloseIdleConnections()
 
-	at := func() time.Time { return time.Date(2026, 11, 27, 14, 5, 0, 0, time.UTC) }
-	tracer := objecttrace.New(objecttrace.WithTracerProvider(sdktrace.NewTracerProvider()), objecttrace.WithCluster("prod"), objecttrace.WithClock(at))
+	tracer := objecttrace.New(objecttrace.WithTracerProvider(sdktrace.NewTracerProvider()), objecttrace.WithCluster("prod"))
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo", UID: "6f1c0d2e-5b8a-4c1e-9d3f-2a7b8c9d0e1f"}}
 	ctx, span := tracer.StartSpanFromObject(context.Background(), obj, corev1.SchemeGroupVersion.WithKind("ConfigMap"), "reconcile")
 	defer span.End()
@@ -73,5 +78,5 @@ func ExampleWrapTransport() {
 		resp.Body.Close()
 	}
 	// Output:
-	// tracestate: kubetrail=1/dn61pub3ugw0/6f1c0d2e-5b8a-4c1e-9d3f-2a7b8c9d0e1f/prod
+	// tracestate: kubetrail=1/<window>/6f1c0d2e-5b8a-4c1e-9d3f-2a7b8c9d0e1f/prod
 }

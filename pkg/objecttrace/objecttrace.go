@@ -78,7 +78,8 @@ type config struct {
 	cluster    *string
 	window     time.Duration
 	controller string
-	now        func() time.Time
+	// now is the clock that picks the window: time.Now; the tests set another.
+	now func() time.Time
 }
 
 type optionFunc func(*config)
@@ -120,18 +121,11 @@ func WithControllerName(name string) Option {
 	})
 }
 
-// WithClock sets the clock that picks the window of a span (tests); the default is time.Now.
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
-		if now != nil {
-			c.now = now
-		}
-	})
-}
-
-// WithResource is a span start option that records the object's resource (the plural name in
-// its API path, "configmaps") in k8s.object.resource, which the object does not tell.
-func WithResource(resource string) trace.SpanStartOption {
+// WithObjectResource is a span start option for StartSpanFromObject that records the object's
+// Kubernetes resource, the plural name in its API path ("configmaps"), in k8s.object.resource,
+// which the object does not tell. It is not an OpenTelemetry Resource: the spans' Resource is the
+// provider's, the controller's own.
+func WithObjectResource(resource string) trace.SpanStartOption {
 	return trace.WithAttributes(attribute.String(attrObjectResource, resource))
 }
 
@@ -156,7 +150,7 @@ func New(opts ...Option) *Tracer {
 		}
 	}
 	return &Tracer{
-		tracer:     c.tp.Tracer(ScopeName),
+		tracer:     c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		cluster:    *c.cluster,
 		window:     c.window,
 		controller: c.controller,

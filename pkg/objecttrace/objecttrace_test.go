@@ -30,6 +30,11 @@ var (
 	configMapGV = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 )
 
+// withClock sets the clock that picks the window of a span; the package's users have none to set.
+func withClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) { c.now = now })
+}
+
 // recorded returns a provider whose ended spans the recorder holds.
 func recorded(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
 	t.Helper()
@@ -68,7 +73,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 
 func TestSpanIsAChildOfTheObjectSpanOfTheCurrentWindow(t *testing.T) {
 	tp, rec := recorded(t)
-	tr := New(WithTracerProvider(tp), WithCluster("prod-eu-1"), WithWindow(30*time.Minute), WithClock(func() time.Time { return at }))
+	tr := New(WithTracerProvider(tp), WithCluster("prod-eu-1"), WithWindow(30*time.Minute), withClock(func() time.Time { return at }))
 	obj := deployment()
 	_, span := tr.StartSpanFromObject(context.Background(), obj, deployGVK, "reconcile")
 	span.End()
@@ -84,8 +89,8 @@ func TestSpanIsAChildOfTheObjectSpanOfTheCurrentWindow(t *testing.T) {
 	if !s.Parent().IsRemote() || !s.SpanContext().IsSampled() || s.SpanKind() != trace.SpanKindInternal {
 		t.Errorf("parent remote %v, sampled %v, kind %v", s.Parent().IsRemote(), s.SpanContext().IsSampled(), s.SpanKind())
 	}
-	if s.Name() != "reconcile" || s.InstrumentationScope().Name != ScopeName {
-		t.Errorf("name %q, scope %q", s.Name(), s.InstrumentationScope().Name)
+	if scope := s.InstrumentationScope(); s.Name() != "reconcile" || scope.Name != ScopeName || scope.Version != Version() {
+		t.Errorf("name %q, scope %q version %q", s.Name(), scope.Name, scope.Version)
 	}
 	ref, err := objid.DecodeTraceState(s.SpanContext().TraceState().Get(objid.TraceStateKey))
 	want := objid.ObjectRef{Cluster: "prod-eu-1", UID: string(obj.UID), Window: atWindow}
@@ -97,7 +102,7 @@ func TestSpanIsAChildOfTheObjectSpanOfTheCurrentWindow(t *testing.T) {
 func TestTheNextWindowIsAnotherTrace(t *testing.T) {
 	tp, rec := recorded(t)
 	now := at
-	tr := New(WithTracerProvider(tp), WithClock(func() time.Time { return now }))
+	tr := New(WithTracerProvider(tp), withClock(func() time.Time { return now }))
 	_, span := tr.StartSpanFromObject(context.Background(), deployment(), deployGVK, "reconcile")
 	span.End()
 	now = at.Add(time.Second)
@@ -142,7 +147,7 @@ func TestAttributes(t *testing.T) {
 	}{
 		{
 			name: "a namespaced object with a controlling owner and a generation", cluster: "prod",
-			obj: deployment(), gvk: deployGVK, opts: []trace.SpanStartOption{WithResource("deployments")},
+			obj: deployment(), gvk: deployGVK, opts: []trace.SpanStartOption{WithObjectResource("deployments")},
 			want: map[string]any{
 				"kubetrail.span.type": "controller", "kubetrail.controller.name": "shop-operator",
 				"k8s.cluster.name": "prod", "k8s.object.api_group": "apps", "k8s.object.api_version": "apps/v1",
@@ -302,7 +307,7 @@ func TestEnvironmentDefaults(t *testing.T) {
 			t.Setenv(EnvCluster, tt.envCluster)
 			t.Setenv(EnvWindow, tt.envWindow)
 			tp, rec := recorded(t)
-			tr := New(append([]Option{WithTracerProvider(tp), WithClock(func() time.Time { return at })}, tt.opts...)...)
+			tr := New(append([]Option{WithTracerProvider(tp), withClock(func() time.Time { return at })}, tt.opts...)...)
 			obj := deployment()
 			_, span := tr.StartSpanFromObject(context.Background(), obj, deployGVK, "reconcile")
 			span.End()

@@ -135,7 +135,7 @@ func (c *controller) reconcile(ctx context.Context, key string) (err error) {
 	if !ok {
 		return nil // not (or no longer) a parent: its children stay until it goes
 	}
-	ctx, span := c.objects.StartSpanFromObject(ctx, parent, configMapGVK, "reconcile", objecttrace.WithResource("configmaps"))
+	ctx, span := c.objects.StartSpanFromObject(ctx, parent, configMapGVK, "reconcile", objecttrace.WithObjectResource("configmaps"))
 	defer func() { endSpan(span, err) }()
 
 	n, perr := parseChildren(want)
