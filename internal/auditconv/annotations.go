@@ -39,7 +39,7 @@ const (
 	maxAnnotationValueSize = 4 << 10
 )
 
-// The scanner already made every string valid UTF-8 (see unquote).
+// The scanner already made every string valid UTF-8 (see jsonscan.Unquote).
 
 // putAnnotations turns the annotations the receiver understands into span attributes; others
 // are left out (an audit policy or a webhook can write any number of them).

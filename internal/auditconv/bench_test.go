@@ -2,6 +2,7 @@ package auditconv
 
 import (
 	"context"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -109,8 +110,8 @@ func BenchmarkSkipBody(b *testing.B) {
 		name string
 		skip func([]byte) (int, error)
 	}{
-		{"validate", func(d []byte) (int, error) { return skipValue(d, 0, 0) }},
-		{"delimit", func(d []byte) (int, error) { return delimitValue(d, 0) }},
+		{"validate", func(d []byte) (int, error) { return jsonscan.SkipValue(d, 0, 0) }},
+		{"delimit", func(d []byte) (int, error) { return jsonscan.DelimitValue(d, 0) }},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			b.SetBytes(int64(size))

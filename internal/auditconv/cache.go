@@ -1,6 +1,7 @@
 package auditconv
 
 import (
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -244,7 +245,7 @@ func (c *objectCache) addBytes(delta int64) {
 func (e *cacheEntry) hasBody() bool { return e.body != nil }
 
 // bodyTree returns the body parsed into a tree of the caller's own.
-func (e *cacheEntry) bodyTree() (tree, bool) {
+func (e *cacheEntry) bodyTree() (jsonscan.Tree, bool) {
 	if e.body == nil {
 		return nil, false
 	}

@@ -1,6 +1,7 @@
 package auditconv
 
 import (
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"net/http"
 	"strconv"
 	"strings"
@@ -275,7 +276,7 @@ func validDelimited(ev *Event) bool {
 		raw   []byte
 	}{{requestBody, ev.RequestObject}, {responseBody, ev.ResponseObject}} {
 		if ev.delimited&b.which != 0 {
-			if end, err := skipValue(b.raw, 0, 0); err != nil || end != len(b.raw) {
+			if end, err := jsonscan.SkipValue(b.raw, 0, 0); err != nil || end != len(b.raw) {
 				return false
 			}
 		}
@@ -649,7 +650,7 @@ type lazyBody struct {
 	red    *redactor // nil: the body is never redacted (a Scale)
 	whole  bool      // a redacted resource's body (redact_resources, a TokenReview)
 	masked bool      // f indexes the encoding of the tagged tree, bytes of its own
-	t      tree
+	t      jsonscan.Tree
 	parsed bool
 	f      flatBody
 	state  int8 // 0: not indexed yet; 1: f holds it; -1: not a JSON object
@@ -665,7 +666,7 @@ func (b *lazyBody) release() {
 }
 
 // tree returns the parsed body, or nil when it is not a JSON object.
-func (b *lazyBody) tree() tree {
+func (b *lazyBody) tree() jsonscan.Tree {
 	if !b.parsed {
 		b.parsed = true
 		if t, ok := parseBody(b.raw); ok {
@@ -718,7 +719,7 @@ func (b *lazyBody) indexMasked() {
 	if t == nil {
 		return
 	}
-	if f, ok := flatten([]byte(marshalJSON(t)), getNodes()); ok {
+	if f, ok := flatten([]byte(jsonscan.Marshal(t)), getNodes()); ok {
 		b.f, b.state = f, 1
 	}
 }
@@ -841,7 +842,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		if t == nil {
 			return ""
 		}
-		kept = []byte(marshalJSON(t))
+		kept = []byte(jsonscan.Marshal(t))
 		f, ok := flatten(kept, getNodes())
 		if !ok {
 			return ""
@@ -940,8 +941,8 @@ func (c *Converter) describes(ref *objectReference, m objectMeta) bool {
 // subresource write shows the diff it made (spec.replicas 2 -> 4) on its own span instead of
 // on the next write that returns the whole object. It returns nil when there is no cached body
 // or the Scale carries no replicas.
-func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
-	replicas, ok := child(scale, "spec")["replicas"]
+func scaledBody(e *cacheEntry, scale jsonscan.Tree, newRV string) jsonscan.Tree {
+	replicas, ok := jsonscan.Child(scale, "spec")["replicas"]
 	if !ok || !e.hasBody() || (newRV != e.rv && rvOlder(newRV, e.rv)) {
 		return nil
 	}
@@ -949,13 +950,13 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 	if !ok {
 		return nil
 	}
-	spec := child(body, "spec")
+	spec := jsonscan.Child(body, "spec")
 	if spec == nil {
-		spec = tree{}
+		spec = jsonscan.Tree{}
 		body["spec"] = spec
 	}
 	spec["replicas"] = replicas
-	if md := child(body, "metadata"); md != nil && newRV != "" {
+	if md := jsonscan.Child(body, "metadata"); md != nil && newRV != "" {
 		md["resourceVersion"] = newRV
 	}
 	return body
@@ -966,14 +967,14 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 // apiserver does not copy it into objectRef, yet a 409 on such a patch is a lost race like
 // any stale update.
 func patchPrecondition(raw []byte) string {
-	i := skipSpace(raw, 0)
+	i := jsonscan.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return ""
 	}
 	rv := ""
 	i++
 	for first := true; ; first = false {
-		key, next, done, err := objectNext(raw, i, first)
+		key, next, done, err := jsonscan.ObjectNext(raw, i, first)
 		if err != nil {
 			return ""
 		}
@@ -982,9 +983,9 @@ func patchPrecondition(raw []byte) string {
 		}
 		if string(key) == "metadata" {
 			rv = "" // the last metadata counts, as a map keeps it
-			i, err = scanMember(raw, next, 1, "resourceVersion", &rv)
+			i, err = jsonscan.ScanMember(raw, next, 1, "resourceVersion", &rv)
 		} else {
-			i, err = skipValue(raw, next, 1)
+			i, err = jsonscan.SkipValue(raw, next, 1)
 		}
 		if err != nil {
 			return ""

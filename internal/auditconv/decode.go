@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"strconv"
 	"time"
 	"unsafe"
@@ -52,7 +53,7 @@ type Event struct {
 	respIndex flatBody
 
 	// delimited says which of RequestObject and ResponseObject were delimited, not validated,
-	// because the converter's filters were to drop the event (see delimitValue).
+	// because the converter's filters were to drop the event (see jsonscan.DelimitValue).
 	delimited bodySet
 
 	// spare holds storage an earlier batch's event left for the next one in its place (see
@@ -266,7 +267,7 @@ func decodeBody(data []byte) ([]Event, error) { return decodeBodyInto(data, nil,
 // decodeBodyInto is decodeBody that appends the events of a list to reuse[:0] (see eventsPool)
 // and reads the bodies as the converter c will (nil: validate them all, index none): it
 // indexes the response bodies c will index (see respIndex) and only delimits the bodies of
-// events c's filters will drop (see delimitValue).
+// events c's filters will drop (see jsonscan.DelimitValue).
 func decodeBodyInto(data []byte, reuse []Event, c *Converter) ([]Event, error) {
 	return decodeBodyLimited(data, reuse, c, nil)
 }
@@ -333,18 +334,18 @@ const (
 // the document is (with item, an Event without kind and apiVersion is one); start and end are
 // where the object stands in d.
 func readDocument(d []byte, lists, item bool, begin func() error, items func(i int) (int, error), member func(key []byte, i int) (int, error)) (shape docShape, start, end int, err error) {
-	i := skipSpace(d, 0)
+	i := jsonscan.SkipSpace(d, 0)
 	if i >= len(d) {
-		return 0, 0, 0, errAt(i, "empty body")
+		return 0, 0, 0, jsonscan.ErrorAt(i, "empty body")
 	}
 	start = i
 	if d[i] != '{' {
-		end, err := skipValue(d, i, 0)
+		end, err := jsonscan.SkipValue(d, i, 0)
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		if skipSpace(d, end) != len(d) {
-			return 0, 0, 0, errAt(end, "data after the top-level value")
+		if jsonscan.SkipSpace(d, end) != len(d) {
+			return 0, 0, 0, jsonscan.ErrorAt(end, "data after the top-level value")
 		}
 		return 0, 0, 0, fmt.Errorf("%w: a JSON %s", errWrongKind, jsonKind(d[i]))
 	}
@@ -358,7 +359,7 @@ func readDocument(d []byte, lists, item bool, begin func() error, items func(i i
 	for first := true; ; first = false {
 		var key []byte
 		var done bool
-		key, i, done, err = objectNext(d, i, first)
+		key, i, done, err = jsonscan.ObjectNext(d, i, first)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -374,7 +375,7 @@ func readDocument(d []byte, lists, item bool, begin func() error, items func(i i
 			if lists {
 				i, err = items(i)
 			} else {
-				i, err = skipValue(d, i, 1)
+				i, err = jsonscan.SkipValue(d, i, 1)
 			}
 		default:
 			i, err = member(key, i)
@@ -383,8 +384,8 @@ func readDocument(d []byte, lists, item bool, begin func() error, items func(i i
 			return 0, 0, 0, err
 		}
 	}
-	if e := skipSpace(d, i); e != len(d) {
-		return 0, 0, 0, errAt(e, "data after the top-level value")
+	if e := jsonscan.SkipSpace(d, i); e != len(d) {
+		return 0, 0, 0, jsonscan.ErrorAt(e, "data after the top-level value")
 	}
 	if item && kind == "" && apiVersion == "" {
 		return docEvent, start, i, nil
@@ -421,12 +422,12 @@ func jsonKind(c byte) string {
 func topString(d []byte, i int, field string) (string, int, error) {
 	switch d[i] {
 	case '"':
-		return readString(d, i)
+		return jsonscan.ReadString(d, i)
 	case 'n':
-		end, err := scanLiteral(d, i, "null")
+		end, err := jsonscan.ScanLiteral(d, i, "null")
 		return "", end, err
 	}
-	if _, err := skipValue(d, i, 1); err != nil {
+	if _, err := jsonscan.SkipValue(d, i, 1); err != nil {
 		return "", 0, err
 	}
 	return "", 0, fmt.Errorf("%w: %s is not a string", errWrongKind, field)
@@ -450,10 +451,10 @@ func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, er
 		case '{':
 			return ev.decode(d, next, 2, r)
 		case 'n':
-			return scanLiteral(d, next, "null")
+			return jsonscan.ScanLiteral(d, next, "null")
 		default:
 			ev.invalidate("item", "not an object")
-			return skipValue(d, next, 2)
+			return jsonscan.SkipValue(d, next, 2)
 		}
 	})
 	if err != nil {
@@ -468,17 +469,17 @@ func decodeItems(d []byte, i int, items []Event, r bodyReader) ([]Event, int, er
 func eachItem(d []byte, i int, item func(next int) (int, error)) (int, error) {
 	switch d[i] {
 	case 'n':
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	case '[':
 	default:
-		if _, err := skipValue(d, i, 1); err != nil {
+		if _, err := jsonscan.SkipValue(d, i, 1); err != nil {
 			return 0, err
 		}
 		return 0, fmt.Errorf("%w: items is not an array", errWrongKind)
 	}
 	i++
 	for first := true; ; first = false {
-		next, done, err := arrayNext(d, i, first)
+		next, done, err := jsonscan.ArrayNext(d, i, first)
 		if err != nil {
 			return 0, err
 		}
@@ -502,7 +503,7 @@ func (ev *Event) invalidate(field, problem string) {
 func (ev *Event) decode(d []byte, i, depth int, r bodyReader) (int, error) {
 	i++
 	for first := true; ; first = false {
-		key, next, done, err := objectNext(d, i, first)
+		key, next, done, err := jsonscan.ObjectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
@@ -533,7 +534,7 @@ func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (
 	case "impersonatedUser":
 		if d[i] == 'n' {
 			ev.ImpersonatedUser = nil
-			return scanLiteral(d, i, "null")
+			return jsonscan.ScanLiteral(d, i, "null")
 		}
 		if err := r.cost.add(userBytes); err != nil {
 			return 0, err
@@ -582,7 +583,7 @@ func (ev *Event) decodeField(d []byte, key []byte, i, depth int, r bodyReader) (
 			return end, err
 		})
 	default:
-		return skipValue(d, i, depth)
+		return jsonscan.SkipValue(d, i, depth)
 	}
 }
 
@@ -602,7 +603,7 @@ type bodyReader struct {
 func (ev *Event) body(d []byte, i, depth int, r bodyReader, which bodySet) (int, error) {
 	if r.conv != nil && r.conv.filterReason(ev) != "" {
 		ev.delimited |= which
-		return delimitValue(d, i)
+		return jsonscan.DelimitValue(d, i)
 	}
 	ev.delimited &^= which
 	if which == responseBody && r.index && d[i] == '{' && ev.indexWhileDecoding() {
@@ -613,7 +614,7 @@ func (ev *Event) body(d []byte, i, depth int, r bodyReader, which bodySet) (int,
 		ev.respIndex = f
 		return end, nil
 	}
-	return skipValue(d, i, depth)
+	return jsonscan.SkipValue(d, i, depth)
 }
 
 // str reads a string member; null leaves it empty.
@@ -631,20 +632,20 @@ func (ev *Event) readStr(d []byte, i int, dst *string, field string, recurs bool
 	switch d[i] {
 	case '"':
 		if recurs {
-			end, plain, err := scanString(d, i)
+			end, plain, err := jsonscan.ScanString(d, i)
 			if err != nil {
 				return 0, err
 			}
 			*dst = symbols.ofQuoted(d[i+1:end-1], plain)
 			return end, nil
 		}
-		s, end, err := readString(d, i)
+		s, end, err := jsonscan.ReadString(d, i)
 		*dst = s
 		return end, err
 	case 'n':
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	}
-	end, err := skipValue(d, i, 0)
+	end, err := jsonscan.SkipValue(d, i, 0)
 	ev.invalidate(field, "not a string")
 	return end, err
 }
@@ -653,17 +654,17 @@ func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int, c
 	switch d[i] {
 	case 'n':
 		*dst = nil
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	case '[':
 	default:
-		end, err := skipValue(d, i, depth)
+		end, err := jsonscan.SkipValue(d, i, depth)
 		ev.invalidate(field, "not an array")
 		return end, err
 	}
 	out := (*dst)[:0]
 	i++
 	for first := true; ; first = false {
-		next, done, err := arrayNext(d, i, first)
+		next, done, err := jsonscan.ArrayNext(d, i, first)
 		if err != nil {
 			return 0, err
 		}
@@ -689,16 +690,16 @@ func (ev *Event) strs(d []byte, i int, dst *[]string, field string, depth int, c
 func (ev *Event) object(d []byte, i int, field string, depth int, fn func(key []byte, i int) (int, error)) (int, error) {
 	switch d[i] {
 	case 'n':
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	case '{':
 	default:
-		end, err := skipValue(d, i, depth)
+		end, err := jsonscan.SkipValue(d, i, depth)
 		ev.invalidate(field, "not an object")
 		return end, err
 	}
 	i++
 	for first := true; ; first = false {
-		key, next, done, err := objectNext(d, i, first)
+		key, next, done, err := jsonscan.ObjectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
@@ -716,7 +717,7 @@ func (ev *Event) user(d []byte, i int, u *userInfo, field string, depth int, cos
 		case "groups":
 			return ev.strs(d, i, &u.Groups, field+".groups", depth+1, cost)
 		default:
-			return skipValue(d, i, depth+1)
+			return jsonscan.SkipValue(d, i, depth+1)
 		}
 	})
 }
@@ -724,7 +725,7 @@ func (ev *Event) user(d []byte, i int, u *userInfo, field string, depth int, cos
 func (ev *Event) objectRef(d []byte, i int, depth int) (int, error) {
 	if d[i] == 'n' {
 		ev.ObjectRef = nil
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	}
 	ref := ev.ObjectRef
 	if ref == nil {
@@ -749,7 +750,7 @@ func (ev *Event) objectRef(d []byte, i int, depth int) (int, error) {
 		case "subresource":
 			return ev.sym(d, i, &ref.Subresource, "objectRef.subresource")
 		default:
-			return skipValue(d, i, depth+1)
+			return jsonscan.SkipValue(d, i, depth+1)
 		}
 	})
 	if d[i] == '{' {
@@ -761,7 +762,7 @@ func (ev *Event) objectRef(d []byte, i int, depth int) (int, error) {
 func (ev *Event) status(d []byte, i int, depth int, cost *decodeCost) (int, error) {
 	if d[i] == 'n' {
 		ev.ResponseStatus = nil
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	}
 	st := ev.ResponseStatus
 	if st == nil {
@@ -780,7 +781,7 @@ func (ev *Event) status(d []byte, i int, depth int, cost *decodeCost) (int, erro
 		case "details":
 			return ev.details(d, i, st, depth+1, cost)
 		default:
-			return skipValue(d, i, depth+1)
+			return jsonscan.SkipValue(d, i, depth+1)
 		}
 	})
 	if d[i] == '{' {
@@ -792,7 +793,7 @@ func (ev *Event) status(d []byte, i int, depth int, cost *decodeCost) (int, erro
 func (ev *Event) details(d []byte, i int, st *status, depth int, cost *decodeCost) (int, error) {
 	if d[i] == 'n' {
 		st.Details = nil
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	}
 	det := st.Details
 	if det == nil {
@@ -800,22 +801,22 @@ func (ev *Event) details(d []byte, i int, st *status, depth int, cost *decodeCos
 	}
 	end, err := ev.object(d, i, "responseStatus.details", depth, func(key []byte, i int) (int, error) {
 		if string(key) != "causes" {
-			return skipValue(d, i, depth+1)
+			return jsonscan.SkipValue(d, i, depth+1)
 		}
 		switch d[i] {
 		case 'n':
 			det.Causes = nil
-			return scanLiteral(d, i, "null")
+			return jsonscan.ScanLiteral(d, i, "null")
 		case '[':
 		default:
-			end, err := skipValue(d, i, depth+1)
+			end, err := jsonscan.SkipValue(d, i, depth+1)
 			ev.invalidate("responseStatus.details.causes", "not an array")
 			return end, err
 		}
 		det.Causes = det.Causes[:0]
 		i++
 		for first := true; ; first = false {
-			next, done, err := arrayNext(d, i, first)
+			next, done, err := jsonscan.ArrayNext(d, i, first)
 			if err != nil || done {
 				if det.Causes == nil {
 					det.Causes = []statusCause{}
@@ -835,7 +836,7 @@ func (ev *Event) details(d []byte, i int, st *status, depth int, cost *decodeCos
 				case "field":
 					return ev.str(d, i, &c.Field, "responseStatus.details.causes.field")
 				default:
-					return skipValue(d, i, depth+3)
+					return jsonscan.SkipValue(d, i, depth+3)
 				}
 			})
 			if err != nil {
@@ -853,14 +854,14 @@ func (ev *Event) details(d []byte, i int, st *status, depth int, cost *decodeCos
 // int reads an integer member that fits an int; null leaves it zero.
 func (ev *Event) int(d []byte, i int, dst *int, field string) (int, error) {
 	if d[i] == 'n' {
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	}
 	if d[i] == '"' || d[i] == '{' || d[i] == '[' || d[i] == 't' || d[i] == 'f' {
-		end, err := skipValue(d, i, 0)
+		end, err := jsonscan.SkipValue(d, i, 0)
 		ev.invalidate(field, "not a number")
 		return end, err
 	}
-	end, err := scanNumber(d, i)
+	end, err := jsonscan.ScanNumber(d, i)
 	if err != nil {
 		return 0, err
 	}
@@ -877,14 +878,14 @@ func (ev *Event) int(d []byte, i int, dst *int, field string) (int, error) {
 func (ev *Event) time(d []byte, i int, dst *time.Time, field string, depth int) (int, error) {
 	switch d[i] {
 	case 'n':
-		return scanLiteral(d, i, "null")
+		return jsonscan.ScanLiteral(d, i, "null")
 	case '"':
 	default:
-		end, err := skipValue(d, i, depth)
+		end, err := jsonscan.SkipValue(d, i, depth)
 		ev.invalidate(field, "not a string")
 		return end, err
 	}
-	end, plain, err := scanString(d, i)
+	end, plain, err := jsonscan.ScanString(d, i)
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package auditconv
 
 import (
 	"encoding/json"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"maps"
 	"slices"
 )
@@ -12,7 +13,7 @@ import (
 // treeDiff compares two bodies leaf by leaf. Objects are compared key by key in sorted order
 // and arrays index by index, so the result is stable; a subtree that appears or disappears as
 // a whole is one change carrying the whole subtree.
-func treeDiff(old, cur tree) diffResult {
+func treeDiff(old, cur jsonscan.Tree) diffResult {
 	var d diffResult
 	var path []byte
 	treeDiffValue(&d, path, old, cur, true, true)
@@ -59,10 +60,10 @@ func treeDiffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
 	}
 	c := change{Path: string(path)}
 	if hasA {
-		c.Old = marshalJSON(a)
+		c.Old = jsonscan.Marshal(a)
 	}
 	if hasB {
-		c.New = marshalJSON(b)
+		c.New = jsonscan.Marshal(b)
 	}
 	d.Changes = append(d.Changes, c)
 }

@@ -1,6 +1,7 @@
 package auditconv
 
 import (
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"hash/maphash"
 	"sync/atomic"
 )
@@ -42,12 +43,12 @@ func (t *symbolTable) of(b []byte) string {
 	return s
 }
 
-// ofQuoted is of for the bytes between a JSON string's quotes (plain as scanString says):
+// ofQuoted is of for the bytes between a JSON string's quotes (plain as jsonscan.ScanString says):
 // unquoted on the stack, so that a value the table holds costs no allocation even with escapes.
 func (t *symbolTable) ofQuoted(inner []byte, plain bool) string {
 	if plain {
 		return t.of(inner)
 	}
 	var buf [maxSymbolBytes]byte
-	return t.of(appendUnquoted(buf[:0], inner))
+	return t.of(jsonscan.AppendUnquoted(buf[:0], inner))
 }
