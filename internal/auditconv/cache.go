@@ -1,12 +1,13 @@
 package auditconv
 
 import (
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"strconv"
 	"sync"
 	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // historyLen is how many successful writes per object are kept for conflict links. A 409 is
@@ -444,4 +445,16 @@ func rvOlder(a, b string) bool {
 	x, ok1 := rvNumber(a)
 	y, ok2 := rvNumber(b)
 	return ok1 && ok2 && x < y
+}
+
+// diffCached diffs the body the cache keeps for e against cur; ok is false when that body is
+// not a JSON object.
+func diffCached(e *cacheEntry, cur *flatBody) (diffResult, bool) {
+	w := getFlatWork()
+	defer w.put()
+	f, ok := e.index(w)
+	if !ok {
+		return diffResult{}, false
+	}
+	return w.diff(&f, cur), true
 }

@@ -1,7 +1,6 @@
 package auditconv
 
 import (
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -59,8 +59,6 @@ const (
 )
 
 const (
-	stageResponseComplete = "ResponseComplete"
-	stagePanic            = "Panic"
 	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
 	maxBodyBytes = 64 << 10
 	// maxClockSkew is how far in the future (by the collector's clock) an event may say it was
@@ -73,20 +71,14 @@ const (
 // would put the span in a nonsense window.
 var oldestTimestamp = time.Date(2014, time.June, 1, 0, 0, 0, 0, time.UTC)
 
-var (
-	writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
-	readVerbs  = map[string]bool{"get": true, "list": true, "watch": true}
-)
-
 // Converter turns decoded audit events into spans (docs/design.md, Spans). It is safe for concurrent
 // use: its only mutable state is the object cache, which has its own lock.
 type Converter struct {
-	mapper       model.Mapper
-	window       time.Duration
-	includeReads bool
-	exclude      grSet
-	excludeUA    []string
-	redact       grSet
+	// filters decide which events become spans (filter.go); the decoder asks them too.
+	filters
+	mapper model.Mapper
+	window time.Duration
+	redact grSet
 	// red masks what redact_env_names and redact_annotations name in every body, and tags
 	// redacted values for the cache.
 	red   *redactor
@@ -108,11 +100,13 @@ type Converter struct {
 // New returns a Converter for the given options.
 func New(o Options) *Converter {
 	c := &Converter{
-		mapper:          model.BuiltinMapper(),
-		window:          o.Settings.Window,
-		includeReads:    o.Settings.IncludeReadVerbs,
-		exclude:         newGRSet(o.Settings.ExcludeResources),
-		excludeUA:       o.Settings.ExcludeUserAgents,
+		mapper: model.BuiltinMapper(),
+		window: o.Settings.Window,
+		filters: filters{
+			includeReads: o.Settings.IncludeReadVerbs,
+			exclude:      newGRSet(o.Settings.ExcludeResources),
+			excludeUA:    o.Settings.ExcludeUserAgents,
+		},
 		redact:          newGRSet(o.Settings.RedactResources),
 		red:             newRedactor(o.Settings),
 		traceAnnotation: o.Settings.TraceContextAnnotation,
@@ -133,6 +127,14 @@ func New(o Options) *Converter {
 		}
 	}
 	return c
+}
+
+func newGRSet(grs []GroupResource) grSet {
+	s := make(grSet, len(grs))
+	for _, gr := range grs {
+		s[[2]string{gr.Group, gr.Resource}] = struct{}{}
+	}
+	return s
 }
 
 // Stats counts what a batch lost on the way, by reason.
@@ -232,41 +234,6 @@ func (c *Converter) keep(ev *Event, st *Stats) bool {
 		return false
 	}
 	return true
-}
-
-// filterReason is the filter that drops the event (a reason of the filtered metric), or ""
-// when the filters keep it. It reads the members the apiserver writes before the bodies
-// (stage, verb, request URI, user agent, objectRef), so the decoder can ask it before it reaches
-// a body (see Event.body).
-func (c *Converter) filterReason(ev *Event) string {
-	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
-		return reasonStage
-	}
-	ref := ev.ObjectRef
-	if ref == nil || ref.Resource == "" {
-		return reasonNonResource
-	}
-	switch {
-	case writeVerbs[ev.Verb]:
-	case readVerbs[ev.Verb]:
-		if !c.includeReads {
-			return reasonReadVerb
-		}
-	default:
-		return reasonVerb
-	}
-	if dryRun(ev.RequestURI) {
-		return reasonDryRun
-	}
-	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
-		return reasonExcludedResource
-	}
-	for _, p := range c.excludeUA {
-		if strings.HasPrefix(ev.UserAgent, p) {
-			return reasonExcludedUserAgent
-		}
-	}
-	return ""
 }
 
 // validDelimited reports whether the bodies the decoder only delimited are valid JSON.
@@ -1045,19 +1012,4 @@ func (c *Converter) linkTraceContext(span ptrace.Span, value, auditID string, st
 	l.SetSpanID(tc.SpanID)
 	l.SetFlags(uint32(tc.Flags)) // the W3C trace flags occupy OTLP's low byte
 	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
-}
-
-// dryRun reports whether a request URI asks for a dry run (?dryRun=All, as kubectl
-// --dry-run=server sends): the apiserver audits it like a write, but nothing was written, so it
-// is no part of the object's story.
-func dryRun(requestURI string) bool {
-	_, query, ok := strings.Cut(requestURI, "?")
-	for ok {
-		var param string
-		param, query, ok = strings.Cut(query, "&")
-		if v, isDryRun := strings.CutPrefix(param, "dryRun="); isDryRun && v != "" {
-			return true
-		}
-	}
-	return false
 }

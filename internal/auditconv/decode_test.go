@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // stdBody is the reference the scanner is held to: the same events decoded by encoding/json
@@ -201,7 +201,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 	}
 	p := new([]Event)
 	conv := newConverter(defaultSettings(), "test")
-	events, err := decodeBodyInto([]byte(auditconvtest.EventList("a", "b", "c")), *p, conv)
+	events, err := decodeBodyInto([]byte(auditconvtest.EventList("a", "b", "c")), *p, &conv.filters)
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
@@ -216,7 +216,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
 	}
 	// The next batch is decoded into the same events, and so into the same storage.
-	events, err = decodeBodyInto([]byte(auditconvtest.EventList("x", "y")), *p, conv)
+	events, err = decodeBodyInto([]byte(auditconvtest.EventList("x", "y")), *p, &conv.filters)
 	if err != nil || len(events) != 2 || events[0].AuditID != "x" || events[1].AuditID != "y" {
 		t.Fatalf("decode again: %v, %d events", err, len(events))
 	}
@@ -230,7 +230,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after the next batch, the pooled slice must be zeroed again")
 	}
 	broken := strings.TrimSuffix(auditconvtest.EventList("d", "e"), "]}") + `,{"auditID":`
-	if _, err := decodeBodyInto([]byte(broken), *p, conv); err == nil {
+	if _, err := decodeBodyInto([]byte(broken), *p, &conv.filters); err == nil {
 		t.Fatal("a truncated body must not decode")
 	}
 	PutEvents(p, nil)
@@ -247,7 +247,7 @@ func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	conv := newConverter(defaultSettings(), "test")
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
 		for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-			events, err := decodeBodyInto(body, nil, conv)
+			events, err := decodeBodyInto(body, nil, &conv.filters)
 			if err != nil {
 				t.Fatal(err)
 			}

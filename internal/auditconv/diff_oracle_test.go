@@ -2,9 +2,10 @@ package auditconv
 
 import (
 	"encoding/json"
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"maps"
 	"slices"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // The tree diff the receiver used before flat bodies, kept as the oracle of the differential

@@ -2,11 +2,12 @@ package auditconv
 
 import (
 	"bytes"
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"math"
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // A flatBody is an object body indexed in place: one pass over its bytes records where every
@@ -44,6 +45,10 @@ type fnode struct {
 	plain      bool  // a string whose bytes between the quotes are its value (jsonscan.ScanString)
 	plainKey   bool
 }
+
+// nodeBytes is what each node of a response body indexed while decoding holds, twice over for
+// the slice's growth.
+const nodeBytes = 2 * int64(unsafe.Sizeof(fnode{}))
 
 // Where a value stands decides what flatten leaves out.
 const (
@@ -402,18 +407,6 @@ func (w *flatWork) encode(f *flatBody) string {
 	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
 }
 
-// diffCached diffs the body the cache keeps for e against cur; ok is false when that body is
-// not a JSON object.
-func diffCached(e *cacheEntry, cur *flatBody) (diffResult, bool) {
-	w := getFlatWork()
-	defer w.put()
-	f, ok := e.index(w)
-	if !ok {
-		return diffResult{}, false
-	}
-	return w.diff(&f, cur), true
-}
-
 // keptNodes copies the index into dst's storage as it stands for compact's bytes: offsets past
 // the managedFields that compact cuts move back by the cut's width.
 func (f *flatBody) keptNodes(dst []fnode) []fnode {
@@ -488,4 +481,20 @@ func (f *flatBody) objectMember(obj int, name string) int {
 		return n
 	}
 	return -1
+}
+
+// nodesHeld charges the index of the response body being indexed (flattenAt) for n nodes, when
+// it has been charged for fewer: before the node storage grows to n, and for the nodes it holds
+// once it is complete. A refusal is errValuesOverBudget. The count starts afresh for the next
+// body.
+func (c *decodeCost) nodesHeld(n int) error {
+	if c == nil || n <= c.nodes {
+		return nil
+	}
+	more := n - c.nodes
+	c.nodes = n
+	if err := c.add(int64(more) * nodeBytes); err != nil {
+		return errValuesOverBudget
+	}
+	return nil
 }

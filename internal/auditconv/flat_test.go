@@ -3,11 +3,11 @@ package auditconv
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"reflect"
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )

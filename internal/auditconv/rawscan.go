@@ -2,6 +2,7 @@ package auditconv
 
 import (
 	"fmt"
+
 	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 

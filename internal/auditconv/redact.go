@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 const (

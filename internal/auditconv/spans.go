@@ -275,31 +275,3 @@ func putNonEmpty(m pcommon.Map, key, value string) {
 		m.PutStr(key, value)
 	}
 }
-
-// grSet is a set of group/resource entries as the exclusion and redaction lists spell them.
-type grSet map[[2]string]struct{}
-
-func newGRSet(grs []GroupResource) grSet {
-	s := make(grSet, len(grs))
-	for _, gr := range grs {
-		s[[2]string{gr.Group, gr.Resource}] = struct{}{}
-	}
-	return s
-}
-
-func (s grSet) match(group, resource, subresource string) bool {
-	if len(s) == 0 {
-		return false
-	}
-	if _, ok := s[[2]string{group, resource}]; ok {
-		return true
-	}
-	if _, ok := s[[2]string{group, "*"}]; ok {
-		return true
-	}
-	if subresource != "" {
-		_, ok := s[[2]string{group, resource + "/" + subresource}]
-		return ok
-	}
-	return false
-}

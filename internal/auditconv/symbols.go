@@ -1,9 +1,10 @@
 package auditconv
 
 import (
-	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"hash/maphash"
 	"sync/atomic"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // symbolTable turns recurring short byte strings into strings without allocating each time:
