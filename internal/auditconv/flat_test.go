@@ -85,7 +85,7 @@ func checkFlat(t *testing.T, raw []byte) (flatBody, jsonscan.Tree, bool) {
 		fm := f.meta(annotation)
 		if ok && bytes.Count(raw, []byte(`"kind"`)) > 1 {
 			// With kind written twice, scanMeta reads a Pod's node and a Binding's target in the
-			// input's order (see FuzzJSONScan), the index as a map would.
+			// input's order (see FuzzObjectMeta), the index as a map would.
 			sm.NodeName, fm.NodeName, sm.Target, fm.Target = "", "", "", ""
 		}
 		if !ok || sm != fm {

@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
 
-// The hand-written scanner and index (jsonscan.go, flat.go) measured against the standard
+// The hand-written scanner and index (internal/jsonscan, flat.go) measured against the standard
 // library's encoding/json/jsontext (Go's JSON v2, behind GOEXPERIMENT=jsonv2) on the same bodies
 // (issue 23): `make bench-json` runs these benchmarks; docs/performance.md holds the figures.
 
@@ -41,7 +41,7 @@ func (s *jtScanner) reset(raw []byte) {
 	s.dec.Reset(&s.rd, jtOptions...)
 }
 
-// scanMeta reads what scanMeta reads, with the same rules (see jsonscan.go).
+// scanMeta reads what scanMeta reads, with the same rules (see objectmeta.go).
 func (s *jtScanner) scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 	s.reset(raw)
 	var m objectMeta

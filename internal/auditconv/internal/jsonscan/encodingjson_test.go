@@ -106,3 +106,32 @@ func fixtureItems(f *testing.F) [][]byte {
 	}
 	return items
 }
+
+// TestStringsDecodeAsEncodingJSON: strings read as encoding/json reads them (escapes, surrogate
+// pairs, invalid UTF-8) and quoted as it quotes them with HTML escaping off.
+func TestStringsDecodeAsEncodingJSON(t *testing.T) {
+	for _, lit := range []string{
+		`"plain"`, `"tab\there"`, `"\u003cb\u003e \u0026"`, `"\ud83d\ude00 pair"`, `"\ud83d lone high"`,
+		`"\ude00 lone low"`, `"\ud83d\u0041 high then A"`, "\"bad utf8 \xff\xfe\"", `"\/ \\ \" \b\f\n\r"`,
+		`"é ü 中文"`, "\"\u2028 line sep\"",
+	} {
+		got, end, err := ReadString([]byte(lit), 0)
+		if err != nil || end != len(lit) {
+			t.Fatalf("%q: end %d err %v", lit, end, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%q: got %q, want %q", lit, got, want)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(want)
+		if q := string(AppendQuoted(nil, want)); q != strings.TrimSuffix(buf.String(), "\n") {
+			t.Errorf("%q: quoted as %s, encoding/json says %s", want, q, buf.String())
+		}
+	}
+}
