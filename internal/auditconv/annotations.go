@@ -232,16 +232,3 @@ func attrName(s string) string {
 	}
 	return b.String()
 }
-
-// clipText cuts valid UTF-8 text to at most n bytes on a character boundary, and says whether it
-// did.
-func clipText(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	cut := max(n, 0)
-	for cut > 0 && !utf8Start(s[cut]) {
-		cut--
-	}
-	return s[:cut], true
-}

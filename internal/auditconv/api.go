@@ -96,12 +96,6 @@ const (
 const (
 	reasonInvalidEvent     = "invalid_event"
 	reasonInvalidTimestamp = "invalid_timestamp"
-	// reasonEvictedCount: the least recently used object left to keep diff_cache_size.
-	reasonEvictedCount = "count"
-	// reasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
-	reasonEvictedBytes = "bytes"
-	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
-	reasonEvictedTooLarge = "too_large"
 )
 
 // WithReason is the measurement option for a counter's reason attribute.

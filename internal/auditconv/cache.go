@@ -10,6 +10,16 @@ import (
 	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
+// The reasons of otelcol_k8s_audit_diff_cache_evictions (ReasonEvicted*).
+const (
+	// reasonEvictedCount: the least recently used object left to keep diff_cache_size.
+	reasonEvictedCount = "count"
+	// reasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
+	reasonEvictedBytes = "bytes"
+	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
+	reasonEvictedTooLarge = "too_large"
+)
+
 // historyLen is how many successful writes per object are kept for conflict links. A 409 is
 // linked to the write that moved the resourceVersion the loser had read, which in practice is
 // one of the last few writes: controllers retry conflicts within milliseconds.

@@ -15,36 +15,6 @@ import (
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
-// Attributes of this receiver's span events and links; the object and audit attributes shared
-// with the other components live in internal/model.
-const (
-	attrDiffPaths     = "k8s.object.diff.paths"
-	attrDiffOld       = "k8s.object.diff.old"
-	attrDiffNew       = "k8s.object.diff.new"
-	attrDiffCount     = "k8s.object.diff.count"
-	attrDiffTruncated = "k8s.object.diff.truncated"
-	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
-	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
-	// attrDiffBase, on a diff event, is the resourceVersion of the cached body the diff was
-	// computed from, when the request did not name its base (a patch without precondition): the
-	// diff then holds the changes of any write between that version and this one not seen here.
-	attrDiffBase = "k8s.object.diff.base_resource_version"
-	// attrDiffSkipped, on an update or patch span whose response carried the object, says why
-	// it has no diff: diffSkipped* values.
-	attrDiffSkipped   = "k8s.object.diff.skipped"
-	attrObjectBody    = "k8s.object.body"
-	attrBodyTruncated = "k8s.object.body.truncated"
-	attrErrorCode     = "k8s.audit.error.code"
-	attrErrorReason   = "k8s.audit.error.reason"
-	attrErrorMessage  = "k8s.audit.error.message"
-	attrErrorCauses   = "k8s.audit.error.causes"
-	attrClamped       = "k8s.audit.stage_timestamp.clamped"
-	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
-	// request (a new auditID) with the resourceVersion the object already had.
-	attrAuditNoop   = "k8s.audit.noop"
-	eventAuditPatch = "k8s.audit.patch"
-)
-
 // Values of attrDiffSkipped.
 const (
 	// diffSkippedBaseNotSeen: the write names the resourceVersion it was based on and the cache
@@ -59,8 +29,6 @@ const (
 )
 
 const (
-	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
-	maxBodyBytes = 64 << 10
 	// maxClockSkew is how far in the future (by the collector's clock) an event may say it was
 	// received: audit timestamps come from the apiserver's clock.
 	maxClockSkew = 24 * time.Hour
