@@ -39,7 +39,7 @@ const (
 	maxAnnotationValueSize = 4 << 10
 )
 
-// The scanner already made every string valid UTF-8 (see unquote).
+// The scanner already made every string valid UTF-8 (see jsonscan.Unquote).
 
 // putAnnotations turns the annotations the receiver understands into span attributes; others
 // are left out (an audit policy or a webhook can write any number of them).
@@ -231,17 +231,4 @@ func attrName(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// clipText cuts valid UTF-8 text to at most n bytes on a character boundary, and says whether it
-// did.
-func clipText(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	cut := max(n, 0)
-	for cut > 0 && !utf8Start(s[cut]) {
-		cut--
-	}
-	return s[:cut], true
 }

@@ -94,22 +94,8 @@ const (
 )
 
 const (
-	reasonStage             = "stage"
-	reasonReadVerb          = "read_verb"
-	reasonVerb              = "verb"
-	reasonNonResource       = "non_resource"
-	reasonExcludedResource  = "excluded_resource"
-	reasonExcludedUserAgent = "excluded_user_agent"
-	// reasonDryRun: a write made with ?dryRun=All (kubectl --dry-run=server) changed nothing.
-	reasonDryRun           = "dry_run"
 	reasonInvalidEvent     = "invalid_event"
 	reasonInvalidTimestamp = "invalid_timestamp"
-	// reasonEvictedCount: the least recently used object left to keep diff_cache_size.
-	reasonEvictedCount = "count"
-	// reasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
-	reasonEvictedBytes = "bytes"
-	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
-	reasonEvictedTooLarge = "too_large"
 )
 
 // WithReason is the measurement option for a counter's reason attribute.
@@ -211,7 +197,16 @@ func IsWrongKind(err error) bool { return errors.Is(err, errWrongKind) }
 // reuse, with the bodies read as c will convert them (see decodeBodyInto). The events refer to
 // data's bytes: data must not change until they are released.
 func (c *Converter) DecodeBody(data []byte, reuse []Event) ([]Event, error) {
-	return decodeBodyInto(data, reuse, c)
+	return decodeBodyInto(data, reuse, c.decodeFilters())
+}
+
+// decodeFilters are the filters the decoder reads bodies for (see bodyReader); a nil Converter
+// has none, and the decoder then validates every body, as decodeBody does.
+func (c *Converter) decodeFilters() *filters {
+	if c == nil {
+		return nil
+	}
+	return &c.filters
 }
 
 // DecodeLimits bound what decoding one body may hold (see DecodeBodyLimited).
@@ -247,7 +242,7 @@ var ErrValuesOverBudget = errValuesOverBudget
 // DecodeBodyLimited is DecodeBody within lim: a webhook body cannot make the decoder hold more
 // events, or more memory, than its door allows, whatever its size in bytes.
 func (c *Converter) DecodeBodyLimited(data []byte, reuse []Event, lim DecodeLimits) ([]Event, error) {
-	return decodeBodyLimited(data, reuse, c, &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge})
+	return decodeBodyLimited(data, reuse, c.decodeFilters(), &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge})
 }
 
 // DecodeItem decodes one event as an EventList holds it: an Event whose kind and apiVersion may
@@ -255,7 +250,7 @@ func (c *Converter) DecodeBodyLimited(data []byte, reuse []Event, lim DecodeLimi
 // record of the k8s_audit receiver's logs output (RawEventName) is one.
 func (c *Converter) DecodeItem(data []byte, lim DecodeLimits) ([]Event, error) {
 	cost := &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge}
-	events, err := decodeDocument(data, false, true, nil, bodyReader{conv: c, index: true, cost: cost})
+	events, err := decodeDocument(data, false, true, nil, bodyReader{filter: c.decodeFilters(), index: true, cost: cost})
 	if err != nil {
 		return nil, fmt.Errorf("decoding audit event: %w", err)
 	}
@@ -263,7 +258,9 @@ func (c *Converter) DecodeItem(data []byte, lim DecodeLimits) ([]Event, error) {
 }
 
 // DecodeLine decodes one audit log line (a single Event).
-func (c *Converter) DecodeLine(line []byte) (Event, error) { return decodeLine(line, c) }
+func (c *Converter) DecodeLine(line []byte) (Event, error) {
+	return decodeLine(line, c.decodeFilters())
+}
 
 // eventsPool holds the event slices of batches: an EventList of 400 events is some 200 KB of
 // Event structs, and nothing keeps them once the batch is converted.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -67,7 +68,7 @@ func BenchmarkDecodeCapture(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		r    bodyReader
-	}{{"validate", bodyReader{index: true}}, {"delimit-dropped", bodyReader{conv: conv, index: true}}} {
+	}{{"validate", bodyReader{index: true}}, {"delimit-dropped", bodyReader{filter: &conv.filters, index: true}}} {
 		b.Run(mode.name, func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
@@ -109,8 +110,8 @@ func BenchmarkSkipBody(b *testing.B) {
 		name string
 		skip func([]byte) (int, error)
 	}{
-		{"validate", func(d []byte) (int, error) { return skipValue(d, 0, 0) }},
-		{"delimit", func(d []byte) (int, error) { return delimitValue(d, 0) }},
+		{"validate", func(d []byte) (int, error) { return jsonscan.SkipValue(d, 0, 0) }},
+		{"delimit", func(d []byte) (int, error) { return jsonscan.DelimitValue(d, 0) }},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			b.SetBytes(int64(size))

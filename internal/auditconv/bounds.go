@@ -1,6 +1,10 @@
 package auditconv
 
 import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/kubetrail/kubetrail/internal/model"
@@ -12,6 +16,8 @@ import (
 // not exist), and whoever can post to a door can send any of them at any size. The bounds are
 // far above what the apiserver writes for real requests, so recorded traffic is never cut.
 const (
+	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
+	maxBodyBytes = 64 << 10
 	// MaxAuditIDBytes bounds an auditID. The apiserver's are UUIDs (36 bytes); a client may set
 	// its own through the Audit-ID header. A longer one is cut on the span and is never a key
 	// of a duplicate table (DedupAuditID): it cannot flush one.
@@ -183,3 +189,53 @@ func validGroup(g string) bool {
 	}
 	return label > 0
 }
+
+// clipText cuts valid UTF-8 text to at most n bytes on a character boundary, and says whether it
+// did.
+func clipText(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
+	}
+	cut := max(n, 0)
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut], true
+}
+
+// validText replaces each byte of s that is not part of valid UTF-8 with U+FFFD. Exported
+// strings must be UTF-8 (OTLP's protobuf strings are, and a backend may refuse a batch holding
+// one that is not), while patch bodies and error messages are bytes as the client sent them.
+// It runs before any clip, which cuts on character boundaries of valid text.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
+}
+
+// clipTo cuts s to at most limit bytes on a character boundary and marks the cut with the
+// original length, so that two long strings cut alike still tell their sizes apart.
+func clipTo(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }

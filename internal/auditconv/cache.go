@@ -6,6 +6,18 @@ import (
 	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
+)
+
+// The reasons of otelcol_k8s_audit_diff_cache_evictions (ReasonEvicted*).
+const (
+	// reasonEvictedCount: the least recently used object left to keep diff_cache_size.
+	reasonEvictedCount = "count"
+	// reasonEvictedBytes: the least recently used object left to keep diff_cache_max_bytes.
+	reasonEvictedBytes = "bytes"
+	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
+	reasonEvictedTooLarge = "too_large"
 )
 
 // historyLen is how many successful writes per object are kept for conflict links. A 409 is
@@ -244,7 +256,7 @@ func (c *objectCache) addBytes(delta int64) {
 func (e *cacheEntry) hasBody() bool { return e.body != nil }
 
 // bodyTree returns the body parsed into a tree of the caller's own.
-func (e *cacheEntry) bodyTree() (tree, bool) {
+func (e *cacheEntry) bodyTree() (jsonscan.Tree, bool) {
 	if e.body == nil {
 		return nil, false
 	}
@@ -443,4 +455,16 @@ func rvOlder(a, b string) bool {
 	x, ok1 := rvNumber(a)
 	y, ok2 := rvNumber(b)
 	return ok1 && ok2 && x < y
+}
+
+// diffCached diffs the body the cache keeps for e against cur; ok is false when that body is
+// not a JSON object.
+func diffCached(e *cacheEntry, cur *flatBody) (diffResult, bool) {
+	w := getFlatWork()
+	defer w.put()
+	f, ok := e.index(w)
+	if !ok {
+		return diffResult{}, false
+	}
+	return w.diff(&f, cur), true
 }

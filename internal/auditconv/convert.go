@@ -11,37 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
-)
-
-// Attributes of this receiver's span events and links; the object and audit attributes shared
-// with the other components live in internal/model.
-const (
-	attrDiffPaths     = "k8s.object.diff.paths"
-	attrDiffOld       = "k8s.object.diff.old"
-	attrDiffNew       = "k8s.object.diff.new"
-	attrDiffCount     = "k8s.object.diff.count"
-	attrDiffTruncated = "k8s.object.diff.truncated"
-	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
-	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
-	// attrDiffBase, on a diff event, is the resourceVersion of the cached body the diff was
-	// computed from, when the request did not name its base (a patch without precondition): the
-	// diff then holds the changes of any write between that version and this one not seen here.
-	attrDiffBase = "k8s.object.diff.base_resource_version"
-	// attrDiffSkipped, on an update or patch span whose response carried the object, says why
-	// it has no diff: diffSkipped* values.
-	attrDiffSkipped   = "k8s.object.diff.skipped"
-	attrObjectBody    = "k8s.object.body"
-	attrBodyTruncated = "k8s.object.body.truncated"
-	attrErrorCode     = "k8s.audit.error.code"
-	attrErrorReason   = "k8s.audit.error.reason"
-	attrErrorMessage  = "k8s.audit.error.message"
-	attrErrorCauses   = "k8s.audit.error.causes"
-	attrClamped       = "k8s.audit.stage_timestamp.clamped"
-	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
-	// request (a new auditID) with the resourceVersion the object already had.
-	attrAuditNoop   = "k8s.audit.noop"
-	eventAuditPatch = "k8s.audit.patch"
 )
 
 // Values of attrDiffSkipped.
@@ -58,10 +29,6 @@ const (
 )
 
 const (
-	stageResponseComplete = "ResponseComplete"
-	stagePanic            = "Panic"
-	// maxBodyBytes bounds a snapshot or patch attribute; a ConfigMap can hold a megabyte.
-	maxBodyBytes = 64 << 10
 	// maxClockSkew is how far in the future (by the collector's clock) an event may say it was
 	// received: audit timestamps come from the apiserver's clock.
 	maxClockSkew = 24 * time.Hour
@@ -72,20 +39,14 @@ const (
 // would put the span in a nonsense window.
 var oldestTimestamp = time.Date(2014, time.June, 1, 0, 0, 0, 0, time.UTC)
 
-var (
-	writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
-	readVerbs  = map[string]bool{"get": true, "list": true, "watch": true}
-)
-
 // Converter turns decoded audit events into spans (docs/design.md, Spans). It is safe for concurrent
 // use: its only mutable state is the object cache, which has its own lock.
 type Converter struct {
-	mapper       model.Mapper
-	window       time.Duration
-	includeReads bool
-	exclude      grSet
-	excludeUA    []string
-	redact       grSet
+	// filters decide which events become spans (filter.go); the decoder asks them too.
+	filters
+	mapper model.Mapper
+	window time.Duration
+	redact grSet
 	// red masks what redact_env_names and redact_annotations name in every body, and tags
 	// redacted values for the cache.
 	red   *redactor
@@ -107,11 +68,13 @@ type Converter struct {
 // New returns a Converter for the given options.
 func New(o Options) *Converter {
 	c := &Converter{
-		mapper:          model.BuiltinMapper(),
-		window:          o.Settings.Window,
-		includeReads:    o.Settings.IncludeReadVerbs,
-		exclude:         newGRSet(o.Settings.ExcludeResources),
-		excludeUA:       o.Settings.ExcludeUserAgents,
+		mapper: model.BuiltinMapper(),
+		window: o.Settings.Window,
+		filters: filters{
+			includeReads: o.Settings.IncludeReadVerbs,
+			exclude:      newGRSet(o.Settings.ExcludeResources),
+			excludeUA:    o.Settings.ExcludeUserAgents,
+		},
 		redact:          newGRSet(o.Settings.RedactResources),
 		red:             newRedactor(o.Settings),
 		traceAnnotation: o.Settings.TraceContextAnnotation,
@@ -132,6 +95,14 @@ func New(o Options) *Converter {
 		}
 	}
 	return c
+}
+
+func newGRSet(grs []GroupResource) grSet {
+	s := make(grSet, len(grs))
+	for _, gr := range grs {
+		s[[2]string{gr.Group, gr.Resource}] = struct{}{}
+	}
+	return s
 }
 
 // Stats counts what a batch lost on the way, by reason.
@@ -233,41 +204,6 @@ func (c *Converter) keep(ev *Event, st *Stats) bool {
 	return true
 }
 
-// filterReason is the filter that drops the event (a reason of the filtered metric), or ""
-// when the filters keep it. It reads the members the apiserver writes before the bodies
-// (stage, verb, request URI, user agent, objectRef), so the decoder can ask it before it reaches
-// a body (see Event.body).
-func (c *Converter) filterReason(ev *Event) string {
-	if ev.Stage != stageResponseComplete && ev.Stage != stagePanic {
-		return reasonStage
-	}
-	ref := ev.ObjectRef
-	if ref == nil || ref.Resource == "" {
-		return reasonNonResource
-	}
-	switch {
-	case writeVerbs[ev.Verb]:
-	case readVerbs[ev.Verb]:
-		if !c.includeReads {
-			return reasonReadVerb
-		}
-	default:
-		return reasonVerb
-	}
-	if dryRun(ev.RequestURI) {
-		return reasonDryRun
-	}
-	if c.exclude.match(ref.APIGroup, ref.Resource, ref.Subresource) {
-		return reasonExcludedResource
-	}
-	for _, p := range c.excludeUA {
-		if strings.HasPrefix(ev.UserAgent, p) {
-			return reasonExcludedUserAgent
-		}
-	}
-	return ""
-}
-
 // validDelimited reports whether the bodies the decoder only delimited are valid JSON.
 func validDelimited(ev *Event) bool {
 	for _, b := range []struct {
@@ -275,7 +211,7 @@ func validDelimited(ev *Event) bool {
 		raw   []byte
 	}{{requestBody, ev.RequestObject}, {responseBody, ev.ResponseObject}} {
 		if ev.delimited&b.which != 0 {
-			if end, err := skipValue(b.raw, 0, 0); err != nil || end != len(b.raw) {
+			if end, err := jsonscan.SkipValue(b.raw, 0, 0); err != nil || end != len(b.raw) {
 				return false
 			}
 		}
@@ -649,7 +585,7 @@ type lazyBody struct {
 	red    *redactor // nil: the body is never redacted (a Scale)
 	whole  bool      // a redacted resource's body (redact_resources, a TokenReview)
 	masked bool      // f indexes the encoding of the tagged tree, bytes of its own
-	t      tree
+	t      jsonscan.Tree
 	parsed bool
 	f      flatBody
 	state  int8 // 0: not indexed yet; 1: f holds it; -1: not a JSON object
@@ -665,7 +601,7 @@ func (b *lazyBody) release() {
 }
 
 // tree returns the parsed body, or nil when it is not a JSON object.
-func (b *lazyBody) tree() tree {
+func (b *lazyBody) tree() jsonscan.Tree {
 	if !b.parsed {
 		b.parsed = true
 		if t, ok := parseBody(b.raw); ok {
@@ -718,7 +654,7 @@ func (b *lazyBody) indexMasked() {
 	if t == nil {
 		return
 	}
-	if f, ok := flatten([]byte(marshalJSON(t)), getNodes()); ok {
+	if f, ok := flatten([]byte(jsonscan.Marshal(t)), getNodes()); ok {
 		b.f, b.state = f, 1
 	}
 }
@@ -841,7 +777,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 		if t == nil {
 			return ""
 		}
-		kept = []byte(marshalJSON(t))
+		kept = []byte(jsonscan.Marshal(t))
 		f, ok := flatten(kept, getNodes())
 		if !ok {
 			return ""
@@ -940,8 +876,8 @@ func (c *Converter) describes(ref *objectReference, m objectMeta) bool {
 // subresource write shows the diff it made (spec.replicas 2 -> 4) on its own span instead of
 // on the next write that returns the whole object. It returns nil when there is no cached body
 // or the Scale carries no replicas.
-func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
-	replicas, ok := child(scale, "spec")["replicas"]
+func scaledBody(e *cacheEntry, scale jsonscan.Tree, newRV string) jsonscan.Tree {
+	replicas, ok := jsonscan.Child(scale, "spec")["replicas"]
 	if !ok || !e.hasBody() || (newRV != e.rv && rvOlder(newRV, e.rv)) {
 		return nil
 	}
@@ -949,13 +885,13 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 	if !ok {
 		return nil
 	}
-	spec := child(body, "spec")
+	spec := jsonscan.Child(body, "spec")
 	if spec == nil {
-		spec = tree{}
+		spec = jsonscan.Tree{}
 		body["spec"] = spec
 	}
 	spec["replicas"] = replicas
-	if md := child(body, "metadata"); md != nil && newRV != "" {
+	if md := jsonscan.Child(body, "metadata"); md != nil && newRV != "" {
 		md["resourceVersion"] = newRV
 	}
 	return body
@@ -966,14 +902,14 @@ func scaledBody(e *cacheEntry, scale tree, newRV string) tree {
 // apiserver does not copy it into objectRef, yet a 409 on such a patch is a lost race like
 // any stale update.
 func patchPrecondition(raw []byte) string {
-	i := skipSpace(raw, 0)
+	i := jsonscan.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return ""
 	}
 	rv := ""
 	i++
 	for first := true; ; first = false {
-		key, next, done, err := objectNext(raw, i, first)
+		key, next, done, err := jsonscan.ObjectNext(raw, i, first)
 		if err != nil {
 			return ""
 		}
@@ -982,9 +918,9 @@ func patchPrecondition(raw []byte) string {
 		}
 		if string(key) == "metadata" {
 			rv = "" // the last metadata counts, as a map keeps it
-			i, err = scanMember(raw, next, 1, "resourceVersion", &rv)
+			i, err = jsonscan.ScanMember(raw, next, 1, "resourceVersion", &rv)
 		} else {
-			i, err = skipValue(raw, next, 1)
+			i, err = jsonscan.SkipValue(raw, next, 1)
 		}
 		if err != nil {
 			return ""
@@ -1044,19 +980,4 @@ func (c *Converter) linkTraceContext(span ptrace.Span, value, auditID string, st
 	l.SetSpanID(tc.SpanID)
 	l.SetFlags(uint32(tc.Flags)) // the W3C trace flags occupy OTLP's low byte
 	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
-}
-
-// dryRun reports whether a request URI asks for a dry run (?dryRun=All, as kubectl
-// --dry-run=server sends): the apiserver audits it like a write, but nothing was written, so it
-// is no part of the object's story.
-func dryRun(requestURI string) bool {
-	_, query, ok := strings.Cut(requestURI, "?")
-	for ok {
-		var param string
-		param, query, ok = strings.Cut(query, "&")
-		if v, isDryRun := strings.CutPrefix(param, "dryRun="); isDryRun && v != "" {
-			return true
-		}
-	}
-	return false
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -722,10 +723,10 @@ func TestDiffBaseNeverHeld(t *testing.T) {
 }
 
 // diffTrees diffs two trees as the receiver diffs bodies: encoded, indexed, diffFlat.
-func diffTrees(t *testing.T, old, cur tree) diffResult {
+func diffTrees(t *testing.T, old, cur jsonscan.Tree) diffResult {
 	t.Helper()
-	a, okA := flatten([]byte(marshalJSON(old)), nil)
-	b, okB := flatten([]byte(marshalJSON(cur)), nil)
+	a, okA := flatten([]byte(jsonscan.Marshal(old)), nil)
+	b, okB := flatten([]byte(jsonscan.Marshal(cur)), nil)
 	if !okA || !okB {
 		t.Fatal("a tree did not index")
 	}
@@ -733,8 +734,8 @@ func diffTrees(t *testing.T, old, cur tree) diffResult {
 }
 
 func TestDiffPaths(t *testing.T) {
-	old, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"a","keep":"x"},"resourceVersion":"1","generation":1,"managedFields":[1]},"spec":{"list":[1,2,3],"gone":{"a":1}}}`))
-	cur, _ := parseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"b","keep":"x"},"resourceVersion":"2","generation":2,"managedFields":[2]},"spec":{"list":[1,5],"new":"v"}}`))
+	old, _ := jsonscan.ParseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"a","keep":"x"},"resourceVersion":"1","generation":1,"managedFields":[1]},"spec":{"list":[1,2,3],"gone":{"a":1}}}`))
+	cur, _ := jsonscan.ParseTree([]byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"b","keep":"x"},"resourceVersion":"2","generation":2,"managedFields":[2]},"spec":{"list":[1,5],"new":"v"}}`))
 	d := diffTrees(t, old, cur)
 	want := `metadata.labels["app.kubernetes.io/name"],spec.gone,spec.list[1],spec.list[2],spec.new`
 	if d.paths() != want || d.Total != 5 {
@@ -744,9 +745,9 @@ func TestDiffPaths(t *testing.T) {
 		t.Fatalf("a removed or added subtree is one change with the absent side empty: %+v", d.Changes)
 	}
 	t.Run("lists keyed by name or type are compared by key", func(t *testing.T) {
-		old, _ := parseTree([]byte(`{"status":{"conditions":[{"type":"Progressing","status":"True"},{"type":"Available","status":"False"}]},
+		old, _ := jsonscan.ParseTree([]byte(`{"status":{"conditions":[{"type":"Progressing","status":"True"},{"type":"Available","status":"False"}]},
 			"spec":{"containers":[{"name":"web","image":"a"},{"name":"log","image":"b"}],"ports":[{"port":80},{"port":81}]}}`))
-		cur, _ := parseTree([]byte(`{"status":{"conditions":[{"type":"Available","status":"True"},{"type":"Progressing","status":"True"}]},
+		cur, _ := jsonscan.ParseTree([]byte(`{"status":{"conditions":[{"type":"Available","status":"True"},{"type":"Progressing","status":"True"}]},
 			"spec":{"containers":[{"name":"log","image":"b"},{"name":"web","image":"c"},{"name":"proxy","image":"d"}],"ports":[{"port":80},{"port":82}]}}`))
 		d := diffTrees(t, old, cur)
 		want := `spec.containers[name=proxy],spec.containers[name=web].image,spec.ports[1].port,status.conditions[type=Available].status`
@@ -763,8 +764,8 @@ func TestDiffPaths(t *testing.T) {
 		fmt.Fprintf(&many, `"k%03d":%d`, i, i)
 	}
 	many.WriteString("}}")
-	big, _ := parseTree([]byte(many.String()))
-	d = diffTrees(t, tree{"spec": map[string]any{}}, big)
+	big, _ := jsonscan.ParseTree([]byte(many.String()))
+	d = diffTrees(t, jsonscan.Tree{"spec": map[string]any{}}, big)
 	if len(d.Changes) != maxDiffPaths || d.Total != maxDiffPaths+10 {
 		t.Fatalf("changes = %d, total = %d: a diff is capped but counts everything", len(d.Changes), d.Total)
 	}

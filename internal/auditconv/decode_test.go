@@ -13,8 +13,7 @@ import (
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
-
-	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // stdBody is the reference the scanner is held to: the same events decoded by encoding/json
@@ -139,7 +138,7 @@ func TestDecoderRefusesMalformedBodies(t *testing.T) {
 		"{\"kind\":\"Event\",\"apiVersion\":\"audit.k8s.io/v1\",\"verb\":\"a\x01\"}",
 		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","requestObject":[1,]}`,
 		`{"kind":"Event","apiVersion":"audit.k8s.io/v1","requestObject":tru}`,
-		strings.Repeat("[", maxDepth+1),
+		strings.Repeat("[", jsonscan.MaxDepth+1),
 	} {
 		if _, err := decodeBody([]byte(body)); err == nil || errors.Is(err, errWrongKind) {
 			t.Errorf("%.60q: err = %v, want a syntax error", body, err)
@@ -180,134 +179,6 @@ func TestDecoderMarksBadItems(t *testing.T) {
 	}
 }
 
-func TestStringsDecodeAsEncodingJSON(t *testing.T) {
-	for _, lit := range []string{
-		`"plain"`, `"tab\there"`, `"\u003cb\u003e \u0026"`, `"\ud83d\ude00 pair"`, `"\ud83d lone high"`,
-		`"\ude00 lone low"`, `"\ud83d\u0041 high then A"`, "\"bad utf8 \xff\xfe\"", `"\/ \\ \" \b\f\n\r"`,
-		`"é ü 中文"`, "\"\u2028 line sep\"",
-	} {
-		got, end, err := readString([]byte(lit), 0)
-		if err != nil || end != len(lit) {
-			t.Fatalf("%q: end %d err %v", lit, end, err)
-		}
-		var want string
-		if err := json.Unmarshal([]byte(lit), &want); err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Errorf("%q: got %q, want %q", lit, got, want)
-		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(want)
-		if q := string(appendQuoted(nil, want)); q != strings.TrimSuffix(buf.String(), "\n") {
-			t.Errorf("%q: quoted as %s, encoding/json says %s", want, q, buf.String())
-		}
-	}
-}
-
-// FuzzJSONScan holds the scanner to encoding/json on arbitrary input: the same verdict on
-// validity (and delimitValue to skipValue's end on valid input), the same trees, the same encoding of them, the same identity read by scanMeta as
-// by metaOf on the tree, and a body accepted by the event decoder only when it is valid JSON.
-func FuzzJSONScan(f *testing.F) {
-	for _, seed := range fixtureSeeds(f) {
-		f.Add(seed)
-	}
-	f.Add([]byte(`{"metadata":{"name":"a","ownerReferences":[{"controller":true,"uid":"u"}],"managedFields":[{}]},"kind":"Pod","metadata":{"uid":"x"}}`))
-	f.Add([]byte(`{"a":[1,2.5e-3,-0,true,false,null,"\u00e9\ud800"],"b":{}}`))
-	f.Add([]byte(`{"spec":{"nodeName":"n","x":[1]},"kind":"Pod","metadata":{"annotations":{"trace.kubernetes.io/context":"00-x","trace.kubernetes.io/context":7}},"spec":{"nodeName":"m"}}`))
-	f.Add([]byte(`{"kind":"Binding","target":{"kind":"Node","name":"n","name":"o"},"metadata":{"annotations":null}}`))
-	f.Add([]byte(` {"metadata" : {"resourceVersion":"1","labels":{"a b":"c\" d"}},"metadata":{"resourceVersion":"2"}}`))
-	f.Add([]byte(`{"metadata":{"resourceVersion":null},"spec":{"x":"\\"}}`))
-	f.Add([]byte(`{"spec":{"replicas":3},"metadata":{"labels":{"a":"b"},"resourceVersion":"4711"}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		valid := json.Valid(data)
-		end, err := skipValue(data, skipSpace(data, 0), 0)
-		if scanned := err == nil && skipSpace(data, end) == len(data); scanned != valid {
-			t.Fatalf("skipValue says valid=%v, encoding/json %v", scanned, valid)
-		}
-		// Delimiting finds the end validation finds, on any valid JSON.
-		dend, derr := delimitValue(data, skipSpace(data, 0))
-		if valid && (derr != nil || dend != end) {
-			t.Fatalf("delimitValue ends at %d (%v), skipValue at %d", dend, derr, end)
-		}
-		if derr == nil && (dend <= skipSpace(data, 0) || dend > len(data)) {
-			t.Fatalf("delimitValue ends at %d, outside the input", dend)
-		}
-		if _, err := decodeBody(data); err == nil && !valid {
-			t.Fatal("decodeBody accepted invalid JSON")
-		}
-		// A patch's text is what json.Compact gives, or the input when that fails.
-		var compact bytes.Buffer
-		wantText := string(data)
-		if json.Compact(&compact, data) == nil {
-			wantText = compact.String()
-		}
-		if got := compactJSON(data); got != wantText {
-			t.Fatalf("compactJSON = %q, json.Compact %q", got, wantText)
-		}
-		// A patch's precondition is what encoding/json reads, where the two agree on which
-		// members count: encoding/json also matches keys in another case (the apiserver does
-		// not) and merges a metadata given twice (a map keeps the last).
-		var patch struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		lower := bytes.ToLower(data)
-		once := func(key string) bool { return bytes.Count(lower, []byte(key)) <= 1 }
-		if valid && json.Unmarshal(data, &patch) == nil && once(`"metadata"`) && once(`"resourceversion"`) && !bytes.Contains(data, []byte(`\u`)) {
-			if got := patchPrecondition(data); got != patch.Metadata.ResourceVersion {
-				t.Fatalf("patchPrecondition = %q, encoding/json %q", got, patch.Metadata.ResourceVersion)
-			}
-		}
-		got, ok := parseTree(data)
-		var want map[string]any
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		wantOK := valid && dec.Decode(&want) == nil && want != nil
-		if ok != wantOK {
-			t.Fatalf("parseTree ok = %v, encoding/json %v", ok, wantOK)
-		}
-		if !ok {
-			return
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("trees differ:\n%#v\n%#v", got, want)
-		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(want); err != nil {
-			t.Fatal(err)
-		}
-		if m := marshalJSON(got); m != strings.TrimSuffix(buf.String(), "\n") {
-			t.Fatalf("encoding differs:\n%s\n%s", m, buf.String())
-		}
-		wantMeta := metaOf(want, model.DefaultTraceContextAnnotation)
-		sm, ok := scanMeta(data, model.DefaultTraceContextAnnotation)
-		if ok && bytes.Count(data, []byte(`"kind"`)) > 1 {
-			// The scanner reads a Pod's node and a Binding's target only when no other kind
-			// precedes them; with kind written twice, that order is the input's, not the tree's.
-			if sm.NodeName == "" {
-				wantMeta.NodeName = ""
-			}
-			if sm.Target == "" {
-				wantMeta.Target = ""
-			}
-		}
-		if !ok || sm != wantMeta {
-			t.Fatalf("scanMeta = %+v (%v), metaOf = %+v", sm, ok, wantMeta)
-		}
-		body, _ := parseBody(data)
-		stripNoise(want)
-		if !reflect.DeepEqual(body, want) {
-			t.Fatal("parseBody differs from parseTree + stripNoise")
-		}
-	})
-}
-
 // TestPooledEventsComeBackZeroed: a pooled event slice must hold nothing of an earlier batch,
 // neither after a batch that decoded nor after one that failed half way through its items: its
 // events are zero but for the storage they keep (list backing arrays, cleared; spare, zeroed).
@@ -330,7 +201,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 	}
 	p := new([]Event)
 	conv := newConverter(defaultSettings(), "test")
-	events, err := decodeBodyInto([]byte(auditconvtest.EventList("a", "b", "c")), *p, conv)
+	events, err := decodeBodyInto([]byte(auditconvtest.EventList("a", "b", "c")), *p, &conv.filters)
 	if err != nil || len(events) != 3 {
 		t.Fatalf("decode: %v, %d events", err, len(events))
 	}
@@ -345,7 +216,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after a batch, the pooled slice must be its storage, zeroed")
 	}
 	// The next batch is decoded into the same events, and so into the same storage.
-	events, err = decodeBodyInto([]byte(auditconvtest.EventList("x", "y")), *p, conv)
+	events, err = decodeBodyInto([]byte(auditconvtest.EventList("x", "y")), *p, &conv.filters)
 	if err != nil || len(events) != 2 || events[0].AuditID != "x" || events[1].AuditID != "y" {
 		t.Fatalf("decode again: %v, %d events", err, len(events))
 	}
@@ -359,7 +230,7 @@ func TestPooledEventsComeBackZeroed(t *testing.T) {
 		t.Fatal("after the next batch, the pooled slice must be zeroed again")
 	}
 	broken := strings.TrimSuffix(auditconvtest.EventList("d", "e"), "]}") + `,{"auditID":`
-	if _, err := decodeBodyInto([]byte(broken), *p, conv); err == nil {
+	if _, err := decodeBodyInto([]byte(broken), *p, &conv.filters); err == nil {
 		t.Fatal("a truncated body must not decode")
 	}
 	PutEvents(p, nil)
@@ -376,7 +247,7 @@ func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	conv := newConverter(defaultSettings(), "test")
 	for _, scenario := range []string{"conflict", "deployment", "job", "recreate", "secret", "unschedulable"} {
 		for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-			events, err := decodeBodyInto(body, nil, conv)
+			events, err := decodeBodyInto(body, nil, &conv.filters)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -418,41 +289,5 @@ func TestResponsesIndexedWhileDecoding(t *testing.T) {
 	}
 	if indexed < 100 {
 		t.Fatalf("%d responses indexed while decoding, want the fixtures' hundreds of writes", indexed)
-	}
-}
-
-// TestDelimitValue: where delimiting ends a value, and what it still refuses.
-func TestDelimitValue(t *testing.T) {
-	deep := strings.Repeat(`[{"a":`, 300) + "1" + strings.Repeat("}]", 300)
-	for _, tt := range []struct {
-		in   string
-		end  int // -1: refused
-		note string
-	}{
-		{`"a\"b\\"x`, 8, "escaped quote and backslash"},
-		{`"abcdefghijklmnop\"qrstuvwxyz"`, 30, "an escape past the first eight bytes"},
-		{`{"k":"}]","v":[1,{"w":"\\"}]},`, 29, "brackets inside strings"},
-		{`{"n":01,"s":"\q"} `, 17, "malformed inside, delimited"},
-		{`12.5e3,`, 6, "a number"},
-		{`true}`, 4, "a literal"},
-		{deep + ",", len(deep), "nesting past the first 256 levels"},
-		{`"abc\`, -1, "a backslash at the end"},
-		{`"abcdefghij`, -1, "unterminated string"},
-		{`{"a":[1}`, -1, "an array closed by a brace"},
-		{`[{"a":1]`, -1, "an object closed by a bracket"},
-		{`{"a":1`, -1, "never closed"},
-		{`,`, -1, "no value"},
-		{strings.Repeat("[", maxDepth+1), -1, "nested too deeply"},
-	} {
-		end, err := delimitValue([]byte(tt.in), 0)
-		if tt.end < 0 {
-			if err == nil {
-				t.Errorf("%s: %q delimited at %d, want refused", tt.note, tt.in, end)
-			}
-			continue
-		}
-		if err != nil || end != tt.end {
-			t.Errorf("%s: %q delimited at %d (%v), want %d", tt.note, tt.in, end, err, tt.end)
-		}
 	}
 }

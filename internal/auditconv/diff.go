@@ -16,21 +16,6 @@ const (
 	maxPathBytes = 512
 )
 
-// change is one changed path. Old and New are JSON texts; "" means the path is absent on that
-// side (a JSON text is never empty, so absent and the empty string "" stay distinct).
-type change struct {
-	Path, Old, New string
-}
-
-// diffResult is the outcome of comparing two bodies of one object.
-type diffResult struct {
-	Changes []change // sorted by path, at most maxDiffPaths
-	Total   int      // every changed path, including those beyond maxDiffPaths
-	// Base is the resourceVersion of the body the diff was computed from, set when the request
-	// did not name the version it was based on (exported as attrDiffBase).
-	Base string
-}
-
 // noisePaths change on every write and say nothing a reader wants to see in a diff.
 var noisePaths = map[string]bool{
 	"metadata.managedFields":   true,
@@ -324,21 +309,6 @@ func plainKeyByte(c byte) bool {
 }
 
 func clip(s string) string { return clipTo(s, maxValueBytes) }
-
-// clipTo cuts s to at most limit bytes on a character boundary and marks the cut with the
-// original length, so that two long strings cut alike still tell their sizes apart.
-func clipTo(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8Start(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
-}
-
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // exported prepares a diff for export: redaction tags become the constant mask first, then
 // long values and paths are clipped, so a clip can never cut a tag in half and leave part of it

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // The tree diff the receiver used before flat bodies, kept as the oracle of the differential
@@ -12,7 +14,7 @@ import (
 // treeDiff compares two bodies leaf by leaf. Objects are compared key by key in sorted order
 // and arrays index by index, so the result is stable; a subtree that appears or disappears as
 // a whole is one change carrying the whole subtree.
-func treeDiff(old, cur tree) diffResult {
+func treeDiff(old, cur jsonscan.Tree) diffResult {
 	var d diffResult
 	var path []byte
 	treeDiffValue(&d, path, old, cur, true, true)
@@ -59,10 +61,10 @@ func treeDiffValue(d *diffResult, path []byte, a, b any, hasA, hasB bool) {
 	}
 	c := change{Path: string(path)}
 	if hasA {
-		c.Old = marshalJSON(a)
+		c.Old = jsonscan.Marshal(a)
 	}
 	if hasB {
-		c.New = marshalJSON(b)
+		c.New = jsonscan.Marshal(b)
 	}
 	d.Changes = append(d.Changes, c)
 }

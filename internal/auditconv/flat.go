@@ -1,11 +1,12 @@
 package auditconv
 
 import (
-	"bytes"
 	"math"
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // A flatBody is an object body indexed in place: one pass over its bytes records where every
@@ -13,7 +14,7 @@ import (
 // and the object cache work on it instead of on map trees, which cost a map and an interface
 // value per node, several times the body's size in garbage, and a marshal to turn back into
 // text. It reads as a tree does (metadata.managedFields left out, the last of duplicate keys
-// counting) and encodes as marshalJSON encodes that tree, byte for byte.
+// counting) and encodes as jsonscan.Marshal encodes that tree, byte for byte.
 type flatBody struct {
 	d     []byte
 	nodes []fnode
@@ -40,9 +41,13 @@ type fnode struct {
 	keyEnd     int32
 	size       int32 // nodes in the subtree, this one included
 	kind       byte  // '{', '[', '"', '0' (a number), 't', 'f', 'n'
-	plain      bool  // a string whose bytes between the quotes are its value (scanString)
+	plain      bool  // a string whose bytes between the quotes are its value (jsonscan.ScanString)
 	plainKey   bool
 }
+
+// nodeBytes is what each node of a response body indexed while decoding holds, twice over for
+// the slice's growth.
+const nodeBytes = 2 * int64(unsafe.Sizeof(fnode{}))
 
 // Where a value stands decides what flatten leaves out.
 const (
@@ -54,24 +59,24 @@ const (
 // flatten indexes an object body into nodes (reusing their storage); ok is false for anything
 // but one JSON object.
 func flatten(d []byte, nodes []fnode) (f flatBody, ok bool) {
-	i := skipSpace(d, 0)
+	i := jsonscan.SkipSpace(d, 0)
 	if i >= len(d) || d[i] != '{' || len(d) > math.MaxInt32 {
 		return flatBody{}, false
 	}
 	f = flatBody{d: d, nodes: nodes[:0]}
-	end, err := f.add(i, memberKey{at: -1}, 0, inRoot)
-	if err != nil || skipSpace(d, end) != len(d) {
+	end, err := f.add(i, jsonscan.MemberKey{At: -1}, 0, inRoot)
+	if err != nil || jsonscan.SkipSpace(d, end) != len(d) {
 		return flatBody{}, false
 	}
 	return f, true
 }
 
 // flattenAt indexes the object at d[i] (nesting depth), a body inside a larger document, and
-// returns it as a flatBody of its own bytes and the offset after it. Its errors are skipValue's,
+// returns it as a flatBody of its own bytes and the offset after it. Its errors are jsonscan.SkipValue's,
 // and errValuesOverBudget when cost refuses room for more nodes (cost may be nil).
 func flattenAt(d []byte, i, depth int, nodes []fnode, cost *decodeCost) (flatBody, int, error) {
 	if len(d) > math.MaxInt32 {
-		end, err := skipValue(d, i, depth)
+		end, err := jsonscan.SkipValue(d, i, depth)
 		putNodes(nodes)
 		return flatBody{}, end, err
 	}
@@ -79,7 +84,7 @@ func flattenAt(d []byte, i, depth int, nodes []fnode, cost *decodeCost) (flatBod
 		cost.nodes = 0
 	}
 	f := flatBody{d: d, nodes: nodes[:0], base: i, cost: cost}
-	end, err := f.add(i, memberKey{at: -1}, depth, inRoot)
+	end, err := f.add(i, jsonscan.MemberKey{At: -1}, depth, inRoot)
 	if err == nil {
 		err = cost.nodesHeld(len(f.nodes))
 	}
@@ -92,15 +97,15 @@ func flattenAt(d []byte, i, depth int, nodes []fnode, cost *decodeCost) (flatBod
 }
 
 // add indexes the value at d[i] and returns the offset after it.
-func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
+func (f *flatBody) add(i int, key jsonscan.MemberKey, depth, where int) (int, error) {
 	d := f.d
 	if i >= len(d) {
-		return 0, errAt(i, "unexpected end of input")
+		return 0, jsonscan.ErrorAt(i, "unexpected end of input")
 	}
 	at := len(f.nodes)
-	n := fnode{start: int32(i - f.base), key: -1, plainKey: key.plain}
-	if key.at >= 0 {
-		n.key, n.keyEnd = int32(key.at-f.base), int32(key.end-f.base)
+	n := fnode{start: int32(i - f.base), key: -1, plainKey: key.Plain}
+	if key.At >= 0 {
+		n.key, n.keyEnd = int32(key.At-f.base), int32(key.End-f.base)
 	}
 	if f.cost != nil && len(f.nodes) == cap(f.nodes) {
 		// Charged before the storage grows: the new array and the old one, until it is
@@ -117,39 +122,39 @@ func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 	switch c := d[i]; c {
 	case '"':
 		var plain bool
-		end, plain, err = scanString(d, i)
+		end, plain, err = jsonscan.ScanString(d, i)
 		f.nodes[at].kind, f.nodes[at].plain = '"', plain
 	case '{':
 		f.nodes[at].kind = '{'
 		end, err = f.addMembers(i, depth, where)
 	case '[':
 		f.nodes[at].kind = '['
-		if depth >= maxDepth {
-			return 0, errAt(i, "nested too deeply")
+		if depth >= jsonscan.MaxDepth {
+			return 0, jsonscan.ErrorAt(i, "nested too deeply")
 		}
 		end = i + 1
 		for first := true; ; first = false {
-			next, done, aerr := arrayNext(d, end, first)
+			next, done, aerr := jsonscan.ArrayNext(d, end, first)
 			if aerr != nil || done {
 				end, err = next, aerr
 				break
 			}
-			if end, err = f.add(next, memberKey{at: -1}, depth+1, inBody); err != nil {
+			if end, err = f.add(next, jsonscan.MemberKey{At: -1}, depth+1, inBody); err != nil {
 				break
 			}
 		}
 	case 't':
 		f.nodes[at].kind = 't'
-		end, err = scanLiteral(d, i, "true")
+		end, err = jsonscan.ScanLiteral(d, i, "true")
 	case 'f':
 		f.nodes[at].kind = 'f'
-		end, err = scanLiteral(d, i, "false")
+		end, err = jsonscan.ScanLiteral(d, i, "false")
 	case 'n':
 		f.nodes[at].kind = 'n'
-		end, err = scanLiteral(d, i, "null")
+		end, err = jsonscan.ScanLiteral(d, i, "null")
 	default:
 		f.nodes[at].kind = '0'
-		end, err = scanNumber(d, i)
+		end, err = jsonscan.ScanNumber(d, i)
 	}
 	if err != nil {
 		return 0, err
@@ -162,22 +167,22 @@ func (f *flatBody) add(i int, key memberKey, depth, where int) (int, error) {
 // managedFields, whose place is remembered in cut.
 func (f *flatBody) addMembers(i, depth, where int) (int, error) {
 	d := f.d
-	if depth >= maxDepth {
-		return 0, errAt(i, "nested too deeply")
+	if depth >= jsonscan.MaxDepth {
+		return 0, jsonscan.ErrorAt(i, "nested too deeply")
 	}
 	end := i + 1
 	for first := true; ; first = false {
 		prev := end
-		key, next, done, err := objectMember(d, end, first)
+		key, next, done, err := jsonscan.ObjectMember(d, end, first)
 		if err != nil || done {
 			return next, err
 		}
 		switch {
-		case where == inRoot && d[next] == '{' && keyIs(d, key, "metadata"):
+		case where == inRoot && d[next] == '{' && jsonscan.KeyIs(d, key, "metadata"):
 			end, err = f.add(next, key, depth+1, inMetadata)
-		case where == inMetadata && keyIs(d, key, "managedFields"):
-			if end, err = skipValue(d, next, depth+1); err == nil && f.cut[1] == 0 {
-				f.cut = memberCut(d, key.at, prev, end, first)
+		case where == inMetadata && jsonscan.KeyIs(d, key, "managedFields"):
+			if end, err = jsonscan.SkipValue(d, next, depth+1); err == nil && f.cut[1] == 0 {
+				f.cut = memberCut(d, key.At, prev, end, first)
 				f.cut[0], f.cut[1] = f.cut[0]-int32(f.base), f.cut[1]-int32(f.base)
 			}
 		default:
@@ -195,17 +200,10 @@ func memberCut(d []byte, at, prevEnd, end int, first bool) [2]int32 {
 	if !first {
 		return [2]int32{int32(prevEnd), int32(end)}
 	}
-	if j := skipSpace(d, end); j < len(d) && d[j] == ',' {
+	if j := jsonscan.SkipSpace(d, end); j < len(d) && d[j] == ',' {
 		return [2]int32{int32(at), int32(j + 1)}
 	}
 	return [2]int32{int32(at), int32(end)}
-}
-
-func keyIs(d []byte, k memberKey, name string) bool {
-	if k.plain {
-		return string(d[k.at+1:k.end-1]) == name
-	}
-	return string(k.value(d)) == name
 }
 
 // compactInto copies the body without its managedFields (what the object cache keeps), into
@@ -226,7 +224,7 @@ func (f *flatBody) compactInto(dst []byte) []byte {
 
 // keyOf is a member's key, decoded.
 func (f *flatBody) keyOf(n int) []byte {
-	return memberKey{at: int(f.nodes[n].key), end: int(f.nodes[n].keyEnd), plain: f.nodes[n].plainKey}.value(f.d)
+	return jsonscan.MemberKey{At: int(f.nodes[n].key), End: int(f.nodes[n].keyEnd), Plain: f.nodes[n].plainKey}.Value(f.d)
 }
 
 // str is a string node's value, decoded.
@@ -236,7 +234,7 @@ func (f *flatBody) str(n int) []byte {
 	if nd.plain {
 		return inner
 	}
-	return unquote(inner)
+	return jsonscan.Unquote(inner)
 }
 
 // raw is a node's bytes as they stand in the body.
@@ -246,178 +244,11 @@ func (f *flatBody) raw(n int) []byte { return f.d[f.nodes[n].start:f.nodes[n].en
 func (f *flatBody) member(obj int, name string) int {
 	found := -1
 	for c, end := obj+1, obj+int(f.nodes[obj].size); c < end; c += int(f.nodes[c].size) {
-		if keyIs(f.d, memberKey{at: int(f.nodes[c].key), end: int(f.nodes[c].keyEnd), plain: f.nodes[c].plainKey}, name) {
+		if jsonscan.KeyIs(f.d, jsonscan.MemberKey{At: int(f.nodes[c].key), End: int(f.nodes[c].keyEnd), Plain: f.nodes[c].plainKey}, name) {
 			found = c
 		}
 	}
 	return found
-}
-
-// entry is a keyed child: an object's member by its key, or a keyed list's element by the
-// value of its key field.
-type entry struct {
-	key  []byte
-	node int32
-}
-
-// flatWork is the scratch of diffs and encodings, pooled: entries are a stack that each object
-// being walked pushes its sorted members onto and pops when done.
-type flatWork struct {
-	ents   []entry
-	nodesA []fnode // a cached body indexed again for its diff (cacheEntry.index)
-	path   []byte  // the path being diffed
-	buf    []byte  // the value being encoded
-	d      diffResult
-}
-
-var flatWorkPool = sync.Pool{New: func() any { return new(flatWork) }}
-
-func getFlatWork() *flatWork { return flatWorkPool.Get().(*flatWork) }
-
-// put returns w to the pool; buffers that grew past a large body's needs are let go.
-func (w *flatWork) put() {
-	if cap(w.ents) > 1<<14 || cap(w.nodesA) > 1<<16 || cap(w.path) > 1<<12 || cap(w.buf) > 1<<16 {
-		return
-	}
-	w.ents, w.d = w.ents[:0], diffResult{}
-	flatWorkPool.Put(w)
-}
-
-// pushMembers pushes an object's members sorted by key, one per key (the last, as a map keeps
-// it), and returns where they start.
-func (w *flatWork) pushMembers(f *flatBody, obj int) int {
-	start := len(w.ents)
-	for c, end := obj+1, obj+int(f.nodes[obj].size); c < end; c += int(f.nodes[c].size) {
-		w.ents = append(w.ents, entry{key: f.keyOf(c), node: int32(c)})
-	}
-	w.sortUnique(start)
-	return start
-}
-
-// sortUnique sorts the entries from start by key, keeping the last of each run of equal keys.
-func (w *flatWork) sortUnique(start int) {
-	s := w.ents[start:]
-	if !slices.IsSortedFunc(s, cmpEntry) {
-		slices.SortStableFunc(s, cmpEntry)
-	}
-	out := start
-	for i := start; i < len(w.ents); i++ {
-		if i+1 < len(w.ents) && bytes.Equal(w.ents[i].key, w.ents[i+1].key) {
-			continue
-		}
-		w.ents[out] = w.ents[i]
-		out++
-	}
-	w.ents = w.ents[:out]
-}
-
-func cmpEntry(a, b entry) int { return bytes.Compare(a.key, b.key) }
-
-// pushKeyed pushes a list's elements sorted by the string value of their field and reports
-// whether the list is keyed by it: every element an object whose field is a distinct,
-// non-empty string. When it is not, nothing stays pushed.
-func (w *flatWork) pushKeyed(f *flatBody, list int, field string) (int, bool) {
-	start := len(w.ents)
-	for c, end := list+1, list+int(f.nodes[list].size); c < end; c += int(f.nodes[c].size) {
-		if f.nodes[c].kind != '{' {
-			w.ents = w.ents[:start]
-			return start, false
-		}
-		m := f.member(c, field)
-		if m < 0 || f.nodes[m].kind != '"' {
-			w.ents = w.ents[:start]
-			return start, false
-		}
-		k := f.str(m)
-		if len(k) == 0 {
-			w.ents = w.ents[:start]
-			return start, false
-		}
-		w.ents = append(w.ents, entry{key: k, node: int32(c)})
-	}
-	s := w.ents[start:]
-	slices.SortFunc(s, cmpEntry)
-	for i := 1; i < len(s); i++ {
-		if bytes.Equal(s[i-1].key, s[i].key) {
-			w.ents = w.ents[:start]
-			return start, false
-		}
-	}
-	return start, true
-}
-
-// appendValue encodes node n as marshalJSON encodes the same value of a tree: keys sorted, one
-// per key, strings quoted as appendQuoted quotes them.
-func (w *flatWork) appendValue(dst []byte, f *flatBody, n int) []byte {
-	nd := &f.nodes[n]
-	switch nd.kind {
-	case '{':
-		start := w.pushMembers(f, n)
-		dst = append(dst, '{')
-		for i := start; i < len(w.ents); i++ {
-			if i > start {
-				dst = append(dst, ',')
-			}
-			e := w.ents[i]
-			c := &f.nodes[e.node]
-			if c.plainKey {
-				dst = append(dst, f.d[c.key:c.keyEnd]...)
-			} else {
-				dst = appendQuoted(dst, string(e.key))
-			}
-			dst = append(dst, ':')
-			dst = w.appendValue(dst, f, int(e.node))
-		}
-		w.ents = w.ents[:start]
-		return append(dst, '}')
-	case '[':
-		dst = append(dst, '[')
-		for c, end := n+1, n+int(nd.size); c < end; c += int(f.nodes[c].size) {
-			if c > n+1 {
-				dst = append(dst, ',')
-			}
-			dst = w.appendValue(dst, f, c)
-		}
-		return append(dst, ']')
-	case '"':
-		if nd.plain {
-			return append(dst, f.d[nd.start:nd.end]...)
-		}
-		return appendQuoted(dst, string(f.str(n)))
-	default: // numbers and literals stand as they are
-		return append(dst, f.d[nd.start:nd.end]...)
-	}
-}
-
-// text encodes node n as a string (see appendValue).
-func (w *flatWork) text(f *flatBody, n int) string {
-	w.buf = w.appendValue(w.buf[:0], f, n)
-	return string(w.buf)
-}
-
-// encodeFlat encodes a whole body as marshalJSON encodes its tree.
-func encodeFlat(f *flatBody) string {
-	w := getFlatWork()
-	defer w.put()
-	return w.encode(f)
-}
-
-func (w *flatWork) encode(f *flatBody) string {
-	// Sized for the body without its managedFields, which the encoding leaves out.
-	buf := w.appendValue(make([]byte, 0, len(f.d)-int(f.cut[1]-f.cut[0])), f, 0)
-	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is this string's alone
-}
-
-// diffCached diffs the body the cache keeps for e against cur; ok is false when that body is
-// not a JSON object.
-func diffCached(e *cacheEntry, cur *flatBody) (diffResult, bool) {
-	w := getFlatWork()
-	defer w.put()
-	f, ok := e.index(w)
-	if !ok {
-		return diffResult{}, false
-	}
-	return w.diff(&f, cur), true
 }
 
 // keptNodes copies the index into dst's storage as it stands for compact's bytes: offsets past
@@ -461,55 +292,6 @@ func putNodes(s []fnode) {
 	}
 }
 
-// meta reads what scanMeta reads, from the index: a body that is indexed anyway (for the diff,
-// the cache or a snapshot) is not scanned a second time for its identity. Duplicate keys count
-// as in a map (the last one); a Pod's node and a Binding's target are read whatever the order of
-// kind, as metaOf reads them.
-func (f *flatBody) meta(annotation string) objectMeta {
-	m := objectMeta{Kind: f.symMember(0, "kind"), APIVersion: f.symMember(0, "apiVersion")}
-	if md := f.objectMember(0, "metadata"); md >= 0 {
-		m.Name = f.strMember(md, "name")
-		m.Namespace = f.symMember(md, "namespace")
-		m.UID = f.strMember(md, "uid")
-		m.ResourceVersion = f.strMember(md, "resourceVersion")
-		if a := f.objectMember(md, "annotations"); a >= 0 {
-			m.TraceContext = f.strMember(a, annotation)
-			m.Rollout.Revision = f.strMember(a, annotationRevision)
-		}
-		if l := f.objectMember(md, "labels"); l >= 0 {
-			m.Rollout.TemplateHash = f.strMember(l, labelTemplateHash)
-			m.Rollout.RevisionHash = f.strMember(l, labelRevisionHash)
-		}
-		m.Rollout.Generation = f.intMember(md, "generation")
-		if refs := f.member(md, "ownerReferences"); refs >= 0 && f.nodes[refs].kind == '[' {
-			for r, end := refs+1, refs+int(f.nodes[refs].size); r < end; r += int(f.nodes[r].size) {
-				if f.nodes[r].kind != '{' {
-					continue
-				}
-				if c := f.member(r, "controller"); c >= 0 && f.nodes[c].kind == 't' {
-					m.Owner = ownerRef{APIVersion: f.symMember(r, "apiVersion"), Kind: f.symMember(r, "kind"),
-						Name: f.strMember(r, "name"), UID: f.strMember(r, "uid")}
-					break
-				}
-			}
-		}
-	}
-	if st := f.objectMember(0, "status"); st >= 0 {
-		m.Rollout.ObservedGeneration = f.intMember(st, "observedGeneration")
-	}
-	switch m.Kind {
-	case "Pod":
-		if spec := f.objectMember(0, "spec"); spec >= 0 {
-			m.NodeName = f.strMember(spec, "nodeName")
-		}
-	case "Binding":
-		if target := f.objectMember(0, "target"); target >= 0 {
-			m.Target = f.strMember(target, "name")
-		}
-	}
-	return m
-}
-
 // strMember is the string value of an object's member, "" when absent or not a string.
 func (f *flatBody) strMember(obj int, name string) string {
 	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '"' {
@@ -522,7 +304,7 @@ func (f *flatBody) strMember(obj int, name string) string {
 func (f *flatBody) intMember(obj int, name string) int64 {
 	if n := f.member(obj, name); n >= 0 && f.nodes[n].kind == '0' {
 		nd := &f.nodes[n]
-		return parseInt(f.d[nd.start:nd.end])
+		return jsonscan.ParseInt(f.d[nd.start:nd.end])
 	}
 	return 0
 }
@@ -543,4 +325,20 @@ func (f *flatBody) objectMember(obj int, name string) int {
 		return n
 	}
 	return -1
+}
+
+// nodesHeld charges the index of the response body being indexed (flattenAt) for n nodes, when
+// it has been charged for fewer: before the node storage grows to n, and for the nodes it holds
+// once it is complete. A refusal is errValuesOverBudget. The count starts afresh for the next
+// body.
+func (c *decodeCost) nodesHeld(n int) error {
+	if c == nil || n <= c.nodes {
+		return nil
+	}
+	more := n - c.nodes
+	c.nodes = n
+	if err := c.add(int64(more) * nodeBytes); err != nil {
+		return errValuesOverBudget
+	}
+	return nil
 }

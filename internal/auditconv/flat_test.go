@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -51,7 +52,7 @@ func fixtureObjects(tb testing.TB) [][]byte {
 // checkFlat holds flatten, encodeFlat and compact to the tree they replace: a body indexes
 // exactly when it parses, encodes as its tree does, and its compact copy is JSON without the
 // managedFields that encodes the same.
-func checkFlat(t *testing.T, raw []byte) (flatBody, tree, bool) {
+func checkFlat(t *testing.T, raw []byte) (flatBody, jsonscan.Tree, bool) {
 	t.Helper()
 	f, ok := flatten(raw, nil)
 	tr, treeOK := parseBody(raw)
@@ -61,9 +62,9 @@ func checkFlat(t *testing.T, raw []byte) (flatBody, tree, bool) {
 	if !ok {
 		return f, nil, false
 	}
-	want := marshalJSON(tr)
+	want := jsonscan.Marshal(tr)
 	if got := encodeFlat(&f); got != want {
-		t.Fatalf("encodeFlat differs from marshalJSON(parseBody):\n%s\n%s", got, want)
+		t.Fatalf("encodeFlat differs from jsonscan.Marshal(parseBody):\n%s\n%s", got, want)
 	}
 	kept := f.compact()
 	if !json.Valid(kept) {
@@ -84,7 +85,7 @@ func checkFlat(t *testing.T, raw []byte) (flatBody, tree, bool) {
 		fm := f.meta(annotation)
 		if ok && bytes.Count(raw, []byte(`"kind"`)) > 1 {
 			// With kind written twice, scanMeta reads a Pod's node and a Binding's target in the
-			// input's order (see FuzzJSONScan), the index as a map would.
+			// input's order (see FuzzObjectMeta), the index as a map would.
 			sm.NodeName, fm.NodeName, sm.Target, fm.Target = "", "", "", ""
 		}
 		if !ok || sm != fm {
@@ -100,7 +101,7 @@ func TestFlatMatchesTrees(t *testing.T) {
 		t.Fatalf("%d recorded objects, want the fixtures' hundreds", len(objects))
 	}
 	flats := make([]flatBody, 0, len(objects))
-	trees := make([]tree, 0, len(objects))
+	trees := make([]jsonscan.Tree, 0, len(objects))
 	withManagedFields := 0
 	for _, raw := range objects {
 		f, tr, ok := checkFlat(t, raw)
@@ -255,29 +256,4 @@ func FuzzFlat(f *testing.F) {
 			t.Fatal("managedFields kept")
 		}
 	})
-}
-
-// TestStringStopFindsEveryStopByte puts each byte value at each place of a word of plain
-// letters (and of high bytes, which carry borrows differently): stringStop must flag exactly
-// the quote, the backslash and the control characters, quoteOrBackslash the first two.
-func TestStringStopFindsEveryStopByte(t *testing.T) {
-	for _, fill := range []byte{'a', 0xC3, 0x20, 0x7F} {
-		for pos := range 8 {
-			for b := range 256 {
-				word := bytes.Repeat([]byte{fill}, 8)
-				word[pos] = byte(b)
-				x := uint64(0)
-				for i := 7; i >= 0; i-- {
-					x = x<<8 | uint64(word[i])
-				}
-				want := b == '"' || b == '\\' || b < 0x20
-				if got := stringStop(x); got != want {
-					t.Fatalf("byte %#x at %d among %#x: stringStop = %v, want %v", b, pos, fill, got, want)
-				}
-				if got, want := quoteOrBackslash(x), b == '"' || b == '\\'; got != want {
-					t.Fatalf("byte %#x at %d among %#x: quoteOrBackslash = %v, want %v", b, pos, fill, got, want)
-				}
-			}
-		}
-	}
 }

@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
 
-// The hand-written scanner and index (jsonscan.go, flat.go) measured against the standard
+// The hand-written scanner and index (internal/jsonscan, flat.go) measured against the standard
 // library's encoding/json/jsontext (Go's JSON v2, behind GOEXPERIMENT=jsonv2) on the same bodies
 // (issue 23): `make bench-json` runs these benchmarks; docs/performance.md holds the figures.
 
@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -40,7 +41,7 @@ func (s *jtScanner) reset(raw []byte) {
 	s.dec.Reset(&s.rd, jtOptions...)
 }
 
-// scanMeta reads what scanMeta reads, with the same rules (see jsonscan.go).
+// scanMeta reads what scanMeta reads, with the same rules (see objectmeta.go).
 func (s *jtScanner) scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 	s.reset(raw)
 	var m objectMeta
@@ -169,7 +170,7 @@ func (s *jtScanner) int() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseInt([]byte(tok.String())), nil
+	return jsonscan.ParseInt([]byte(tok.String())), nil
 }
 
 // member reads the string member name of an object (the last one counts); anything else is skipped.
@@ -313,7 +314,7 @@ func TestJSONTextScanMetaAgrees(t *testing.T) {
 }
 
 // BenchmarkJSON compares, body by body: reading the identity (scanMeta), validating a whole body
-// (skipValue / Decoder.SkipValue), and indexing every value (flatten) against reading every
+// (jsonscan.SkipValue / Decoder.SkipValue), and indexing every value (flatten) against reading every
 // token (jsontext builds no index: a lower bound of what an index built on it would cost).
 func BenchmarkJSON(b *testing.B) {
 	bodies, size := jsonBodies(b)
@@ -334,7 +335,7 @@ func BenchmarkJSON(b *testing.B) {
 	ann := model.DefaultTraceContextAnnotation
 	run("scan-meta/ours", func(raw []byte) bool { _, ok := scanMeta(raw, ann); return ok })
 	run("scan-meta/jsontext", func(raw []byte) bool { _, ok := jt.scanMeta(raw, ann); return ok })
-	run("validate/ours", func(raw []byte) bool { end, err := skipValue(raw, 0, 0); return err == nil && end == len(raw) })
+	run("validate/ours", func(raw []byte) bool { end, err := jsonscan.SkipValue(raw, 0, 0); return err == nil && end == len(raw) })
 	run("validate/jsontext", func(raw []byte) bool { jt.reset(raw); return jt.dec.SkipValue() == nil })
 	nodes := getNodes()
 	run("index/ours", func(raw []byte) bool {

@@ -1,6 +1,10 @@
 package auditconv
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
+)
 
 // RawEventName is the event name of a log record that holds one audit event as an EventList
 // carried it (RawEvent.Raw: an Event without kind and apiVersion), as k8s_audit's logs output
@@ -59,7 +63,7 @@ func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEv
 			if string(key) == "objectRef" {
 				return scanObjectRef(d, i, 1, &own)
 			}
-			return skipValue(d, i, 1)
+			return jsonscan.SkipValue(d, i, 1)
 		})
 	switch {
 	case err != nil:
@@ -86,7 +90,7 @@ func scanItems(d []byte, i, maxItems int, items []RawEvent) ([]RawEvent, int, er
 		if d[next] == '{' {
 			end, err = scanEventKey(d, next, 2, &key)
 		} else {
-			end, err = skipValue(d, next, 2)
+			end, err = jsonscan.SkipValue(d, next, 2)
 		}
 		if err == nil {
 			items = append(items, RawEvent{Raw: d[next:end], Key: key})
@@ -103,14 +107,14 @@ func scanItems(d []byte, i, maxItems int, items []RawEvent) ([]RawEvent, int, er
 func scanEventKey(d []byte, i, depth int, key *ObjectKey) (int, error) {
 	i++
 	for first := true; ; first = false {
-		k, next, done, err := objectNext(d, i, first)
+		k, next, done, err := jsonscan.ObjectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
 		if string(k) == "objectRef" {
 			i, err = scanObjectRef(d, next, depth+1, key)
 		} else {
-			i, err = skipValue(d, next, depth+1)
+			i, err = jsonscan.SkipValue(d, next, depth+1)
 		}
 		if err != nil {
 			return 0, err
@@ -122,11 +126,11 @@ func scanEventKey(d []byte, i, depth int, key *ObjectKey) (int, error) {
 // that is not a string counts as empty (the converter downstream refuses such an event).
 func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
 	if d[i] != '{' {
-		return skipValue(d, i, depth)
+		return jsonscan.SkipValue(d, i, depth)
 	}
 	i++
 	for first := true; ; first = false {
-		k, next, done, err := objectNext(d, i, first)
+		k, next, done, err := jsonscan.ObjectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
@@ -143,12 +147,12 @@ func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
 			dst, recurs = &key.Name, false
 		}
 		if dst == nil || d[next] != '"' {
-			if i, err = skipValue(d, next, depth+1); err != nil {
+			if i, err = jsonscan.SkipValue(d, next, depth+1); err != nil {
 				return 0, err
 			}
 			continue
 		}
-		end, plain, err := scanString(d, next)
+		end, plain, err := jsonscan.ScanString(d, next)
 		if err != nil {
 			return 0, err
 		}
@@ -157,7 +161,7 @@ func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
 		} else if plain {
 			*dst = string(d[next+1 : end-1])
 		} else {
-			*dst = string(unquote(d[next+1 : end-1]))
+			*dst = string(jsonscan.Unquote(d[next+1 : end-1]))
 		}
 		i = end
 	}

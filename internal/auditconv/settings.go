@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/internal/redisconf"
 )
 
 // Settings are the conversion keys of every k8s_audit component (receiver and connector).
@@ -168,6 +169,34 @@ func (gr GroupResource) validate() error {
 	}
 	if strings.Contains(gr.Group, "/") {
 		return fmt.Errorf("group: %q is a group, not an apiVersion (leave the version out)", gr.Group)
+	}
+	return nil
+}
+
+// SharedDiffBase shares the last body of each object among the replicas of a gateway through
+// Redis, so that a write is diffed against the body its predecessor left whichever replica
+// received that predecessor (shared_diff_base).
+type SharedDiffBase struct {
+	Redis redisconf.Config `mapstructure:"redis"`
+	// MaxRecordBytes bounds one shared body, compressed: a larger body is kept by the replica
+	// that saw it and not shared.
+	MaxRecordBytes int `mapstructure:"max_record_bytes"`
+}
+
+// defaultMaxRecordBytes holds a compressed body of several hundred KB of JSON: a large
+// ConfigMap is not shared, every Pod and Deployment is (1–3 KB before compression).
+const defaultMaxRecordBytes = 64 << 10
+
+func defaultSharedDiffBase() SharedDiffBase {
+	return SharedDiffBase{Redis: redisconf.Default(), MaxRecordBytes: defaultMaxRecordBytes}
+}
+
+func (s *SharedDiffBase) validate() error {
+	if err := s.Redis.Check("shared_diff_base.redis"); err != nil {
+		return err
+	}
+	if s.MaxRecordBytes <= 0 {
+		return fmt.Errorf("shared_diff_base.max_record_bytes must be positive, got %d", s.MaxRecordBytes)
 	}
 	return nil
 }

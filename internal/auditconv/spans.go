@@ -4,12 +4,41 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+)
+
+// Attributes of this receiver's span events and links; the object and audit attributes shared
+// with the other components live in internal/model.
+const (
+	attrDiffPaths     = "k8s.object.diff.paths"
+	attrDiffOld       = "k8s.object.diff.old"
+	attrDiffNew       = "k8s.object.diff.new"
+	attrDiffCount     = "k8s.object.diff.count"
+	attrDiffTruncated = "k8s.object.diff.truncated"
+	// attrDiffPathsTruncated says that at least one path was cut (a path through a long key).
+	attrDiffPathsTruncated = "k8s.object.diff.paths_truncated"
+	// attrDiffBase, on a diff event, is the resourceVersion of the cached body the diff was
+	// computed from, when the request did not name its base (a patch without precondition): the
+	// diff then holds the changes of any write between that version and this one not seen here.
+	attrDiffBase = "k8s.object.diff.base_resource_version"
+	// attrDiffSkipped, on an update or patch span whose response carried the object, says why
+	// it has no diff: diffSkipped* values.
+	attrDiffSkipped   = "k8s.object.diff.skipped"
+	attrObjectBody    = "k8s.object.body"
+	attrBodyTruncated = "k8s.object.body.truncated"
+	attrErrorCode     = "k8s.audit.error.code"
+	attrErrorReason   = "k8s.audit.error.reason"
+	attrErrorMessage  = "k8s.audit.error.message"
+	attrErrorCauses   = "k8s.audit.error.causes"
+	attrClamped       = "k8s.audit.stage_timestamp.clamped"
+	// attrAuditNoop marks a successful write that changed nothing: the apiserver answered a new
+	// request (a new auditID) with the resourceVersion the object already had.
+	attrAuditNoop   = "k8s.audit.noop"
+	eventAuditPatch = "k8s.audit.patch"
 )
 
 // fillObject completes an identity from a body's metadata, never overriding what objectRef
@@ -185,28 +214,6 @@ func clipBody(s string) (string, bool) {
 	return s[:cut], true
 }
 
-// validText replaces each byte of s that is not part of valid UTF-8 with U+FFFD. Exported
-// strings must be UTF-8 (OTLP's protobuf strings are, and a backend may refuse a batch holding
-// one that is not), while patch bodies and error messages are bytes as the client sent them.
-// It runs before any clip, which cuts on character boundaries of valid text.
-func validText(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for len(s) > 0 {
-		r, n := utf8.DecodeRuneInString(s)
-		if r == utf8.RuneError && n == 1 {
-			b.WriteRune(utf8.RuneError)
-		} else {
-			b.WriteString(s[:n])
-		}
-		s = s[n:]
-	}
-	return b.String()
-}
-
 // impliedGroups reports whether groups are exactly those the apiserver gives the user name by
 // itself, so that k8s.audit.user.groups would say nothing user.name does not: a service
 // account's system:serviceaccounts, system:serviceaccounts:<namespace> and
@@ -274,32 +281,4 @@ func putNonEmpty(m pcommon.Map, key, value string) {
 	if value != "" {
 		m.PutStr(key, value)
 	}
-}
-
-// grSet is a set of group/resource entries as the exclusion and redaction lists spell them.
-type grSet map[[2]string]struct{}
-
-func newGRSet(grs []GroupResource) grSet {
-	s := make(grSet, len(grs))
-	for _, gr := range grs {
-		s[[2]string{gr.Group, gr.Resource}] = struct{}{}
-	}
-	return s
-}
-
-func (s grSet) match(group, resource, subresource string) bool {
-	if len(s) == 0 {
-		return false
-	}
-	if _, ok := s[[2]string{group, resource}]; ok {
-		return true
-	}
-	if _, ok := s[[2]string{group, "*"}]; ok {
-		return true
-	}
-	if subresource != "" {
-		_, ok := s[[2]string{group, resource + "/" + subresource}]
-		return ok
-	}
-	return false
 }

@@ -3,6 +3,8 @@ package auditconv
 import (
 	"hash/maphash"
 	"sync/atomic"
+
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
 // symbolTable turns recurring short byte strings into strings without allocating each time:
@@ -42,12 +44,12 @@ func (t *symbolTable) of(b []byte) string {
 	return s
 }
 
-// ofQuoted is of for the bytes between a JSON string's quotes (plain as scanString says):
+// ofQuoted is of for the bytes between a JSON string's quotes (plain as jsonscan.ScanString says):
 // unquoted on the stack, so that a value the table holds costs no allocation even with escapes.
 func (t *symbolTable) ofQuoted(inner []byte, plain bool) string {
 	if plain {
 		return t.of(inner)
 	}
 	var buf [maxSymbolBytes]byte
-	return t.of(appendUnquoted(buf[:0], inner))
+	return t.of(jsonscan.AppendUnquoted(buf[:0], inner))
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 	"github.com/kubetrail/kubetrail/internal/model"
 )
 
@@ -192,10 +193,10 @@ func secretValuesOf(t *testing.T, scenario string) []string {
 	t.Helper()
 	posts, _ := filepath.Glob(filepath.Join(fixturesDir, scenario, "audit-webhook", "*.json"))
 	seen := map[string]bool{}
-	var collect func(t tree)
-	collect = func(obj tree) {
+	var collect func(t jsonscan.Tree)
+	collect = func(obj jsonscan.Tree) {
 		for _, f := range []string{"data", "stringData"} {
-			for _, v := range child(obj, f) {
+			for _, v := range jsonscan.Child(obj, f) {
 				s, _ := v.(string)
 				if s == "" {
 					continue
@@ -206,8 +207,8 @@ func secretValuesOf(t *testing.T, scenario string) []string {
 				}
 			}
 		}
-		if la := str(child(child(obj, "metadata"), "annotations"), lastAppliedAnnotation); la != "" {
-			if inner, ok := parseTree([]byte(la)); ok {
+		if la := jsonscan.Str(jsonscan.Child(jsonscan.Child(obj, "metadata"), "annotations"), lastAppliedAnnotation); la != "" {
+			if inner, ok := jsonscan.ParseTree([]byte(la)); ok {
 				collect(inner)
 			}
 		}
@@ -232,7 +233,7 @@ func secretValuesOf(t *testing.T, scenario string) []string {
 				continue
 			}
 			for _, raw := range []json.RawMessage{it.RequestObject, it.ResponseObject} {
-				if obj, ok := parseTree(raw); ok {
+				if obj, ok := jsonscan.ParseTree(raw); ok {
 					collect(obj)
 				}
 			}

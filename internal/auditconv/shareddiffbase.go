@@ -19,34 +19,6 @@ import (
 	"github.com/kubetrail/kubetrail/internal/redisconf"
 )
 
-// SharedDiffBase shares the last body of each object among the replicas of a gateway through
-// Redis, so that a write is diffed against the body its predecessor left whichever replica
-// received that predecessor (shared_diff_base).
-type SharedDiffBase struct {
-	Redis redisconf.Config `mapstructure:"redis"`
-	// MaxRecordBytes bounds one shared body, compressed: a larger body is kept by the replica
-	// that saw it and not shared.
-	MaxRecordBytes int `mapstructure:"max_record_bytes"`
-}
-
-// defaultMaxRecordBytes holds a compressed body of several hundred KB of JSON: a large
-// ConfigMap is not shared, every Pod and Deployment is (1–3 KB before compression).
-const defaultMaxRecordBytes = 64 << 10
-
-func defaultSharedDiffBase() SharedDiffBase {
-	return SharedDiffBase{Redis: redisconf.Default(), MaxRecordBytes: defaultMaxRecordBytes}
-}
-
-func (s *SharedDiffBase) validate() error {
-	if err := s.Redis.Check("shared_diff_base.redis"); err != nil {
-		return err
-	}
-	if s.MaxRecordBytes <= 0 {
-		return fmt.Errorf("shared_diff_base.max_record_bytes must be positive, got %d", s.MaxRecordBytes)
-	}
-	return nil
-}
-
 // Results of the shared diff base, as counted on otelcol_k8s_audit_diff_base_records.
 const (
 	// ReasonSharedAdopted: a body read from Redis, newer than this replica's, became the base.
@@ -548,16 +520,6 @@ func parseSharedRecord(rec []byte) (rv, uid string, body []byte, ok bool) {
 		return "", "", nil, false
 	}
 	return string(rec[:i]), string(rec[i+1 : i+1+j]), rec[i+2+j:], true
-}
-
-// isMaskAndTag reports whether two string values are the exported mask and a cache tag: a body
-// shared through Redis carries the mask where this replica's carries a tag, and the value
-// behind both is unknown to the comparison, so it is not a change.
-func isMaskAndTag(a, b []byte) bool {
-	if len(a) > len(b) {
-		a, b = b, a
-	}
-	return string(a) == redacted && len(b) == len(redacted)+17 && bytes.HasPrefix(b, []byte(tagPrefix))
 }
 
 // convertShared is convert with the shared diff base around it.

@@ -32,7 +32,7 @@ func FuzzDecode(f *testing.F) {
 		// the filters drop only delimited, the events' storage returned to the pool after the
 		// batch. Whatever the strict decoder accepts, it accepts too; it may accept more (a
 		// malformed body of a filtered event), never fewer.
-		events, err := decodeBodyInto(data, nil, c)
+		events, err := decodeBodyInto(data, nil, &c.filters)
 		if _, plainErr := decodeBody(data); plainErr == nil && err != nil {
 			t.Fatalf("reading bodies as the converter does refused a valid body: %v", err)
 		}
