@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // The attacks of issue 40 (docs/security.md, Doors), each against the memory ID map and real
@@ -42,15 +43,15 @@ func backends(t *testing.T, f func(t *testing.T, cfg func() *Config)) {
 // without value).
 func (h *harness) records() []idMapRecord {
 	h.t.Helper()
-	if rs := h.p.redis; rs != nil {
+	if h.p.redis != nil {
 		ctx := context.Background()
 		c := redis.NewClient(&redis.Options{Addr: redisAddr})
 		defer c.Close()
 		var out []idMapRecord
-		iter := c.Scan(ctx, 0, rs.prefix+"*", 1000).Iterator()
+		iter := c.Scan(ctx, 0, h.p.cfg.IDMap.Redis.KeyPrefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
-			if k == rs.prefix+epochKey {
+			if k == h.p.cfg.IDMap.Redis.KeyPrefix+idmap.EpochKey {
 				continue // the store's own marker of a Redis that lost its records
 			}
 			v, err := c.Get(ctx, k).Result()
@@ -61,19 +62,16 @@ func (h *harness) records() []idMapRecord {
 			if err != nil {
 				h.t.Fatal(err)
 			}
-			out = append(out, idMapRecord{key: strings.TrimPrefix(k, rs.prefix), value: v, expire: time.Now().Add(ttl)})
+			out = append(out, idMapRecord{key: strings.TrimPrefix(k, h.p.cfg.IDMap.Redis.KeyPrefix), value: v, expire: time.Now().Add(ttl)})
 		}
 		return out
 	}
-	m := h.p.store.(*memoryStore)
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	records, marks := h.p.store.(*idmap.MemoryStore).Records()
 	var out []idMapRecord
-	for _, idx := range m.index {
-		e := m.at(idx)
-		out = append(out, idMapRecord{value: e.val, expire: time.Unix(0, e.expire)})
+	for _, r := range records {
+		out = append(out, idMapRecord{value: r.Value, expire: r.Expire})
 	}
-	for range m.dedup.count {
+	for range marks {
 		out = append(out, idMapRecord{value: "(duplicate mark)"})
 	}
 	return out

@@ -23,6 +23,8 @@ import (
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/loglimit"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -52,16 +54,16 @@ type objectLinkProcessor struct {
 	// refresh in flight.
 	discovery *k8sconfig.DiscoveryMapper
 
-	store Store
-	redis *redisStore // nil with the memory backend
+	store idmap.Store
+	redis *idmap.RedisStore // nil with the memory backend
 	// budget counts the spans of each trace for max_spans_per_trace (nil: no bound).
 	budget *traceBudget
 	lookup *ownerLookup
 	// newLookupClients builds the apiserver clients at Start; tests replace it.
 	newLookupClients func() (*k8sconfig.Clients, error)
 
-	windowLogs *logLimiter // the window-mismatch warning, at most once per windowMismatchLogEvery
-	lookupLogs *logLimiter // the failing owner look-ups warning, at most once per lookupFailedLogEvery
+	windowLogs *loglimit.Limiter // the window-mismatch warning, at most once per windowMismatchLogEvery
+	lookupLogs *loglimit.Limiter // the failing owner look-ups warning, at most once per lookupFailedLogEvery
 	// lastSenderWindow is the receivers' window the last check found (0: none, or not ours).
 	lastSenderWindow atomic.Int64
 
@@ -69,7 +71,7 @@ type objectLinkProcessor struct {
 	// joinPending are audit records for Redis that wait for the next batch's round trip.
 	join        *joinMap
 	joinMu      sync.Mutex
-	joinPending []Op
+	joinPending []idmap.Op
 
 	heldMu sync.Mutex
 	held   []heldSpan
@@ -117,13 +119,13 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		unsent: ptrace.NewTraces(),
 		id:     set.ID,
 
-		windowLogs: newLogLimiter(windowMismatchLogEvery),
-		lookupLogs: newLogLimiter(lookupFailedLogEvery),
+		windowLogs: loglimit.New(windowMismatchLogEvery),
+		lookupLogs: loglimit.New(lookupFailedLogEvery),
 	}
 	evicted := func(reason string) {
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
-	mem := newMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	mem := idmap.NewMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
 	if cfg.MaxSpansPerTrace > 0 {
 		p.budget = newTraceBudget(cfg.MaxSpansPerTrace, cfg.Window, func(d int64) {
 			tel.K8sObjectLinkTraceCounts.Add(context.Background(), d)
@@ -136,7 +138,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 	}
 	switch cfg.IDMap.Backend {
 	case BackendRedis:
-		rs, err := newRedisStore(cfg.IDMap.Redis, mem, clk.Now, tel, set.Logger)
+		rs, err := idmap.NewRedisStore(cfg.IDMap.Redis, mem, clk.Now, idMapTelemetry{tel}, set.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -155,14 +157,14 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) error {
 	p.host = host
 	if p.redis != nil {
-		p.redis.setStatusReporter(func(err error) {
+		p.redis.SetStatusReporter(func(err error) {
 			if err != nil {
 				componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(err))
 			} else {
 				componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
 			}
 		})
-		if err := p.redis.start(); err != nil {
+		if err := p.redis.Start(); err != nil {
 			return err
 		}
 	}
@@ -256,7 +258,7 @@ func (p *objectLinkProcessor) Capabilities() consumer.Capabilities {
 // ConsumeTraces implements consumer.Traces.
 func (p *objectLinkProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	if p.store == nil {
-		return errStoreClosed
+		return idmap.ErrClosed
 	}
 	p.tel.K8sObjectLinkSpansIn.Add(ctx, int64(td.SpanCount()))
 	now := p.clock.Now()
@@ -285,9 +287,9 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 		return nil
 	}
 	if len(res.marks) > 0 {
-		undo := make([]Op, len(res.marks))
+		undo := make([]idmap.Op, len(res.marks))
 		for i, key := range res.marks {
-			undo[i] = Op{Kind: OpDelete, Key: key}
+			undo[i] = idmap.Op{Kind: idmap.OpDelete, Key: key}
 		}
 		if store := p.store; store != nil {
 			_ = store.Do(context.WithoutCancel(ctx), undo)
@@ -609,12 +611,12 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 			continue
 		}
 		seen[id] = struct{}{}
-		r.writes = append(r.writes, Op{Kind: OpSetIfAbsent, Key: dedupKey(id), ExpireAt: dedupExpiry})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.DedupKey(id), ExpireAt: dedupExpiry})
 		dedupIdx = append(dedupIdx, i)
 	}
 	nDedup := len(r.writes)
 	for name, uid := range r.names {
-		r.writes = append(r.writes, Op{Kind: OpSet, Key: nameKey(name), Value: uid, ExpireAt: now.Add(p.cfg.RelationTTL)})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.NameKey(name), Value: uid, ExpireAt: now.Add(p.cfg.RelationTTL)})
 	}
 	for _, n := range r.order {
 		if n.direct && !n.obj.Owner.IsZero() {
@@ -627,7 +629,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	r.writes = r.writes[nDedup:]
 	for j := range dedupOps {
 		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
-		r.queue(dedupOps[j], func(op *Op) {
+		r.queue(dedupOps[j], func(op *idmap.Op) {
 			if op.Found {
 				it.dup = true
 			} else {
@@ -653,7 +655,7 @@ func (p *objectLinkProcessor) queueSpanCounts(r *resolver, now time.Time) {
 	}
 	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	for t, n := range pending {
-		r.queue(Op{Kind: OpIncr, Key: spanCountKey(t), Value: strconv.FormatInt(n, 10), ExpireAt: expiry}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpIncr, Key: idmap.SpanCountKey(t), Value: strconv.FormatInt(n, 10), ExpireAt: expiry}, func(op *idmap.Op) {
 			p.budget.learn(t, op.Value, now)
 		})
 	}
@@ -686,7 +688,7 @@ func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.
 	}
 	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	for _, c := range r.conts {
-		r.queue(Op{Kind: OpSetIfAbsent, Key: dedupKey(c.span), ExpireAt: expiry}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.DedupKey(c.span), ExpireAt: expiry}, func(op *idmap.Op) {
 			c.emit = !op.Found
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -52,9 +53,9 @@ type node struct {
 	state    nodeState
 	inflight bool
 
-	asg     assignment
+	asg     idmap.Assignment
 	won     bool
-	prev    assignment
+	prev    idmap.Assignment
 	hasPrev bool
 
 	owner      *node
@@ -140,10 +141,10 @@ type resolver struct {
 	order []*node
 	names map[string]string // name key → UID learned from this batch's spans
 
-	ops     []Op
-	cbs     []func(*Op)
+	ops     []idmap.Op
+	cbs     []func(*idmap.Op)
 	count   resolverCounts
-	writes  []Op // relation and name index writes, sent with the next round
+	writes  []idmap.Op // relation and name index writes, sent with the next round
 	lookups []*node
 
 	// conts are the continuation spans the batch needs (tracebudget.go), by span ID; spanCounts are
@@ -190,7 +191,7 @@ func (r *resolver) countSpans(t pcommon.TraceID, n int64) {
 // (the store, mapper and look-up are set at Start), so the resolver never reaches back into the
 // processor.
 type resolverDeps struct {
-	store  Store
+	store  idmap.Store
 	mapper model.Mapper
 	lookup *ownerLookup // nil without owner_lookup
 	logger *zap.Logger
@@ -240,7 +241,7 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 // apiserver unreachable, slow past owner_lookup.timeout, or answering 5xx): the objects they were
 // for are placed from spans and relations only, as roots when nothing else names their owner.
 func (p *objectLinkProcessor) lookupFailed(err error) {
-	suppressed, ok := p.lookupLogs.allow("lookup", p.clock.Now())
+	suppressed, ok := p.lookupLogs.Allow("lookup", p.clock.Now())
 	if !ok {
 		return
 	}
@@ -382,7 +383,7 @@ func (r *resolver) linkOwner(n *node) {
 	}
 }
 
-func (r *resolver) queue(op Op, cb func(*Op)) {
+func (r *resolver) queue(op idmap.Op, cb func(*idmap.Op)) {
 	r.ops = append(r.ops, op)
 	r.cbs = append(r.cbs, cb)
 }
@@ -414,7 +415,7 @@ func later(a, b time.Time) time.Time {
 func (r *resolver) localRound() {
 	done := 0
 	for done < len(r.order) {
-		var ops []Op
+		var ops []idmap.Op
 		var targets []*node
 		var rel []bool
 		for _, n := range r.order[done:] {
@@ -422,10 +423,10 @@ func (r *resolver) localRound() {
 				continue
 			}
 			n.localDone = true
-			ops = append(ops, Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)})
+			ops = append(ops, idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)})
 			targets, rel = append(targets, n), append(rel, false)
 			if n.obj.Owner.IsZero() && n.id.key.HasUIDKey() {
-				ops = append(ops, Op{Kind: OpGet, Key: relationKey(n.id.key)})
+				ops = append(ops, idmap.Op{Kind: idmap.OpGet, Key: idmap.RelationKey(n.id.key)})
 				targets, rel = append(targets, n), append(rel, true)
 			}
 		}
@@ -437,7 +438,7 @@ func (r *resolver) localRound() {
 		for i, n := range targets {
 			switch {
 			case rel[i]:
-				if owner, ok := decodeOwner(ops[i].Value); ops[i].Found && ok {
+				if owner, ok := idmap.DecodeOwner(ops[i].Value); ops[i].Found && ok {
 					n.obj.Owner = owner
 					r.count.relationHit++
 				} else if authoritative {
@@ -461,10 +462,10 @@ func (r *resolver) localRound() {
 
 // settle records n's assignment as read or written.
 func (r *resolver) settle(n *node, value string, won bool) {
-	a, ok := decodeAssignment(value)
+	a, ok := idmap.DecodeAssignment(value)
 	if !ok {
 		// A malformed record under our prefix: derive the root assignment rather than fail.
-		a = assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
+		a = idmap.Assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
 	}
 	n.asg, n.won, n.state = a, won, stFinal
 	if won {
@@ -482,7 +483,7 @@ func (r *resolver) plan(n *node) bool {
 	switch n.state {
 	case stName:
 		n.inflight = true
-		r.queue(Op{Kind: OpGet, Key: nameKey(n.obj.NameKey())}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.NameKey(n.obj.NameKey())}, func(op *idmap.Op) {
 			n.inflight = false
 			n.state = stQuery
 			if op.Found && op.Value != "" {
@@ -502,7 +503,7 @@ func (r *resolver) plan(n *node) bool {
 		}
 		n.inflight = true
 		// The expiry lets a cache in front keep what it reads: an assignment never changes.
-		r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)}, func(op *idmap.Op) {
 			n.inflight = false
 			if op.Found {
 				r.settle(n, op.Value, false)
@@ -579,9 +580,9 @@ func (r *resolver) ownerReady(n *node) bool {
 func (r *resolver) queueRelation(n *node) {
 	n.relQueried = true
 	n.inflight = true
-	r.queue(Op{Kind: OpGet, Key: relationKey(n.id.key)}, func(op *Op) {
+	r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.RelationKey(n.id.key)}, func(op *idmap.Op) {
 		n.inflight = false
-		if owner, ok := decodeOwner(op.Value); op.Found && ok {
+		if owner, ok := idmap.DecodeOwner(op.Value); op.Found && ok {
 			r.count.relationHit++
 			if n.obj.Owner.IsZero() {
 				n.obj.Owner = owner
@@ -594,7 +595,7 @@ func (r *resolver) queueRelation(n *node) {
 
 // create writes n's candidate assignment; whoever wrote first, replica or batch, wins.
 func (r *resolver) create(n *node) {
-	var cand assignment
+	var cand idmap.Assignment
 	cand.SpanID = model.ObjectSpanID(n.id.key, n.window)
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
@@ -626,18 +627,18 @@ func (r *resolver) create(n *node) {
 		// wins), with the assignment's round trip and life.
 		exp := r.asgExpiry(n.window)
 		if n.root || n.owner == nil {
-			r.writes = append(r.writes, Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
+			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
 		}
-		r.writes = append(r.writes, Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
 	}
-	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
-		func(op *Op) {
+	r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.AssignmentKey(n.id.key, n.window), Value: cand.Encode(), ExpireAt: r.asgExpiry(n.window)},
+		func(op *idmap.Op) {
 			n.inflight = false
 			r.settle(n, op.Value, !op.Found)
 		})
 	prevW := n.window.Add(-r.deps.window)
-	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *Op) {
-		if a, ok := decodeAssignment(op.Value); op.Found && ok {
+	r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *idmap.Op) {
+		if a, ok := idmap.DecodeAssignment(op.Value); op.Found && ok {
 			n.prev, n.hasPrev = a, true
 		}
 	})
@@ -766,7 +767,7 @@ func (r *resolver) writeRelation(n *node) {
 	if !n.id.key.HasUIDKey() || n.obj.Owner.IsZero() {
 		return
 	}
-	r.writes = append(r.writes, Op{Kind: OpSet, Key: relationKey(n.id.key), Value: encodeOwner(n.obj.Owner),
+	r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.RelationKey(n.id.key), Value: idmap.EncodeOwner(n.obj.Owner),
 		ExpireAt: r.now.Add(r.deps.relationTTL)})
 }
 

@@ -9,11 +9,11 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -54,7 +54,7 @@ func TestAnAssignmentReadFromRedisIsCachedInFront(t *testing.T) {
 	a.consume(audit(deploy, "on-a", base.Add(time.Second)))
 	b.consume(audit(deploy, "on-b", base.Add(2*time.Second)))
 
-	if _, _, ok := b.p.redis.cache.peek(assignmentKey(deploy.Key(), base)); !ok {
+	if !b.p.redis.Cached(idmap.AssignmentKey(deploy.Key(), base)) {
 		t.Fatal("the assignment b read from Redis must be in b's memory cache")
 	}
 	assertChild(t, a.one("Deployment default/demo"), b.activitySpan("audit on-b"))
@@ -113,10 +113,7 @@ func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
 	if err := h.p.ConsumeTraces(ctx, batch(audit(deploy, "second", base.Add(2*time.Second)))); err != nil {
 		t.Fatal(err)
 	}
-	h.p.redis.mu.Lock()
-	down := h.p.redis.down
-	h.p.redis.mu.Unlock()
-	if down {
+	if h.p.redis.Down() {
 		t.Fatal("a cancelled caller must not mark Redis down")
 	}
 	if len(h.objectSpans()) != 0 {
@@ -165,26 +162,6 @@ func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the held spans gauge must be reported")
-	}
-}
-
-func TestABurstOfDuplicateMarksWithinOneGenerationStaysWithinMaxEntries(t *testing.T) {
-	// 10k spans/s for the few minutes of one generation are millions of marks: the bound must
-	// hold inside a generation too, not only once a second one begins.
-	c := newFakeClock(t0)
-	m := newMemoryStore(MemoryConfig{MaxEntries: 64, MaxBytes: 1 << 20}, c.Now, nil)
-	for i := range 1000 {
-		id := pcommon.SpanID{byte(i), byte(i >> 8), 1, 2, 3, 4, 5, 6}
-		_ = m.Do(context.Background(), []Op{{Kind: OpSetIfAbsent, Key: dedupKey(id), ExpireAt: t0.Add(time.Hour)}})
-	}
-	if m.dedup.count > 64 {
-		t.Fatalf("marks must stay within max_entries, %d held", m.dedup.count)
-	}
-	last := pcommon.SpanID{999 & 0xff, 999 >> 8, 1, 2, 3, 4, 5, 6}
-	ops := []Op{{Kind: OpSetIfAbsent, Key: dedupKey(last), ExpireAt: t0.Add(time.Hour)}}
-	_ = m.Do(context.Background(), ops)
-	if !ops[0].Found {
-		t.Fatal("the most recent mark must still be known")
 	}
 }
 
