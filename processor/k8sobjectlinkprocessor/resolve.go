@@ -2,11 +2,9 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
@@ -230,42 +228,6 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		ownerWait:   p.cfg.OwnerWait,
 		markGrafts:  p.cfg.TraceContext.Nest,
 	}
-}
-
-// lookupForbidden reports a forbidden owner look-up; spans keep flowing (as roots or through
-// relations). A resource owner_lookup.resources lists is a configuration the RBAC contradicts,
-// which will not fix itself: an error and a permanent status, once. With every resource looked
-// up (no list), RBAC that grants some resources and not others is the normal case: a warning
-// once per resource, naming it.
-// lookupFailed warns, at most once per lookupFailedLogEvery, that owner look-ups fail (an
-// apiserver unreachable, slow past owner_lookup.timeout, or answering 5xx): the objects they were
-// for are placed from spans and relations only, as roots when nothing else names their owner.
-func (p *objectLinkProcessor) lookupFailed(err error) {
-	suppressed, ok := p.lookupLogs.Allow("lookup", p.clock.Now())
-	if !ok {
-		return
-	}
-	p.logger.Warn("Owner look-ups are failing; objects whose owner no span or relation names are placed as roots until the apiserver answers",
-		zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))
-}
-
-func (p *objectLinkProcessor) lookupForbidden(gr schema.GroupResource, listed bool, err error) {
-	if p.host == nil {
-		return
-	}
-	if _, seen := p.forbiddenResources.LoadOrStore(gr, true); seen {
-		return
-	}
-	if listed {
-		p.logger.Error("Owner look-ups of a resource owner_lookup.resources lists are forbidden; grant get on it or remove it from the list",
-			zap.String("resource", gr.String()), zap.Error(err))
-		p.forbiddenOnce.Do(func() {
-			componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
-		})
-		return
-	}
-	p.logger.Warn("Owner look-ups of this resource are forbidden: its objects are placed from spans and relations only; grant get on it, or list the resources the RBAC grants in owner_lookup.resources",
-		zap.String("resource", gr.String()), zap.Error(err))
 }
 
 func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
@@ -769,75 +731,4 @@ func (r *resolver) writeRelation(n *node) {
 	}
 	r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.RelationKey(n.id.key), Value: idmap.EncodeOwner(n.obj.Owner),
 		ExpireAt: r.now.Add(r.deps.relationTTL)})
-}
-
-// objectSpan writes n's object span into b.
-func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
-	s := p.appendObjectSpan(b, n, n.asg.TraceID, n.asg.SpanID, n.asg.Parent)
-	if n.hasPrev {
-		l := s.Links().AppendEmpty()
-		l.SetTraceID(n.prev.TraceID)
-		l.SetSpanID(n.prev.SpanID)
-		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypePreviousWindow)
-	}
-	for _, tc := range n.contexts {
-		l := s.Links().AppendEmpty()
-		l.SetTraceID(tc.TraceID)
-		l.SetSpanID(tc.SpanID)
-		l.SetFlags(uint32(tc.Flags))
-		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
-	}
-	if n.placed() {
-		p.pointerSpan(b, n)
-	}
-}
-
-// continuationSpan writes the object's span in a continuation trace into b: the same object
-// span, a root of that trace, saying which trace it goes on from and linked to its span there.
-func (p *objectLinkProcessor) continuationSpan(b *model.TracesBuilder, c *continuation) {
-	n := c.node
-	s := p.appendObjectSpan(b, n, c.trace, c.span, pcommon.SpanID{})
-	s.Attributes().PutStr(model.AttrTraceContinues, n.asg.TraceID.String())
-	l := s.Links().AppendEmpty()
-	l.SetTraceID(n.asg.TraceID)
-	l.SetSpanID(n.asg.SpanID)
-	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeContinuation)
-}
-
-// appendObjectSpan appends to b an object span of n with the given IDs.
-func (p *objectLinkProcessor) appendObjectSpan(b *model.TracesBuilder, n *node, trace pcommon.TraceID, span, parent pcommon.SpanID) ptrace.Span {
-	s := b.AppendSpan(n.obj)
-	s.SetTraceID(trace)
-	s.SetSpanID(span)
-	s.SetParentSpanID(parent)
-	s.SetName(n.obj.ServiceName())
-	s.SetKind(ptrace.SpanKindInternal)
-	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
-	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
-	attrs := s.Attributes()
-	n.obj.PutOwner(attrs)
-	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
-	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
-	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {
-		attrs.PutStr(model.AttrNodeName, n.nodeName)
-	}
-	return s
-}
-
-// observe takes from an activity span of n what n's object span repeats: the trace contexts
-// its trace_context links point at (each distinct one once: every write to an annotated object
-// carries the same context until it changes) and the node a Pod span names.
-func (n *node) observe(s ptrace.Span) {
-	if v, ok := s.Attributes().Get(model.AttrNodeName); ok && v.Str() != "" {
-		n.nodeName = v.Str()
-	}
-	for _, l := range s.Links().All() {
-		tc, ok := linkedTraceContext(l)
-		if !ok {
-			continue
-		}
-		if !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
-			n.contexts = append(n.contexts, tc)
-		}
-	}
 }
