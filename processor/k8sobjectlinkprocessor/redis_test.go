@@ -303,3 +303,83 @@ func TestAForeignKeyUnderThePrefixDoesNotStopTheBatch(t *testing.T) {
 		t.Fatal("a per-key reply error must not be taken for an outage")
 	}
 }
+
+func TestAnAssignmentReadFromRedisIsCachedInFront(t *testing.T) {
+	// Replica b reads the assignment replica a wrote; it never changes in its window, so b's
+	// next batches must find it in the memory cache instead of asking Redis again.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	clk := newFakeClock(now)
+	a, b := newHarness(t, cfg, clk), newHarness(t, cfg, clk)
+	a.consume(audit(deploy, "on-a", base.Add(time.Second)))
+	b.consume(audit(deploy, "on-b", base.Add(2*time.Second)))
+
+	if !b.p.redis.Cached(idmap.AssignmentKey(deploy.Key(), base)) {
+		t.Fatal("the assignment b read from Redis must be in b's memory cache")
+	}
+	assertChild(t, a.one("Deployment default/demo"), b.activitySpan("audit on-b"))
+}
+
+func TestARedisThatRefusesEveryWriteIsAnOutageNotAStreamOfWonAssignments(t *testing.T) {
+	// maxmemory reached (OOM), a replica after failover (READONLY), a dataset loading (LOADING),
+	// a user without the commands (NOPERM): reply errors about the server, not one record. Taken
+	// per record, every SET NX "wins" and every batch emits its object spans again.
+	srv := startThrowawayRedis(t, 0)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	if err := raw.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := redisConfig(t, srv.Addr())
+	cfg.IDMap.Redis.RetryMaxBackoff = time.Hour // stay down for the test: the probe's ping would pass
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, sink, newFakeClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	h := &harness{t: t, p: p, sink: sink}
+	h.consume(audit(deploy, "d1", base.Add(time.Second)))
+	h.consume(audit(deploy, "d2", base.Add(2*time.Second)), audit(deploy, "d1", base.Add(time.Second)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit d1"))
+	assertChild(t, obj, h.activitySpan("audit d2"))
+	if st := host.statuses(); len(st) == 0 || st[0] != componentstatus.StatusRecoverableError {
+		t.Fatalf("a Redis refusing writes must be reported as a recoverable error, got %v", st)
+	}
+}
+
+func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
+	// The audit webhook's request context ends when the apiserver gives up on the request; that
+	// says nothing about Redis, and taking it for an outage would send this replica to memory,
+	// where its assignments can disagree with the other replicas'.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	other := newHarness(t, cfg, newFakeClock(now))
+	other.consume(audit(deploy, "first", base.Add(time.Second)))
+
+	h := newHarness(t, cfg, newFakeClock(now))
+	ctx, cancel := context.WithCancel(trustedCtx)
+	cancel()
+	if err := h.p.ConsumeTraces(ctx, batch(audit(deploy, "second", base.Add(2*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	if h.p.redis.Down() {
+		t.Fatal("a cancelled caller must not mark Redis down")
+	}
+	if len(h.objectSpans()) != 0 {
+		t.Fatal("the other replica wrote the assignment first: this one must not emit the object span")
+	}
+	assertChild(t, other.one("Deployment default/demo"), h.activitySpan("audit second"))
+}
