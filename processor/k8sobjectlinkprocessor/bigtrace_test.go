@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
-	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -261,54 +259,4 @@ func TestARefusedBatchOwesItsContinuationSpans(t *testing.T) {
 		t.Fatal("the window's trace never filled: nothing was refused")
 	}
 	checkTraceChain(t, tracesOf(sink), first, cfg.MaxSpansPerTrace, 3*50, activities)
-}
-
-// TestSpanCountsAddUpInRedisAcrossAnOutage: OpIncr totals what every caller added, in memory
-// and in Redis, and what was added while Redis was away is added to it once it is back (the
-// amounts, not the local totals).
-func TestSpanCountsAddUpInRedisAcrossAnOutage(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		m := newMemoryStore(memoryConfig().IDMap.Memory, time.Now, nil)
-		for i, want := range []string{"5", "12"} {
-			ops := []Op{{Kind: OpIncr, Key: "c:t", Value: []string{"5", "7"}[i], ExpireAt: time.Now().Add(time.Minute)}}
-			if err := m.Do(context.Background(), ops); err != nil || ops[0].Value != want {
-				t.Fatalf("increment %d: total %q (%v), want %s", i, ops[0].Value, err, want)
-			}
-		}
-	})
-	t.Run("redis through an outage", func(t *testing.T) {
-		srv := startThrowawayRedis(t, 0)
-		cfg := redisConfig(t, srv.Addr())
-		cfg.IDMap.Redis.Timeout = 200 * time.Millisecond
-		cfg.IDMap.Redis.RetryMaxBackoff = 100 * time.Millisecond
-		s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close(context.Background())
-		incr := func(n string) string {
-			ops := []Op{{Kind: OpIncr, Key: "c:t", Value: n, ExpireAt: time.Now().Add(time.Minute)}}
-			if err := s.Do(context.Background(), ops); err != nil {
-				t.Fatal(err)
-			}
-			return ops[0].Value
-		}
-		if got := incr("100"); got != "100" {
-			t.Fatalf("first total %s, want 100", got)
-		}
-		srv.Stop()
-		incr("30") // from memory
-		incr("20")
-		srv2 := startThrowawayRedis(t, srv.Port) // back, empty
-		raw := redis.NewClient(&redis.Options{Addr: srv2.Addr()})
-		defer raw.Close()
-		key := cfg.IDMap.Redis.KeyPrefix + "c:t"
-		waitFor(t, func() bool { return raw.Exists(context.Background(), key).Val() == 1 })
-		if v := raw.Get(context.Background(), key).Val(); v != "50" {
-			t.Fatalf("Redis holds %s after the replay, want the 50 added during the outage", v)
-		}
-		if ttl := raw.PTTL(context.Background(), key).Val(); ttl <= 0 {
-			t.Fatalf("the counter must expire, PTTL %v", ttl)
-		}
-	})
 }

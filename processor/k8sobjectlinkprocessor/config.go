@@ -13,6 +13,7 @@ import (
 	"github.com/kubetrail/kubetrail/internal/k8sconfig"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/redisconf"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // defaultMaxSpansPerTrace and minMaxSpansPerTrace: see Config.MaxSpansPerTrace. Below 100 spans
@@ -24,8 +25,8 @@ const (
 
 // Backend names of the ID map.
 const (
-	BackendMemory = "memory"
-	BackendRedis  = "redis"
+	BackendMemory = idmap.BackendMemory
+	BackendRedis  = idmap.BackendRedis
 )
 
 // Redis deployment modes.
@@ -129,29 +130,17 @@ type APIServerJoinConfig struct {
 	MaxBytes   int64         `mapstructure:"max_bytes"`
 }
 
-// IDMapConfig selects and configures the ID map backend.
-type IDMapConfig struct {
-	Backend string       `mapstructure:"backend"`
-	Memory  MemoryConfig `mapstructure:"memory"`
-	Redis   RedisConfig  `mapstructure:"redis"`
-}
-
-// MemoryConfig bounds the in-memory ID map (and the cache in front of Redis).
-type MemoryConfig struct {
-	MaxEntries int   `mapstructure:"max_entries"`
-	MaxBytes   int64 `mapstructure:"max_bytes"`
-}
-
-// RedisConfig is the shared ID map. One address is a standalone server, several are a Cluster,
-// and a sentinel_master_name makes them Sentinels.
-type RedisConfig struct {
-	redisconf.Config `mapstructure:",squash"`
-	// RetryMaxBackoff caps the pause between reconnection attempts during an outage.
-	RetryMaxBackoff time.Duration `mapstructure:"retry_max_backoff"`
-	// MaxPendingWrites bounds the records written to memory during an outage that are replayed
-	// to Redis when it returns.
-	MaxPendingWrites int `mapstructure:"max_pending_writes"`
-}
+// The ID map's configuration (id_map) is its package's (internal/idmap), named here as well so
+// that the processor's configuration reads as one.
+type (
+	// IDMapConfig selects and configures the ID map backend.
+	IDMapConfig = idmap.Config
+	// MemoryConfig bounds the in-memory ID map (and the cache in front of Redis).
+	MemoryConfig = idmap.MemoryConfig
+	// RedisConfig is the shared ID map. One address is a standalone server, several are a
+	// Cluster, and a sentinel_master_name makes them Sentinels.
+	RedisConfig = idmap.RedisConfig
+)
 
 // OwnerLookupConfig is the apiserver client for owner look-ups.
 type OwnerLookupConfig struct {
@@ -193,15 +182,7 @@ func createDefaultConfig() *Config {
 			FollowWindows:   2,
 			MaxWaitingSpans: 10000,
 		},
-		IDMap: IDMapConfig{
-			Backend: BackendMemory,
-			Memory:  MemoryConfig{MaxEntries: 1_000_000, MaxBytes: 256 << 20},
-			Redis: RedisConfig{
-				Config:           redisconf.Default(),
-				RetryMaxBackoff:  30 * time.Second,
-				MaxPendingWrites: 100_000,
-			},
-		},
+		IDMap: idmap.DefaultConfig(),
 		OwnerLookup: configoptional.Default(OwnerLookupConfig{
 			APIConfig: k8sconfig.DefaultAPIConfig(),
 			CacheTTL:  5 * time.Minute,
@@ -239,20 +220,8 @@ func (c *Config) Validate() error {
 	if err := c.Doors.validate(); err != nil {
 		return err
 	}
-	if c.IDMap.Memory.MaxEntries <= 0 {
-		return fmt.Errorf("id_map.memory.max_entries must be positive, got %d", c.IDMap.Memory.MaxEntries)
-	}
-	if c.IDMap.Memory.MaxBytes <= 0 {
-		return fmt.Errorf("id_map.memory.max_bytes must be positive, got %d", c.IDMap.Memory.MaxBytes)
-	}
-	switch c.IDMap.Backend {
-	case BackendMemory:
-	case BackendRedis:
-		if err := c.IDMap.Redis.validate(); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("id_map.backend %q is not one of memory, redis", c.IDMap.Backend)
+	if err := c.IDMap.Check(); err != nil {
+		return err
 	}
 	if l := c.OwnerLookup.Get(); l != nil {
 		if err := l.APIConfig.Validate(); err != nil {
@@ -294,22 +263,6 @@ func (d *DoorsConfig) validate() error {
 		if len(h.Secret) < minHopSecretBytes {
 			return fmt.Errorf("doors.trusted_hop.secret must be at least %d bytes", minHopSecretBytes)
 		}
-	}
-	return nil
-}
-
-func (r *RedisConfig) validate() error {
-	if len(r.Addresses) == 0 {
-		return errors.New("id_map.redis.addresses must name at least one host:port when id_map.backend is redis")
-	}
-	if err := r.Check("id_map.redis"); err != nil {
-		return err
-	}
-	if r.RetryMaxBackoff <= 0 {
-		return fmt.Errorf("id_map.redis.retry_max_backoff must be positive, got %s", r.RetryMaxBackoff)
-	}
-	if r.MaxPendingWrites < 0 {
-		return fmt.Errorf("id_map.redis.max_pending_writes must not be negative, got %d", r.MaxPendingWrites)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kubetrail/kubetrail/internal/door"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // Doors (docs/design.md, Doors). Only spans of a trusted door write the trail: those kubetrail's
@@ -65,7 +66,7 @@ type guest struct {
 	deadline   time.Time
 	force      bool
 
-	asg   assignment
+	asg   idmap.Assignment
 	found bool
 }
 
@@ -90,25 +91,25 @@ func (p *objectLinkProcessor) queueGuests(r *resolver, gb *guestBatch) {
 	if len(gb.guests) == 0 {
 		return
 	}
-	ops := make([]Op, len(gb.guests))
+	ops := make([]idmap.Op, len(gb.guests))
 	for i := range gb.guests {
 		g := &gb.guests[i]
 		w := time.Unix(0, g.id.window)
-		ops[i] = Op{Kind: OpGet, Key: assignmentKey(g.id.key, w), ExpireAt: r.asgExpiry(w)}
+		ops[i] = idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(g.id.key, w), ExpireAt: r.asgExpiry(w)}
 	}
 	authoritative := r.deps.store.Local(ops)
 	for i := range gb.guests {
 		g := &gb.guests[i]
 		if ops[i].Found {
-			g.asg, g.found = decodeAssignment(ops[i].Value)
+			g.asg, g.found = idmap.DecodeAssignment(ops[i].Value)
 			continue
 		}
 		if authoritative {
 			continue
 		}
-		r.queue(Op{Kind: OpGet, Key: ops[i].Key, ExpireAt: ops[i].ExpireAt}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpGet, Key: ops[i].Key, ExpireAt: ops[i].ExpireAt}, func(op *idmap.Op) {
 			if op.Found {
-				g.asg, g.found = decodeAssignment(op.Value)
+				g.asg, g.found = idmap.DecodeAssignment(op.Value)
 			}
 		})
 	}

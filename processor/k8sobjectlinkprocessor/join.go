@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // The apiserver traces its own requests (KEP-647, --tracing-config-file): the server span of
@@ -117,11 +118,11 @@ func (m *joinMap) claim(auditID string, rec joinRecord) (joinRecord, bool) {
 	m.bytes += int64(len(auditID)) + joinEntryOverhead
 	for m.order.Len() > m.maxEntries {
 		m.remove(m.order.Front())
-		m.onEvict(reasonMaxEntries)
+		m.onEvict(idmap.ReasonMaxEntries)
 	}
 	for m.bytes > m.maxBytes && m.order.Len() > 0 {
 		m.remove(m.order.Front())
-		m.onEvict(reasonMaxBytes)
+		m.onEvict(idmap.ReasonMaxBytes)
 	}
 	return joinRecord{}, false
 }
@@ -210,8 +211,8 @@ type joinBatch struct {
 // service's, or the apiserver's without a request's server span) leaves them for the next.
 func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch, hasItems bool) {
 	expire := r.now.Add(p.cfg.APIServerJoin.TTL)
-	var asks []Op
-	var answers []func(*Op)
+	var asks []idmap.Op
+	var answers []func(*idmap.Op)
 	for _, req := range jb.requests {
 		rec := joinRecord{side: sideRequest, traceID: req.span.TraceID(), spanID: req.span.SpanID()}
 		if other, ok := p.join.claim(req.auditID, rec); ok && other.side == sideAudit {
@@ -223,8 +224,8 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch, hasItems 
 			continue
 		}
 		span, id := req.span, req.auditID
-		asks = append(asks, Op{Kind: OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire})
-		answers = append(answers, func(op *Op) {
+		asks = append(asks, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: joinKey(id), Value: rec.encode(), ExpireAt: expire})
+		answers = append(answers, func(op *idmap.Op) {
 			if other, ok := decodeJoinRecord(op.Value); op.Found && ok && other.side == sideAudit {
 				linkJoined(span, id, other)
 				p.tel.K8sObjectLinkApiserverJoins.Add(r.ctx, 1, metricSource(sourceRedis))
@@ -239,7 +240,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch, hasItems 
 	// another replica's request span be in Redis already, that pair stays unjoined: its audit
 	// span has left.
 	for _, op := range p.takeJoinPending() {
-		r.queue(op, func(*Op) {})
+		r.queue(op, func(*idmap.Op) {})
 	}
 	for i := range asks {
 		r.queue(asks[i], answers[i])
@@ -266,22 +267,22 @@ func (p *objectLinkProcessor) joinAudits(r *resolver, items []item, jb *joinBatc
 			continue // joined in memory after the rewrite
 		}
 		idx := i
-		cb := func(op *Op) {
+		cb := func(op *idmap.Op) {
 			if other, ok := decodeJoinRecord(op.Value); op.Found && ok {
 				if other.side == sideRequest {
 					jb.target[idx] = other
 				}
 				return
 			}
-			if op.Kind == OpGet {
+			if op.Kind == idmap.OpGet {
 				jb.deferred[idx] = true
 			}
 		}
 		if n := it.node.resolve(); n.state == stFinal {
 			rec := joinRecord{side: sideAudit, traceID: n.asg.TraceID, spanID: it.span.SpanID()}
-			r.queue(Op{Kind: OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(), ExpireAt: expire}, cb)
+			r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(), ExpireAt: expire}, cb)
 		} else {
-			r.queue(Op{Kind: OpGet, Key: joinKey(it.auditID)}, cb)
+			r.queue(idmap.Op{Kind: idmap.OpGet, Key: joinKey(it.auditID)}, cb)
 		}
 	}
 }
@@ -316,7 +317,7 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 		if jb.deferred[i] {
 			p.joinMu.Lock()
 			if len(p.joinPending) < p.cfg.APIServerJoin.MaxEntries {
-				p.joinPending = append(p.joinPending, Op{Kind: OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(),
+				p.joinPending = append(p.joinPending, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(),
 					ExpireAt: now.Add(p.cfg.APIServerJoin.TTL)})
 			} else {
 				p.tel.K8sObjectLinkApiserverJoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(attrReason, reasonJoinPendingFull)))
@@ -327,7 +328,7 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 }
 
 // takeJoinPending hands the audit records waiting for a round trip to this batch's first one.
-func (p *objectLinkProcessor) takeJoinPending() []Op {
+func (p *objectLinkProcessor) takeJoinPending() []idmap.Op {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	ops := p.joinPending

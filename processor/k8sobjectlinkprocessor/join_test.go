@@ -255,9 +255,9 @@ func TestAPIServerJoinThroughRedis(t *testing.T) {
 	t.Run("the audit side when known in memory goes out in the same single round trip", func(t *testing.T) {
 		a, b := pair(t)
 		a.consume(audit(deploy, "first", t0))
-		trips := a.p.redis.roundTrips.Load()
+		trips := a.p.redis.RoundTrips()
 		a.consume(auditOf(deploy, id, t0.Add(time.Second)))
-		if got := a.p.redis.roundTrips.Load() - trips; got != 1 {
+		if got := a.p.redis.RoundTrips() - trips; got != 1 {
 			t.Fatalf("%d round trips for a batch of a known object, want 1", got)
 		}
 		b.consumeTraces(apiserverRequest(id, 1, t0.Add(time.Second)))
@@ -322,9 +322,9 @@ func TestAPIServerJoinAddsNoRedisRoundTrip(t *testing.T) {
 	}
 	trips := func(h *harness, td ptrace.Traces) int64 {
 		h.t.Helper()
-		before := h.p.redis.roundTrips.Load()
+		before := h.p.redis.RoundTrips()
 		h.consumeTraces(td)
-		return h.p.redis.roundTrips.Load() - before
+		return h.p.redis.RoundTrips() - before
 	}
 	links := func(hs ...*harness) int {
 		n := 0
@@ -338,10 +338,7 @@ func TestAPIServerJoinAddsNoRedisRoundTrip(t *testing.T) {
 	stayedUp := func(t *testing.T, hs ...*harness) {
 		t.Helper()
 		for _, h := range hs {
-			h.p.redis.mu.Lock()
-			down := h.p.redis.down
-			h.p.redis.mu.Unlock()
-			if down {
+			if h.p.redis.Down() {
 				t.Fatal("Redis was marked down during the test: round trips were not counted")
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -164,4 +166,43 @@ func (l *ownerLookup) get(ctx context.Context, o model.Object) (lookupResult, mo
 		}
 	}
 	return lookupRoot, model.Owner{}, nil
+}
+
+// The processor is the resolver's forbiddenReporter: what a batch's look-ups ran into is
+// reported once, not per batch.
+
+// lookupFailed warns, at most once per lookupFailedLogEvery, that owner look-ups fail (an
+// apiserver unreachable, slow past owner_lookup.timeout, or answering 5xx): the objects they were
+// for are placed from spans and relations only, as roots when nothing else names their owner.
+func (p *objectLinkProcessor) lookupFailed(err error) {
+	suppressed, ok := p.lookupLogs.Allow("lookup", p.clock.Now())
+	if !ok {
+		return
+	}
+	p.logger.Warn("Owner look-ups are failing; objects whose owner no span or relation names are placed as roots until the apiserver answers",
+		zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))
+}
+
+// lookupForbidden reports a forbidden owner look-up; spans keep flowing (as roots or through
+// relations). A resource owner_lookup.resources lists is a configuration the RBAC contradicts,
+// which will not fix itself: an error and a permanent status, once. With every resource looked
+// up (no list), RBAC that grants some resources and not others is the normal case: a warning
+// once per resource, naming it.
+func (p *objectLinkProcessor) lookupForbidden(gr schema.GroupResource, listed bool, err error) {
+	if p.host == nil {
+		return
+	}
+	if _, seen := p.forbiddenResources.LoadOrStore(gr, true); seen {
+		return
+	}
+	if listed {
+		p.logger.Error("Owner look-ups of a resource owner_lookup.resources lists are forbidden; grant get on it or remove it from the list",
+			zap.String("resource", gr.String()), zap.Error(err))
+		p.forbiddenOnce.Do(func() {
+			componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
+		})
+		return
+	}
+	p.logger.Warn("Owner look-ups of this resource are forbidden: its objects are placed from spans and relations only; grant get on it, or list the resources the RBAC grants in owner_lookup.resources",
+		zap.String("resource", gr.String()), zap.Error(err))
 }

@@ -3,7 +3,9 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,6 +78,29 @@ func TestOwnerLookupAnswers(t *testing.T) {
 	}
 }
 
+// observedLookups is a started processor (memory ID map, cluster c1) whose owner look-ups go to
+// client, with cache_ttl ttl and owner_lookup.resources resources; its log is observed and the
+// status events it reports are recorded.
+func observedLookups(t *testing.T, client metadata.Interface, ttl time.Duration, resources ...string) (*harness, *observer.ObservedLogs, *statusHost) {
+	t.Helper()
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	core, logs := observer.New(zapcore.InfoLevel)
+	set := processortest.NewNopSettings(olmetadata.Type)
+	set.Logger = zap.New(core)
+	sink := new(consumertest.TracesSink)
+	clk := newFakeClock(t0)
+	p, err := newProcessor(set, memoryConfig(), sink, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	p.lookup = newOwnerLookup(client, "c1", ttl, time.Second, clk.Now, resources...)
+	return &harness{t: t, p: p, sink: sink, clock: clk}, logs, host
+}
+
 // A 403 leaves the spans flowing. Where owner_lookup.resources lists the resource, the RBAC
 // contradicts the configuration: an error and one permanent status. Where every resource is
 // looked up (no list), a forbidden resource is the normal case of partial RBAC: a warning naming
@@ -97,22 +122,7 @@ func TestForbiddenOwnerLookups(t *testing.T) {
 				gets.Add(1)
 				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "demo-a-1", errors.New("RBAC"))
 			})
-			host := &statusHost{Host: componenttest.NewNopHost()}
-			core, logs := observer.New(zapcore.InfoLevel)
-			set := processortest.NewNopSettings(olmetadata.Type)
-			set.Logger = zap.New(core)
-			sink := new(consumertest.TracesSink)
-			clk := newFakeClock(t0)
-			p, err := newProcessor(set, memoryConfig(), sink, clk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(context.Background(), host); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = p.Shutdown(context.Background()) }()
-			p.lookup = newOwnerLookup(fake, "c1", time.Minute, time.Second, clk.Now, tc.resources...)
-			h := &harness{t: t, p: p, sink: sink}
+			h, logs, host := observedLookups(t, fake, time.Minute, tc.resources...)
 			h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Second)))
 			h.consume(event(withoutOwner(podB1), "e2", t0.Add(2*time.Second)))
 			assertChild(t, h.one("Pod default/demo-a-1"), h.activitySpan("event e1"))
@@ -139,23 +149,9 @@ func TestFailingOwnerLookupsWarnOncePerInterval(t *testing.T) {
 	fake.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("apiserver overloaded")
 	})
-	host := &statusHost{Host: componenttest.NewNopHost()}
-	core, logs := observer.New(zapcore.InfoLevel)
-	set := processortest.NewNopSettings(olmetadata.Type)
-	set.Logger = zap.New(core)
-	sink := new(consumertest.TracesSink)
-	clk := newFakeClock(t0)
-	p, err := newProcessor(set, memoryConfig(), sink, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
 	// cache_ttl shorter than the steps, so that every batch asks again.
-	p.lookup = newOwnerLookup(fake, "c1", time.Millisecond, time.Second, clk.Now, "pods")
-	h := &harness{t: t, p: p, sink: sink}
+	h, logs, host := observedLookups(t, fake, time.Millisecond, "pods")
+	clk := h.clock
 	pod := func(name string) model.Object { // a new object each batch: each one is looked up
 		o := withoutOwner(podA1)
 		o.Name, o.UID = name, "uid-"+name
@@ -246,4 +242,109 @@ func TestOwnerLookupAsksOnlyAboutItsOwnClustersObjects(t *testing.T) {
 		t.Fatal("a span of cluster c1 was not looked up")
 	}
 	assertChild(t, h.one("ReplicaSet default/demo-a"), h.one("Pod default/demo-a-1"))
+}
+
+func TestOwnerLookupsOfOneBatchRunConcurrently(t *testing.T) {
+	// Asked one after the other, a batch of new objects waits for the apiserver once per object
+	// (up to owner_lookup.timeout each while it is slow or unreachable): the pipeline stalls.
+	const objects = 4
+	var roots []model.Object
+	for i := range objects {
+		d := deploy
+		d.Name, d.UID = fmt.Sprintf("demo-%d", i), fmt.Sprintf("d-%d", i)
+		roots = append(roots, d)
+	}
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	inflight, most := 0, 0
+	slow := func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		inflight++
+		most = max(most, inflight)
+		cond.Broadcast()
+		// A slow apiserver: each answer waits until all the batch's questions are asked, or
+		// gives up after a second (so that the sequential version fails instead of hanging).
+		deadline := time.AfterFunc(time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+		start := time.Now()
+		for most < objects && time.Since(start) < time.Second {
+			cond.Wait()
+		}
+		deadline.Stop()
+		inflight--
+		return nil
+	}
+	fake := slowMetadata{fakeMetadata(t, roots...), slow}
+	cfg := memoryConfig()
+	cfg.OwnerWait = time.Hour // only the look-ups can settle the roots
+	h := newHarness(t, cfg, newFakeClock(t0))
+	h.p.lookup = newOwnerLookup(fake, "c1", time.Minute, 5*time.Second, h.clock.Now)
+	var acts []activity
+	for i, d := range roots {
+		acts = append(acts, event(d, fmt.Sprint("ev", i), t0.Add(time.Second)))
+	}
+	h.consume(acts...)
+
+	mu.Lock()
+	got := most
+	mu.Unlock()
+	if got != objects {
+		t.Fatalf("the batch's %d look-ups must be in flight together, at most %d were", objects, got)
+	}
+	for i, d := range roots {
+		assertChild(t, h.one(d.DisplayName()), h.activitySpan(fmt.Sprint("event ev", i)))
+	}
+}
+
+// slowMetadata calls before on every GET (and fails it with before's error, as a real client
+// fails a call whose context is done), outside the fake client's own lock (which would
+// serialize concurrent calls).
+type slowMetadata struct {
+	metadata.Interface
+	before func(context.Context) error
+}
+
+func (s slowMetadata) Resource(gvr schema.GroupVersionResource) metadata.Getter {
+	return slowResource{s.Interface.Resource(gvr), s.before}
+}
+
+type slowResource struct {
+	metadata.Getter
+	before func(context.Context) error
+}
+
+func (s slowResource) Namespace(ns string) metadata.ResourceInterface {
+	return slowNamespaced{s.Getter.Namespace(ns), s.before}
+}
+
+func (s slowResource) Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
+	if err := s.before(ctx); err != nil {
+		return nil, err
+	}
+	return s.Getter.Get(ctx, name, opts, sub...)
+}
+
+type slowNamespaced struct {
+	metadata.ResourceInterface
+	before func(context.Context) error
+}
+
+func (s slowNamespaced) Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
+	if err := s.before(ctx); err != nil {
+		return nil, err
+	}
+	return s.ResourceInterface.Get(ctx, name, opts, sub...)
+}
+
+func TestACancelledCallerDoesNotCacheAnOwnerLookupFailure(t *testing.T) {
+	// The webhook request the apiserver gave up on must not leave "unknown" cached for the
+	// object for owner_lookup.cache_ttl, making it a root in every window meanwhile.
+	realClient := slowMetadata{fakeMetadata(t, podA1), func(ctx context.Context) error { return ctx.Err() }}
+	l := newOwnerLookup(realClient, "c1", time.Minute, time.Second, func() time.Time { return t0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, owner, err := l.lookup(ctx, podA1)
+	if err != nil || res != lookupOwner || owner != podA1.Owner {
+		t.Fatalf("the look-up must answer whatever the caller's context: %v %+v %v", res, owner, err)
+	}
 }

@@ -674,3 +674,43 @@ func TestSpansOfReceiversBeforeSpanModel1AreNested(t *testing.T) {
 	assertChild(t, rs, pod)
 	assertChild(t, pod, h.activitySpan("audit p"))
 }
+
+func TestALateSpanOfAnOldWindowEmitsItsObjectSpanOnce(t *testing.T) {
+	// The collector reads an audit log hours after it was written (a restart, a backlog): the
+	// window's records must still last long enough to mark the object span as emitted.
+	clk := newFakeClock(t0.Add(3 * time.Hour))
+	h := newHarness(t, memoryConfig(), clk)
+	h.consume(audit(deploy, "late-1", t0.Add(time.Minute)))
+	clk.Advance(time.Second)
+	h.consume(audit(deploy, "late-2", t0.Add(2*time.Minute)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit late-1"))
+	assertChild(t, obj, h.activitySpan("audit late-2"))
+}
+
+func TestAUIDLessSpanBeforeItsObjectsUIDSpanInOneBatchJoinsTheSameObject(t *testing.T) {
+	// A failed write (no UID) and then a successful one (UID known) of the same new object,
+	// delivered in one batch: the batch itself names the UID, so both spans are one object.
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	h.consume(audit(withoutUID(deploy), "conflict", t0.Add(time.Second)), audit(deploy, "create", t0.Add(2*time.Second)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit create"))
+	assertChild(t, obj, h.activitySpan("audit conflict"))
+}
+
+func TestAUIDLessSpanBeforeARecreateInOneBatchStaysWithTheObjectTheNameIndexKnew(t *testing.T) {
+	// The name index names the object the name belonged to before this batch; a UID only seen
+	// later in the batch (the recreated object) must not take over the spans that precede it.
+	h := newHarness(t, memoryConfig(), newFakeClock(t0))
+	recreated := podA1
+	recreated.UID = "pod-a1-second"
+	h.consume(audit(podA1, "create-1", t0.Add(time.Second)))
+	h.consume(audit(withoutUID(podA1), "conflict", t0.Add(2*time.Second)), audit(recreated, "create-2", t0.Add(3*time.Second)))
+
+	conflict := h.activitySpan("audit conflict")
+	if v, _ := conflict.Attributes().Get(model.AttrObjectUID); v.Str() != "pod-a1" {
+		t.Fatalf("the span before the recreate belongs to the first object, got UID %q", v.Str())
+	}
+}

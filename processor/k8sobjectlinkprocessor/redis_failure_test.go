@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -101,7 +102,7 @@ func TestRedisConfigurationErrorsFailStartWithRedisAnswer(t *testing.T) {
 		cfg.IDMap.Redis.Password = "right-password"
 		h := newHarness(t, cfg, newFakeClock(time.Now()))
 		h.consume(audit(deploy, "ok", time.Now()))
-		if h.p.redis.down {
+		if h.p.redis.Down() {
 			t.Fatal("Redis with the right password must be in use")
 		}
 	})
@@ -182,7 +183,7 @@ func TestRunTimeRedisErrorsAreCountedLoggedOnceAndReported(t *testing.T) {
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "first"})
 	defer raw.Close()
 	for _, o := range []model.Object{rsA, rsB} {
-		if err := raw.RPush(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(o.Key(), base), "x").Err(); err != nil {
+		if err := raw.RPush(context.Background(), cfg.IDMap.Redis.KeyPrefix+idmap.AssignmentKey(o.Key(), base), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // TestRedisRestartedEmptyMidStream restarts a real redis-server without persistence between two
@@ -55,13 +55,13 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	// h1 makes a round trip (its own Pod Y again), notices, and writes back what it used last,
 	// in the background.
 	h1.consume(audit(podY, "patch-y", at(6)))
-	waitFor(t, func() bool { return !h1.p.redis.writingBack.Load() })
+	waitFor(t, func() bool { return !h1.p.redis.WritingBack() })
 	// h2 now writes Pod Y: its record is back, so h2 does not emit Y's window span again.
 	h2.consume(audit(podY, "patch-y-again", at(7)))
 	// h2 noticed the restart at its first round trip (patch-x) and writes back Pod Z, which it
 	// held, in the background: once that is done, h1's write of Z emits nothing again. (Without
 	// this wait a slow write-back made Z's span go out twice under load.)
-	waitFor(t, func() bool { return !h2.p.redis.writingBack.Load() })
+	waitFor(t, func() bool { return !h2.p.redis.WritingBack() })
 	h1.consume(audit(podZ, "patch-z", at(8)))
 
 	for name, o := range map[string]*observed{"h1": o1, "h2": o2} {
@@ -130,7 +130,7 @@ func TestRedisRestartedEmptyMidStream(t *testing.T) {
 	raw := redis.NewClient(&redis.Options{Addr: restarted.Addr()})
 	defer raw.Close()
 	for _, obj := range []model.Object{deploy, rsA, podY} {
-		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(obj.Key(), base)).Val() != 1 {
+		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+idmap.AssignmentKey(obj.Key(), base)).Val() != 1 {
 			t.Errorf("the assignment of %s must be back in Redis", obj.Name)
 		}
 	}
@@ -155,18 +155,18 @@ func TestRedisRestartedEmptyIsNoticedByTheReplicaThatWroteTheEpoch(t *testing.T)
 	srv.Stop()
 	restarted := startThrowawayRedis(t, srv.Port)
 	h.consume(audit(podA1, "create-pod", base.Add(3*time.Second)))
-	waitFor(t, func() bool { return !h.p.redis.writingBack.Load() })
+	waitFor(t, func() bool { return !h.p.redis.WritingBack() })
 	if n := o.counter(t, "otelcol_k8s_object_link_redis_resets"); n != 1 {
 		t.Fatalf("the only replica counted %d resets, want 1", n)
 	}
 	raw := redis.NewClient(&redis.Options{Addr: restarted.Addr()})
 	defer raw.Close()
 	for _, obj := range []model.Object{deploy, rsA} {
-		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(obj.Key(), base)).Val() != 1 {
+		if raw.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+idmap.AssignmentKey(obj.Key(), base)).Val() != 1 {
 			t.Errorf("the assignment of %s must be back in Redis", obj.Name)
 		}
 	}
-	if n := o.counter(t, "otelcol_k8s_object_link_redis_reconciled", attribute.String(attrResult, resultWritten)); n < 2 {
+	if n := o.counter(t, "otelcol_k8s_object_link_redis_reconciled", attribute.String(attrResult, idmap.ResultWritten)); n < 2 {
 		t.Errorf("redis_reconciled{result=written} = %d, want the written-back records counted", n)
 	}
 }
@@ -186,44 +186,6 @@ func observedHarness(t *testing.T, o *observed, cfg *Config, clk *fakeClock) *ha
 	return &harness{t: t, p: p, sink: sink, clock: clk}
 }
 
-// TestRecentRecordsKeepsTheLastDistinctRecordsInUse: repeated uses of one record take one slot;
-// a record used again once it is in the older half moves to the front instead of ageing out;
-// duplicate marks and expired records are never written back.
-func TestRecentRecordsKeepsTheLastDistinctRecordsInUse(t *testing.T) {
-	now := time.Unix(1000, 0)
-	later := now.Add(time.Hour)
-	r := newRecentRecords(4)
-	keys := func() []string {
-		var out []string
-		for _, op := range r.live(now) {
-			out = append(out, op.Key)
-		}
-		slices.Sort(out)
-		return out
-	}
-	for range 10 {
-		r.add("a:hot", "v1", later)
-	}
-	r.add("d:mark", "", later)     // a duplicate mark: not remembered
-	r.add("r:gone", "owner", now)  // expired already
-	r.add("a:one", "v", later)     // ring: hot, gone, one
-	r.add("a:two", "v", later)     // ring: hot, gone, one, two (full, hot the oldest)
-	r.add("a:hot", "v2", later)    // hot moves to the front (its own slot was the next one)
-	r.add("n:three", "uid", later) // takes the expired record's slot
-	r.add("a:four", "v", later)    // the ring is full of live records: the oldest, one, goes
-	if got, want := keys(), []string{"a:four", "a:hot", "a:two", "n:three"}; !slices.Equal(got, want) {
-		t.Fatalf("live records %v, want %v", got, want)
-	}
-	for _, op := range r.live(now) {
-		if op.Key == "a:hot" && op.Value != "v2" {
-			t.Fatalf("a:hot holds %q, want its latest value", op.Value)
-		}
-		if op.Kind != OpSetIfAbsent {
-			t.Fatalf("%s is written back with kind %d, want SetIfAbsent", op.Key, op.Kind)
-		}
-	}
-}
-
 // TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn: a foreign record of another type where
 // the epoch record belongs turns loss detection off, says so (a counted reply error, a WARN) and
 // costs no span.
@@ -232,7 +194,7 @@ func TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn(t *testing.T) {
 	cfg := redisConfig(t, redisAddr)
 	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer raw.Close()
-	if err := raw.HSet(context.Background(), cfg.IDMap.Redis.KeyPrefix+epochKey, "not", "a token").Err(); err != nil {
+	if err := raw.HSet(context.Background(), cfg.IDMap.Redis.KeyPrefix+idmap.EpochKey, "not", "a token").Err(); err != nil {
 		t.Fatal(err)
 	}
 	base := model.WindowStart(time.Now(), model.DefaultWindow)
@@ -240,7 +202,7 @@ func TestAnUnreadableEpochRecordIsCountedAndTheBatchGoesOn(t *testing.T) {
 	h := observedHarness(t, o, cfg, newFakeClock(time.Now()))
 	h.consume(audit(deploy, "create-deploy", base.Add(time.Second)))
 	h.one("Deployment default/demo")
-	if n := o.counter(t, redisErrors, reason(reasonReply)); n < 1 {
+	if n := o.counter(t, redisErrors, reason(idmap.ReasonReply)); n < 1 {
 		t.Errorf("redis_errors{reason=reply} = %d, want the unreadable epoch record counted", n)
 	}
 	if o.logs.FilterMessageSnippet("epoch record unreadable").Len() == 0 {
@@ -262,7 +224,7 @@ func TestAnOutageLongerThanMaxPendingWritesIsCounted(t *testing.T) {
 	h.consume(audit(deploy, "create-deploy", base.Add(time.Second)), audit(rsA, "create-rs", base.Add(time.Second)))
 	h.one("Deployment default/demo")
 	h.one("ReplicaSet default/demo-a")
-	if n := o.counter(t, redisErrors, reason(reasonPendingFull)); n < 1 {
+	if n := o.counter(t, redisErrors, reason(idmap.ReasonPendingFull)); n < 1 {
 		t.Errorf("redis_errors{reason=pending_full} = %d, want the writes past max_pending_writes counted", n)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/redistest"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // These tests start their own redis-server processes on free loopback ports (a Cluster of three
@@ -74,9 +75,9 @@ func TestRedisClusterOneRoundTripPerNodePerBatchAndIdenticalTraceIDs(t *testing.
 		c.AddHook(pc)
 	}
 	for _, h := range []*harness{h1, h2} {
-		cc, ok := h.p.redis.client.(*redis.ClusterClient)
+		cc, ok := h.p.redis.Client().(*redis.ClusterClient)
 		if !ok {
-			t.Fatalf("mode cluster must build a ClusterClient, got %T", h.p.redis.client)
+			t.Fatalf("mode cluster must build a ClusterClient, got %T", h.p.redis.Client())
 		}
 		cc.OnNewNode(attach)
 		if err := cc.ForEachShard(context.Background(), func(_ context.Context, c *redis.Client) error {
@@ -101,9 +102,9 @@ func TestRedisClusterOneRoundTripPerNodePerBatchAndIdenticalTraceIDs(t *testing.
 	nodesUsed := map[string]bool{}
 	for i, b := range stream {
 		h := []*harness{h1, h2}[i%2]
-		before, trips := snapshot(), h.p.redis.roundTrips.Load()
+		before, trips := snapshot(), h.p.redis.RoundTrips()
 		h.consume(b...)
-		trips = h.p.redis.roundTrips.Load() - trips
+		trips = h.p.redis.RoundTrips() - trips
 		for node, n := range snapshot() {
 			if d := n - before[node]; d > 0 {
 				nodesUsed[node] = true
@@ -112,7 +113,7 @@ func TestRedisClusterOneRoundTripPerNodePerBatchAndIdenticalTraceIDs(t *testing.
 				}
 			}
 		}
-		if h.p.redis.down {
+		if h.p.redis.Down() {
 			t.Fatalf("batch %d: the cluster must not be taken for an outage", i)
 		}
 	}
@@ -232,11 +233,7 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 	// Both processors end up on the new master (after a READONLY answer or a dropped connection
 	// they work from memory and reconcile when the probe reaches it).
 	for _, h := range replicas {
-		waitLong(t, func() bool {
-			h.p.redis.mu.Lock()
-			defer h.p.redis.mu.Unlock()
-			return !h.p.redis.down && len(h.p.redis.pending) == 0
-		})
+		waitLong(t, h.p.redis.Reconciled)
 	}
 	split := append(h1.spans(), h2.spans()...)
 	assertOneTree(t, split, stream)
@@ -251,7 +248,7 @@ func TestRedisSentinelFailoverMidStreamLosesNoSpanAndKeepsTraceIDs(t *testing.T)
 	// The assignments written before the failover are on the promoted master.
 	r := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 	defer r.Close()
-	if r.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+assignmentKey(deploy.Key(), base)).Val() != 1 {
+	if r.Exists(context.Background(), cfg.IDMap.Redis.KeyPrefix+idmap.AssignmentKey(deploy.Key(), base)).Val() != 1 {
 		t.Fatal("the Deployment's assignment must survive the failover on the new master")
 	}
 }

@@ -15,20 +15,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
-	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/redistest"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
-
-func testTelemetry(t testing.TB) *metadata.TelemetryBuilder {
-	tel, err := metadata.NewTelemetryBuilder(componenttest.NewNopTelemetrySettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tel
-}
 
 const redisAddr = "127.0.0.1:6379"
 
@@ -86,46 +78,6 @@ func (h *statusHost) statuses() []componentstatus.Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]componentstatus.Status(nil), h.events...)
-}
-
-func TestRedisSetIfAbsentFirstWriterWinsUnderConcurrency(t *testing.T) {
-	requireRedis(t)
-	cfg := redisConfig(t, redisAddr)
-	const writers = 8
-	stores := make([]*redisStore, writers)
-	for i := range stores {
-		s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[i] = s
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-	}
-	results := make([]string, writers)
-	won := make([]bool, writers)
-	var wg sync.WaitGroup
-	for i := range writers {
-		wg.Go(func() {
-			ops := []Op{{Kind: OpSetIfAbsent, Key: "race", Value: string(rune('A' + i)), ExpireAt: time.Now().Add(time.Minute)}}
-			if err := stores[i].Do(context.Background(), ops); err != nil {
-				t.Error(err)
-			}
-			results[i], won[i] = ops[0].Value, !ops[0].Found
-		})
-	}
-	wg.Wait()
-	winners := 0
-	for i := range writers {
-		if results[i] != results[0] {
-			t.Fatalf("writer %d sees %q, writer 0 sees %q: first writer must win for everyone", i, results[i], results[0])
-		}
-		if won[i] {
-			winners++
-		}
-	}
-	if winners != 1 {
-		t.Fatalf("exactly one writer must win, %d did", winners)
-	}
 }
 
 func TestTwoProcessorsRacingOnTheSameStreamAgreeOnEveryTraceID(t *testing.T) {
@@ -246,33 +198,6 @@ func rootTrace(t *testing.T, spans []outSpan) pcommon.TraceID {
 	return pcommon.TraceID{}
 }
 
-func TestRedisRecordsExpireAtTheirTTL(t *testing.T) {
-	requireRedis(t)
-	cfg := redisConfig(t, redisAddr)
-	s, err := newRedisStore(cfg.IDMap.Redis, newMemoryStore(cfg.IDMap.Memory, time.Now, nil), time.Now, testTelemetry(t), zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	ops := []Op{{Kind: OpSetIfAbsent, Key: "ttl", Value: "v", ExpireAt: time.Now().Add(300 * time.Millisecond)}}
-	if err := s.Do(context.Background(), ops); err != nil || ops[0].Found {
-		t.Fatalf("first write must win: %v %+v", err, ops[0])
-	}
-	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer raw.Close()
-	key := cfg.IDMap.Redis.KeyPrefix + "ttl"
-	pttl, err := raw.PTTL(context.Background(), key).Result()
-	if err != nil || pttl <= 0 || pttl > 300*time.Millisecond {
-		t.Fatalf("the record must carry its absolute expiry, PTTL = %v (%v)", pttl, err)
-	}
-	// Redis's own clock expires it; poll rather than guess the instant.
-	waitFor(t, func() bool { return raw.Exists(context.Background(), key).Val() == 0 })
-	ops = []Op{{Kind: OpSetIfAbsent, Key: "ttl", Value: "w", ExpireAt: time.Now().Add(time.Minute)}}
-	if err := s.Do(context.Background(), ops); err != nil || ops[0].Found || ops[0].Value != "w" {
-		t.Fatalf("after expiry a new writer must win: %+v", ops[0])
-	}
-}
-
 // throwawayRedis is a private redis-server for tests that kill it; the shared one on 6379
 // is never touched.
 type throwawayRedis = redistest.Server
@@ -327,7 +252,7 @@ func TestRedisOutageLosesNoSpanAndReconciles(t *testing.T) {
 	// The records written from memory during the outage are in the restarted (empty) Redis.
 	raw := redis.NewClient(&redis.Options{Addr: srv2.Addr()})
 	defer raw.Close()
-	key := cfg.IDMap.Redis.KeyPrefix + assignmentKey(podA1.Key(), base)
+	key := cfg.IDMap.Redis.KeyPrefix + idmap.AssignmentKey(podA1.Key(), base)
 	if raw.Exists(context.Background(), key).Val() != 1 {
 		t.Fatal("the Pod's assignment made during the outage must be reconciled into Redis")
 	}
@@ -367,14 +292,94 @@ func TestAForeignKeyUnderThePrefixDoesNotStopTheBatch(t *testing.T) {
 	raw := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer raw.Close()
 	// Someone else's list where the Deployment's assignment would go: GET answers WRONGTYPE.
-	key := cfg.IDMap.Redis.KeyPrefix + assignmentKey(deploy.Key(), base)
+	key := cfg.IDMap.Redis.KeyPrefix + idmap.AssignmentKey(deploy.Key(), base)
 	if err := raw.RPush(context.Background(), key, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t, cfg, newFakeClock(time.Now()))
 	h.consume(audit(deploy, "d", base.Add(time.Second)))
 	h.activitySpan("audit d")
-	if h.p.redis.down {
+	if h.p.redis.Down() {
 		t.Fatal("a per-key reply error must not be taken for an outage")
 	}
+}
+
+func TestAnAssignmentReadFromRedisIsCachedInFront(t *testing.T) {
+	// Replica b reads the assignment replica a wrote; it never changes in its window, so b's
+	// next batches must find it in the memory cache instead of asking Redis again.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	clk := newFakeClock(now)
+	a, b := newHarness(t, cfg, clk), newHarness(t, cfg, clk)
+	a.consume(audit(deploy, "on-a", base.Add(time.Second)))
+	b.consume(audit(deploy, "on-b", base.Add(2*time.Second)))
+
+	if !b.p.redis.Cached(idmap.AssignmentKey(deploy.Key(), base)) {
+		t.Fatal("the assignment b read from Redis must be in b's memory cache")
+	}
+	assertChild(t, a.one("Deployment default/demo"), b.activitySpan("audit on-b"))
+}
+
+func TestARedisThatRefusesEveryWriteIsAnOutageNotAStreamOfWonAssignments(t *testing.T) {
+	// maxmemory reached (OOM), a replica after failover (READONLY), a dataset loading (LOADING),
+	// a user without the commands (NOPERM): reply errors about the server, not one record. Taken
+	// per record, every SET NX "wins" and every batch emits its object spans again.
+	srv := startThrowawayRedis(t, 0)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	if err := raw.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := redisConfig(t, srv.Addr())
+	cfg.IDMap.Redis.RetryMaxBackoff = time.Hour // stay down for the test: the probe's ping would pass
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	host := &statusHost{Host: componenttest.NewNopHost()}
+	sink := new(consumertest.TracesSink)
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, sink, newFakeClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	h := &harness{t: t, p: p, sink: sink}
+	h.consume(audit(deploy, "d1", base.Add(time.Second)))
+	h.consume(audit(deploy, "d2", base.Add(2*time.Second)), audit(deploy, "d1", base.Add(time.Second)))
+
+	obj := h.one("Deployment default/demo")
+	assertChild(t, obj, h.activitySpan("audit d1"))
+	assertChild(t, obj, h.activitySpan("audit d2"))
+	if st := host.statuses(); len(st) == 0 || st[0] != componentstatus.StatusRecoverableError {
+		t.Fatalf("a Redis refusing writes must be reported as a recoverable error, got %v", st)
+	}
+}
+
+func TestACancelledCallerIsNotARedisOutage(t *testing.T) {
+	// The audit webhook's request context ends when the apiserver gives up on the request; that
+	// says nothing about Redis, and taking it for an outage would send this replica to memory,
+	// where its assignments can disagree with the other replicas'.
+	requireRedis(t)
+	cfg := redisConfig(t, redisAddr)
+	now := time.Now()
+	base := model.WindowStart(now, model.DefaultWindow)
+	other := newHarness(t, cfg, newFakeClock(now))
+	other.consume(audit(deploy, "first", base.Add(time.Second)))
+
+	h := newHarness(t, cfg, newFakeClock(now))
+	ctx, cancel := context.WithCancel(trustedCtx)
+	cancel()
+	if err := h.p.ConsumeTraces(ctx, batch(audit(deploy, "second", base.Add(2*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	if h.p.redis.Down() {
+		t.Fatal("a cancelled caller must not mark Redis down")
+	}
+	if len(h.objectSpans()) != 0 {
+		t.Fatal("the other replica wrote the assignment first: this one must not emit the object span")
+	}
+	assertChild(t, other.one("Deployment default/demo"), h.activitySpan("audit second"))
 }

@@ -2,11 +2,9 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -52,9 +51,9 @@ type node struct {
 	state    nodeState
 	inflight bool
 
-	asg     assignment
+	asg     idmap.Assignment
 	won     bool
-	prev    assignment
+	prev    idmap.Assignment
 	hasPrev bool
 
 	owner      *node
@@ -140,10 +139,10 @@ type resolver struct {
 	order []*node
 	names map[string]string // name key → UID learned from this batch's spans
 
-	ops     []Op
-	cbs     []func(*Op)
+	ops     []idmap.Op
+	cbs     []func(*idmap.Op)
 	count   resolverCounts
-	writes  []Op // relation and name index writes, sent with the next round
+	writes  []idmap.Op // relation and name index writes, sent with the next round
 	lookups []*node
 
 	// conts are the continuation spans the batch needs (tracebudget.go), by span ID; spanCounts are
@@ -190,7 +189,7 @@ func (r *resolver) countSpans(t pcommon.TraceID, n int64) {
 // (the store, mapper and look-up are set at Start), so the resolver never reaches back into the
 // processor.
 type resolverDeps struct {
-	store  Store
+	store  idmap.Store
 	mapper model.Mapper
 	lookup *ownerLookup // nil without owner_lookup
 	logger *zap.Logger
@@ -229,42 +228,6 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		ownerWait:   p.cfg.OwnerWait,
 		markGrafts:  p.cfg.TraceContext.Nest,
 	}
-}
-
-// lookupForbidden reports a forbidden owner look-up; spans keep flowing (as roots or through
-// relations). A resource owner_lookup.resources lists is a configuration the RBAC contradicts,
-// which will not fix itself: an error and a permanent status, once. With every resource looked
-// up (no list), RBAC that grants some resources and not others is the normal case: a warning
-// once per resource, naming it.
-// lookupFailed warns, at most once per lookupFailedLogEvery, that owner look-ups fail (an
-// apiserver unreachable, slow past owner_lookup.timeout, or answering 5xx): the objects they were
-// for are placed from spans and relations only, as roots when nothing else names their owner.
-func (p *objectLinkProcessor) lookupFailed(err error) {
-	suppressed, ok := p.lookupLogs.allow("lookup", p.clock.Now())
-	if !ok {
-		return
-	}
-	p.logger.Warn("Owner look-ups are failing; objects whose owner no span or relation names are placed as roots until the apiserver answers",
-		zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))
-}
-
-func (p *objectLinkProcessor) lookupForbidden(gr schema.GroupResource, listed bool, err error) {
-	if p.host == nil {
-		return
-	}
-	if _, seen := p.forbiddenResources.LoadOrStore(gr, true); seen {
-		return
-	}
-	if listed {
-		p.logger.Error("Owner look-ups of a resource owner_lookup.resources lists are forbidden; grant get on it or remove it from the list",
-			zap.String("resource", gr.String()), zap.Error(err))
-		p.forbiddenOnce.Do(func() {
-			componentstatus.ReportStatus(p.host, componentstatus.NewPermanentErrorEvent(err))
-		})
-		return
-	}
-	p.logger.Warn("Owner look-ups of this resource are forbidden: its objects are placed from spans and relations only; grant get on it, or list the resources the RBAC grants in owner_lookup.resources",
-		zap.String("resource", gr.String()), zap.Error(err))
 }
 
 func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
@@ -382,7 +345,7 @@ func (r *resolver) linkOwner(n *node) {
 	}
 }
 
-func (r *resolver) queue(op Op, cb func(*Op)) {
+func (r *resolver) queue(op idmap.Op, cb func(*idmap.Op)) {
 	r.ops = append(r.ops, op)
 	r.cbs = append(r.cbs, cb)
 }
@@ -414,7 +377,7 @@ func later(a, b time.Time) time.Time {
 func (r *resolver) localRound() {
 	done := 0
 	for done < len(r.order) {
-		var ops []Op
+		var ops []idmap.Op
 		var targets []*node
 		var rel []bool
 		for _, n := range r.order[done:] {
@@ -422,10 +385,10 @@ func (r *resolver) localRound() {
 				continue
 			}
 			n.localDone = true
-			ops = append(ops, Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)})
+			ops = append(ops, idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)})
 			targets, rel = append(targets, n), append(rel, false)
 			if n.obj.Owner.IsZero() && n.id.key.HasUIDKey() {
-				ops = append(ops, Op{Kind: OpGet, Key: relationKey(n.id.key)})
+				ops = append(ops, idmap.Op{Kind: idmap.OpGet, Key: idmap.RelationKey(n.id.key)})
 				targets, rel = append(targets, n), append(rel, true)
 			}
 		}
@@ -437,7 +400,7 @@ func (r *resolver) localRound() {
 		for i, n := range targets {
 			switch {
 			case rel[i]:
-				if owner, ok := decodeOwner(ops[i].Value); ops[i].Found && ok {
+				if owner, ok := idmap.DecodeOwner(ops[i].Value); ops[i].Found && ok {
 					n.obj.Owner = owner
 					r.count.relationHit++
 				} else if authoritative {
@@ -461,10 +424,10 @@ func (r *resolver) localRound() {
 
 // settle records n's assignment as read or written.
 func (r *resolver) settle(n *node, value string, won bool) {
-	a, ok := decodeAssignment(value)
+	a, ok := idmap.DecodeAssignment(value)
 	if !ok {
 		// A malformed record under our prefix: derive the root assignment rather than fail.
-		a = assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
+		a = idmap.Assignment{TraceID: model.ObjectTraceID(n.id.key, n.window), SpanID: model.ObjectSpanID(n.id.key, n.window)}
 	}
 	n.asg, n.won, n.state = a, won, stFinal
 	if won {
@@ -482,7 +445,7 @@ func (r *resolver) plan(n *node) bool {
 	switch n.state {
 	case stName:
 		n.inflight = true
-		r.queue(Op{Kind: OpGet, Key: nameKey(n.obj.NameKey())}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.NameKey(n.obj.NameKey())}, func(op *idmap.Op) {
 			n.inflight = false
 			n.state = stQuery
 			if op.Found && op.Value != "" {
@@ -502,7 +465,7 @@ func (r *resolver) plan(n *node) bool {
 		}
 		n.inflight = true
 		// The expiry lets a cache in front keep what it reads: an assignment never changes.
-		r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)}, func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, n.window), ExpireAt: r.asgExpiry(n.window)}, func(op *idmap.Op) {
 			n.inflight = false
 			if op.Found {
 				r.settle(n, op.Value, false)
@@ -579,9 +542,9 @@ func (r *resolver) ownerReady(n *node) bool {
 func (r *resolver) queueRelation(n *node) {
 	n.relQueried = true
 	n.inflight = true
-	r.queue(Op{Kind: OpGet, Key: relationKey(n.id.key)}, func(op *Op) {
+	r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.RelationKey(n.id.key)}, func(op *idmap.Op) {
 		n.inflight = false
-		if owner, ok := decodeOwner(op.Value); op.Found && ok {
+		if owner, ok := idmap.DecodeOwner(op.Value); op.Found && ok {
 			r.count.relationHit++
 			if n.obj.Owner.IsZero() {
 				n.obj.Owner = owner
@@ -594,7 +557,7 @@ func (r *resolver) queueRelation(n *node) {
 
 // create writes n's candidate assignment; whoever wrote first, replica or batch, wins.
 func (r *resolver) create(n *node) {
-	var cand assignment
+	var cand idmap.Assignment
 	cand.SpanID = model.ObjectSpanID(n.id.key, n.window)
 	if n.root || n.owner == nil {
 		cand.TraceID = model.ObjectTraceID(n.id.key, n.window)
@@ -626,18 +589,18 @@ func (r *resolver) create(n *node) {
 		// wins), with the assignment's round trip and life.
 		exp := r.asgExpiry(n.window)
 		if n.root || n.owner == nil {
-			r.writes = append(r.writes, Op{Kind: OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
+			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
 		}
-		r.writes = append(r.writes, Op{Kind: OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
 	}
-	r.queue(Op{Kind: OpSetIfAbsent, Key: assignmentKey(n.id.key, n.window), Value: cand.encode(), ExpireAt: r.asgExpiry(n.window)},
-		func(op *Op) {
+	r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.AssignmentKey(n.id.key, n.window), Value: cand.Encode(), ExpireAt: r.asgExpiry(n.window)},
+		func(op *idmap.Op) {
 			n.inflight = false
 			r.settle(n, op.Value, !op.Found)
 		})
 	prevW := n.window.Add(-r.deps.window)
-	r.queue(Op{Kind: OpGet, Key: assignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *Op) {
-		if a, ok := decodeAssignment(op.Value); op.Found && ok {
+	r.queue(idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(n.id.key, prevW), ExpireAt: r.asgExpiry(prevW)}, func(op *idmap.Op) {
+		if a, ok := idmap.DecodeAssignment(op.Value); op.Found && ok {
 			n.prev, n.hasPrev = a, true
 		}
 	})
@@ -766,77 +729,6 @@ func (r *resolver) writeRelation(n *node) {
 	if !n.id.key.HasUIDKey() || n.obj.Owner.IsZero() {
 		return
 	}
-	r.writes = append(r.writes, Op{Kind: OpSet, Key: relationKey(n.id.key), Value: encodeOwner(n.obj.Owner),
+	r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.RelationKey(n.id.key), Value: idmap.EncodeOwner(n.obj.Owner),
 		ExpireAt: r.now.Add(r.deps.relationTTL)})
-}
-
-// objectSpan writes n's object span into b.
-func (p *objectLinkProcessor) objectSpan(b *model.TracesBuilder, n *node) {
-	s := p.appendObjectSpan(b, n, n.asg.TraceID, n.asg.SpanID, n.asg.Parent)
-	if n.hasPrev {
-		l := s.Links().AppendEmpty()
-		l.SetTraceID(n.prev.TraceID)
-		l.SetSpanID(n.prev.SpanID)
-		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypePreviousWindow)
-	}
-	for _, tc := range n.contexts {
-		l := s.Links().AppendEmpty()
-		l.SetTraceID(tc.TraceID)
-		l.SetSpanID(tc.SpanID)
-		l.SetFlags(uint32(tc.Flags))
-		l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
-	}
-	if n.placed() {
-		p.pointerSpan(b, n)
-	}
-}
-
-// continuationSpan writes the object's span in a continuation trace into b: the same object
-// span, a root of that trace, saying which trace it goes on from and linked to its span there.
-func (p *objectLinkProcessor) continuationSpan(b *model.TracesBuilder, c *continuation) {
-	n := c.node
-	s := p.appendObjectSpan(b, n, c.trace, c.span, pcommon.SpanID{})
-	s.Attributes().PutStr(model.AttrTraceContinues, n.asg.TraceID.String())
-	l := s.Links().AppendEmpty()
-	l.SetTraceID(n.asg.TraceID)
-	l.SetSpanID(n.asg.SpanID)
-	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeContinuation)
-}
-
-// appendObjectSpan appends to b an object span of n with the given IDs.
-func (p *objectLinkProcessor) appendObjectSpan(b *model.TracesBuilder, n *node, trace pcommon.TraceID, span, parent pcommon.SpanID) ptrace.Span {
-	s := b.AppendSpan(n.obj)
-	s.SetTraceID(trace)
-	s.SetSpanID(span)
-	s.SetParentSpanID(parent)
-	s.SetName(n.obj.ServiceName())
-	s.SetKind(ptrace.SpanKindInternal)
-	s.SetStartTimestamp(pcommon.NewTimestampFromTime(n.window))
-	s.SetEndTimestamp(pcommon.NewTimestampFromTime(n.window.Add(p.cfg.Window)))
-	attrs := s.Attributes()
-	n.obj.PutOwner(attrs)
-	attrs.PutStr(model.AttrSpanType, model.SpanTypeObject)
-	attrs.PutStr(model.AttrWindowStart, n.window.UTC().Format(time.RFC3339))
-	if n.nodeName != "" && n.obj.Kind == "Pod" && n.obj.Group == "" {
-		attrs.PutStr(model.AttrNodeName, n.nodeName)
-	}
-	return s
-}
-
-// observe takes from an activity span of n what n's object span repeats: the trace contexts
-// its trace_context links point at (each distinct one once: every write to an annotated object
-// carries the same context until it changes) and the node a Pod span names.
-func (n *node) observe(s ptrace.Span) {
-	if v, ok := s.Attributes().Get(model.AttrNodeName); ok && v.Str() != "" {
-		n.nodeName = v.Str()
-	}
-	for _, l := range s.Links().All() {
-		tc, ok := linkedTraceContext(l)
-		if !ok {
-			continue
-		}
-		if !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
-			n.contexts = append(n.contexts, tc)
-		}
-	}
 }

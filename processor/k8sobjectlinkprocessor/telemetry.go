@@ -1,5 +1,15 @@
 package k8sobjectlinkprocessor
 
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+)
+
 // The attribute keys of the processor's own metrics. The instruments are generated from
 // metadata.yaml (internal/metadata), which lists each attribute's values per metric for
 // documentation.md.
@@ -12,6 +22,8 @@ const (
 
 // The values of those attributes, per attribute of metadata.yaml. A value added here belongs in
 // metadata.yaml too, and in reasons_test.go, whose TestAttributeValuesMatchMetadata compares the two.
+// The ID map's own (eviction_reason, reconcile_result, redis_error_reason) are internal/idmap's,
+// in its telemetry.go.
 const (
 	// assignment_result (otelcol_k8s_object_link_assignments)
 	resultCreated = "created"
@@ -24,10 +36,6 @@ const (
 	resultForbidden = "forbidden" // RBAC: the resource's objects are not looked up for cache_ttl
 	sourceRelation  = "relation"
 	sourceAPIServer = "apiserver"
-
-	// reconcile_result (otelcol_k8s_object_link_redis_reconciled)
-	resultWritten  = "written"
-	resultConflict = "conflict" // another replica wrote a different value meanwhile
 
 	// join_source (otelcol_k8s_object_link_apiserver_joins)
 	sourceMemory = "memory"
@@ -57,17 +65,27 @@ const (
 	reasonShutdown    = "shutdown"
 	reasonHoldFull    = "hold_full"
 
-	// eviction_reason (otelcol_k8s_object_link_id_map_evictions) and join_eviction_reason
-	// (otelcol_k8s_object_link_apiserver_join_evictions)
-	reasonMaxEntries      = "max_entries"
-	reasonMaxBytes        = "max_bytes"
+	// join_eviction_reason (otelcol_k8s_object_link_apiserver_join_evictions), besides the ID
+	// map's idmap.ReasonMaxEntries and idmap.ReasonMaxBytes
 	reasonJoinExpired     = "expired"
 	reasonJoinPendingFull = "pending_full" // a Redis record that could not be queued for replay
-
-	// redis_error_reason (otelcol_k8s_object_link_redis_errors)
-	reasonUnavailable = "unavailable" // network error, connection refused, or a server-wide reply error
-	reasonTimeout     = "timeout"     // a round trip or ping exceeded id_map.redis.timeout
-	reasonAuth        = "auth"        // WRONGPASS, NOAUTH, NOPERM, ERR AUTH …, a bad database index
-	reasonReply       = "reply"       // a reply error about one record (WRONGTYPE on a foreign key)
-	reasonPendingFull = "pending_full"
 )
+
+// idMapTelemetry records what the Redis ID map reports (idmap.Telemetry) on the processor's
+// instruments.
+type idMapTelemetry struct{ tel *metadata.TelemetryBuilder }
+
+func (t idMapTelemetry) RedisError(reason string) {
+	t.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
+}
+
+func (t idMapTelemetry) RedisReset(ctx context.Context) { t.tel.K8sObjectLinkRedisResets.Add(ctx, 1) }
+
+func (t idMapTelemetry) RedisRoundTrip(ctx context.Context, took time.Duration) {
+	t.tel.K8sObjectLinkRedisRoundTrips.Add(ctx, 1)
+	t.tel.K8sObjectLinkRedisLatency.Record(ctx, float64(took.Microseconds())/1000)
+}
+
+func (t idMapTelemetry) RedisReconciled(result string) {
+	t.tel.K8sObjectLinkRedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrResult, result)))
+}

@@ -43,3 +43,46 @@ func TestOwnTelemetryCountsWhatHappened(t *testing.T) {
 		})
 	}
 }
+
+func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	refuse := false
+	next := refusingConsumer(sink, &refuse)
+	cfg := memoryConfig()
+	cfg.OwnerWait = 3 * time.Second
+	clk := newFakeClock(t0.Add(time.Minute))
+	h, reader := newMeteredHarness(t, cfg, clk, next, sink)
+	p := h.p
+	h.consume(event(withoutOwner(podA1), "e1", t0.Add(time.Minute)), event(withoutOwner(podB1), "e2", t0.Add(time.Minute)))
+	clk.Advance(4 * time.Second)
+	refuse = true
+	_ = p.release(context.Background(), false)
+	refuse = false
+	if err := p.release(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	h.activitySpan("event e1")
+	h.activitySpan("event e2")
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "otelcol_k8s_object_link_held_spans" {
+				continue
+			}
+			found = true
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if dp.Value != 0 {
+					t.Fatalf("no span is held any more, the gauge says %d", dp.Value)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the held spans gauge must be reported")
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/internal/objid"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // Two kinds of context reach an object's window from outside kubetrail (docs/design.md, Trace
@@ -189,7 +190,7 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		copy(sid[:], c.tc.SpanID[:])
 		c.graft = batchIDs[c.tc.TraceID] || batchIDs[sid]
 		for _, key := range [...]string{graftTraceKey(c.tc.TraceID), graftSpanKey(c.tc.SpanID)} {
-			r.queue(Op{Kind: OpGet, Key: key}, func(op *Op) {
+			r.queue(idmap.Op{Kind: idmap.OpGet, Key: key}, func(op *idmap.Op) {
 				if op.Found {
 					c.graft = true
 				}
@@ -200,8 +201,8 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		if limit := r.now.Add(contextRecordLife); expire.After(limit) {
 			expire = limit
 		}
-		r.queue(Op{Kind: OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: expire},
-			func(op *Op) {
+		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: contextKey(c.tc), Value: encodeFirstSeen(c.start), ExpireAt: expire},
+			func(op *idmap.Op) {
 				first, ok := decodeFirstSeen(op.Value)
 				if !op.Found || !ok {
 					first = c.start

@@ -2,6 +2,7 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,4 +286,102 @@ func TestTraceContextTelemetry(t *testing.T) {
 			t.Errorf("%s%v = %d, want %d", tt.metric, tt.attrs, got, tt.want)
 		}
 	}
+}
+
+// configMap is the attacker's root object: whoever may create one ConfigMap may annotate it.
+var configMap = model.Object{Cluster: "c1", Version: "v1", Resource: "configmaps", Kind: "ConfigMap",
+	Namespace: "default", Name: "graft", UID: "cm-graft", NoOwner: true}
+
+func traceparent(trace pcommon.TraceID, span pcommon.SpanID) string {
+	return "00-" + trace.String() + "-" + span.String() + "-01"
+}
+
+func TestATraceContextNamingAnObjectsTraceDoesNotGraft(t *testing.T) {
+	backends(t, func(t *testing.T, cfg func() *Config) {
+		now := time.Now()
+		w := model.WindowStart(now, model.DefaultWindow)
+		for _, tt := range []struct {
+			name string
+			// victim settles the victim's window and returns the context that names its object span.
+			victim func(h *harness) string
+			// sameBatch sends the victim's spans in the attacker's batch.
+			sameBatch bool
+		}{
+			{name: "its derived trace", victim: func(h *harness) string {
+				h.consume(audit(withoutOwner(deploy), "victim", w.Add(time.Second)))
+				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(deploy.Key(), w))
+			}},
+			{name: "its assigned trace, a CI step's", victim: func(h *harness) string {
+				h.consume(withContext(audit(withoutOwner(deploy), "victim", w.Add(time.Second)), ciStep))
+				tc, _ := model.ParseTraceparent(ciStep)
+				return traceparent(tc.TraceID, model.ObjectSpanID(deploy.Key(), w))
+			}},
+			{name: "an owned object's span in its root's trace", victim: func(h *harness) string {
+				h.consume(audit(withoutOwner(deploy), "victim", w.Add(time.Second)), audit(rsA, "victim-rs", w.Add(time.Second)))
+				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(rsA.Key(), w))
+			}},
+			{name: "its derived trace, in the same batch", sameBatch: true, victim: func(*harness) string {
+				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(deploy.Key(), w))
+			}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				sink := new(consumertest.TracesSink)
+				c := cfg()
+				h, reader := newMeteredHarness(t, c, newFakeClock(now), sink, sink)
+				if err := h.p.Start(context.Background(), nil); err != nil {
+					t.Fatal(err)
+				}
+				tp := tt.victim(h)
+				acts := []activity{withContext(audit(configMap, "graft", w.Add(2*time.Second)), tp)}
+				if tt.sameBatch {
+					acts = append([]activity{audit(withoutOwner(deploy), "victim", w.Add(time.Second))}, acts...)
+				}
+				h.consume(acts...)
+				named, _ := model.ParseTraceparent(tp)
+				victim := named.TraceID // the trace the victim's object span is in
+				budgetBefore := h.p.budget.known[victim].total
+				h.consume(audit(configMap, "update", w.Add(3*time.Second)), audit(configMap, "update-2", w.Add(4*time.Second)))
+				cm := h.one("ConfigMap default/graft")
+				if cm.TraceID() != model.ObjectTraceID(configMap.Key(), w) || !cm.ParentSpanID().IsEmpty() {
+					t.Fatalf("the ConfigMap went to trace %s under %s: grafted into the Deployment's (%s)", cm.TraceID(), cm.ParentSpanID(), victim)
+				}
+				if links := traceContextLinks(cm); len(links) != 1 {
+					t.Fatalf("the ConfigMap's span links %v, want its context", links)
+				}
+				for _, s := range h.spans() {
+					if s.span.TraceID() == victim && (strings.Contains(s.span.Name(), "graft") || strings.Contains(s.span.Name(), "update")) {
+						t.Fatalf("%s is in the Deployment's trace", s.span.Name())
+					}
+				}
+				if got := h.p.budget.known[victim].total; got != budgetBefore {
+					t.Fatalf("the Deployment's trace budget went from %d to %d spans", budgetBefore, got)
+				}
+				var rm metricdata.ResourceMetrics
+				if err := reader.Collect(context.Background(), &rm); err != nil {
+					t.Fatal(err)
+				}
+				if got := sumOf(rm, "otelcol_k8s_object_link_trace_context_grafts"); got != 1 {
+					t.Fatalf("trace_context_grafts = %d, want 1", got)
+				}
+			})
+		}
+	})
+}
+
+func TestAContextOfAnotherProgramStillNestsBesideAnObjectPlacedThere(t *testing.T) {
+	backends(t, func(t *testing.T, cfg func() *Config) {
+		now := time.Now()
+		w := model.WindowStart(now, model.DefaultWindow)
+		h := newHarness(t, cfg(), newFakeClock(now))
+		// One CI step applies two objects: both nest under its span.
+		h.consume(withContext(audit(withoutOwner(deploy), "apply", w.Add(time.Second)), ciStep))
+		h.consume(withContext(audit(configMap, "apply-cm", w.Add(2*time.Second)), ciStep))
+		tc, _ := model.ParseTraceparent(ciStep)
+		for _, name := range []string{"Deployment default/demo", "ConfigMap default/graft"} {
+			placed, _ := h.placedAndPointer(name)
+			if placed.TraceID() != tc.TraceID || placed.ParentSpanID() != tc.SpanID {
+				t.Fatalf("%s: trace %s under %s, want the CI step's", name, placed.TraceID(), placed.ParentSpanID())
+			}
+		}
+	})
 }

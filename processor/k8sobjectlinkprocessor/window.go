@@ -64,7 +64,7 @@ func (p *objectLinkProcessor) checkWindow(ctx context.Context, obj model.Object,
 	}
 	// Naming the sender's window costs up to ~1,500 hashes: done at most once per
 	// windowMismatchLogEvery; in between, the last finding decides whether to count.
-	if _, ok := p.windowLogs.allow("window", p.clock.Now()); !ok {
+	if _, ok := p.windowLogs.Allow("window", p.clock.Now()); !ok {
 		if p.lastSenderWindow.Load() != 0 {
 			p.tel.K8sObjectLinkWindowMismatches.Add(ctx, 1)
 		}

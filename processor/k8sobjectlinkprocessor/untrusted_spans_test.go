@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -18,74 +17,16 @@ import (
 	"github.com/kubetrail/kubetrail/internal/objid"
 )
 
-// The attacks of issue 40 (docs/security.md, Doors), each against the memory ID map and real
-// Redis: a span of an untrusted door (an otlp receiver) must not write the trail.
-
-// idMapRecord is one record of the ID map as a test reads it back.
-type idMapRecord struct {
-	key    string // Redis only: the memory map keeps hashes
-	value  string
-	expire time.Time
-}
-
-// backends runs f against the memory ID map and against real Redis.
-func backends(t *testing.T, f func(t *testing.T, cfg func() *Config)) {
-	t.Run("memory", func(t *testing.T) { f(t, memoryConfig) })
-	t.Run("redis", func(t *testing.T) {
-		requireRedis(t)
-		f(t, func() *Config { return redisConfig(t, redisAddr) })
-	})
-}
-
-// records returns every record of h's ID map: Redis's keys under the processor's prefix with
-// their values and expiries (the epoch marker aside), or the memory map's entries (duplicate marks counted as records
-// without value).
-func (h *harness) records() []idMapRecord {
-	h.t.Helper()
-	if rs := h.p.redis; rs != nil {
-		ctx := context.Background()
-		c := redis.NewClient(&redis.Options{Addr: redisAddr})
-		defer c.Close()
-		var out []idMapRecord
-		iter := c.Scan(ctx, 0, rs.prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			if k == rs.prefix+epochKey {
-				continue // the store's own marker of a Redis that lost its records
-			}
-			v, err := c.Get(ctx, k).Result()
-			if err != nil {
-				h.t.Fatalf("reading %q: %v", k, err)
-			}
-			ttl, err := c.PTTL(ctx, k).Result()
-			if err != nil {
-				h.t.Fatal(err)
-			}
-			out = append(out, idMapRecord{key: strings.TrimPrefix(k, rs.prefix), value: v, expire: time.Now().Add(ttl)})
-		}
-		return out
-	}
-	m := h.p.store.(*memoryStore)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []idMapRecord
-	for _, idx := range m.index {
-		e := m.at(idx)
-		out = append(out, idMapRecord{value: e.val, expire: time.Unix(0, e.expire)})
-	}
-	for range m.dedup.count {
-		out = append(out, idMapRecord{value: "(duplicate mark)"})
-	}
-	return out
-}
+// A span of an untrusted door (an otlp receiver) must not write the trail (docs/security.md,
+// Doors): each attack against the memory ID map and real Redis.
 
 // untrusted is the context of a span of an otlp receiver: no mark of kubetrail's own doors.
 var untrusted = context.Background()
 
-// huge is 200 KB: the owner strings of the issue's forged span.
+// huge is 200 KB: the owner strings of a forged span.
 var huge = strings.Repeat("x", 200<<10)
 
-// forgedController is the issue's span: a controller span naming a Pod no receiver saw, its
+// forgedController is a forged span: a controller span naming a Pod no receiver saw, its
 // owner strings 200 KB each, with a kubetrail member for the window at.
 func forgedController(t *testing.T, at time.Time) ptrace.Traces {
 	t.Helper()
@@ -292,46 +233,6 @@ func TestUntrustedSpansWaitInAHoldOfTheirOwn(t *testing.T) {
 	})
 }
 
-func TestStringsThatBecomeIDMapRecordsAreBounded(t *testing.T) {
-	backends(t, func(t *testing.T, cfg func() *Config) {
-		h := newHarness(t, cfg(), newFakeClock(t0))
-		pod := podA1
-		pod.Name = huge
-		pod.Owner = model.Owner{APIVersion: huge, Kind: huge, Name: huge, UID: huge}
-		h.consume(audit(pod, "big", t0.Add(time.Second)))
-		recs := h.records()
-		if len(recs) == 0 {
-			t.Fatal("no records")
-		}
-		for _, r := range recs {
-			// The largest: a relation of four bounded owner strings, a name key of a bounded name.
-			if len(r.key) > 2<<10 || len(r.value) > 2<<10 {
-				t.Fatalf("a record of %d key and %d value bytes", len(r.key), len(r.value))
-			}
-		}
-	})
-}
-
-func TestRecordLivesAreBoundedRelativeToNow(t *testing.T) {
-	backends(t, func(t *testing.T, cfg func() *Config) {
-		now := time.Now()
-		c := cfg()
-		h := newHarness(t, c, newFakeClock(now))
-		year2200 := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
-		h.consume(withContext(audit(withoutOwner(cron), "future", year2200), ciStep))
-		limit := now.Add(contextRecordLife + time.Minute)
-		recs := h.records()
-		if len(recs) == 0 {
-			t.Fatal("no records")
-		}
-		for _, r := range recs {
-			if r.expire.After(limit) {
-				t.Fatalf("a record (%q) lives until %s, past now + 7 days", r.key, r.expire)
-			}
-		}
-	})
-}
-
 func TestATrustedHopIsTrustedByItsSecretOnly(t *testing.T) {
 	c := memoryConfig()
 	c.Doors.TrustedHop.Secret = "0123456789abcdef0123"
@@ -356,102 +257,4 @@ func TestATrustedHopIsTrustedByItsSecretOnly(t *testing.T) {
 			t.Errorf("%s: trusted = %v, want %v", tt.name, got, tt.want)
 		}
 	}
-}
-
-// configMap is the attacker's root object: whoever may create one ConfigMap may annotate it.
-var configMap = model.Object{Cluster: "c1", Version: "v1", Resource: "configmaps", Kind: "ConfigMap",
-	Namespace: "default", Name: "graft", UID: "cm-graft", NoOwner: true}
-
-func traceparent(trace pcommon.TraceID, span pcommon.SpanID) string {
-	return "00-" + trace.String() + "-" + span.String() + "-01"
-}
-
-func TestATraceContextNamingAnObjectsTraceDoesNotGraft(t *testing.T) {
-	backends(t, func(t *testing.T, cfg func() *Config) {
-		now := time.Now()
-		w := model.WindowStart(now, model.DefaultWindow)
-		for _, tt := range []struct {
-			name string
-			// victim settles the victim's window and returns the context that names its object span.
-			victim func(h *harness) string
-			// sameBatch sends the victim's spans in the attacker's batch.
-			sameBatch bool
-		}{
-			{name: "its derived trace", victim: func(h *harness) string {
-				h.consume(audit(withoutOwner(deploy), "victim", w.Add(time.Second)))
-				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(deploy.Key(), w))
-			}},
-			{name: "its assigned trace, a CI step's", victim: func(h *harness) string {
-				h.consume(withContext(audit(withoutOwner(deploy), "victim", w.Add(time.Second)), ciStep))
-				tc, _ := model.ParseTraceparent(ciStep)
-				return traceparent(tc.TraceID, model.ObjectSpanID(deploy.Key(), w))
-			}},
-			{name: "an owned object's span in its root's trace", victim: func(h *harness) string {
-				h.consume(audit(withoutOwner(deploy), "victim", w.Add(time.Second)), audit(rsA, "victim-rs", w.Add(time.Second)))
-				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(rsA.Key(), w))
-			}},
-			{name: "its derived trace, in the same batch", sameBatch: true, victim: func(*harness) string {
-				return traceparent(model.ObjectTraceID(deploy.Key(), w), model.ObjectSpanID(deploy.Key(), w))
-			}},
-		} {
-			t.Run(tt.name, func(t *testing.T) {
-				sink := new(consumertest.TracesSink)
-				c := cfg()
-				h, reader := newMeteredHarness(t, c, newFakeClock(now), sink, sink)
-				if err := h.p.Start(context.Background(), nil); err != nil {
-					t.Fatal(err)
-				}
-				tp := tt.victim(h)
-				acts := []activity{withContext(audit(configMap, "graft", w.Add(2*time.Second)), tp)}
-				if tt.sameBatch {
-					acts = append([]activity{audit(withoutOwner(deploy), "victim", w.Add(time.Second))}, acts...)
-				}
-				h.consume(acts...)
-				named, _ := model.ParseTraceparent(tp)
-				victim := named.TraceID // the trace the victim's object span is in
-				budgetBefore := h.p.budget.known[victim].total
-				h.consume(audit(configMap, "update", w.Add(3*time.Second)), audit(configMap, "update-2", w.Add(4*time.Second)))
-				cm := h.one("ConfigMap default/graft")
-				if cm.TraceID() != model.ObjectTraceID(configMap.Key(), w) || !cm.ParentSpanID().IsEmpty() {
-					t.Fatalf("the ConfigMap went to trace %s under %s: grafted into the Deployment's (%s)", cm.TraceID(), cm.ParentSpanID(), victim)
-				}
-				if links := traceContextLinks(cm); len(links) != 1 {
-					t.Fatalf("the ConfigMap's span links %v, want its context", links)
-				}
-				for _, s := range h.spans() {
-					if s.span.TraceID() == victim && (strings.Contains(s.span.Name(), "graft") || strings.Contains(s.span.Name(), "update")) {
-						t.Fatalf("%s is in the Deployment's trace", s.span.Name())
-					}
-				}
-				if got := h.p.budget.known[victim].total; got != budgetBefore {
-					t.Fatalf("the Deployment's trace budget went from %d to %d spans", budgetBefore, got)
-				}
-				var rm metricdata.ResourceMetrics
-				if err := reader.Collect(context.Background(), &rm); err != nil {
-					t.Fatal(err)
-				}
-				if got := sumOf(rm, "otelcol_k8s_object_link_trace_context_grafts"); got != 1 {
-					t.Fatalf("trace_context_grafts = %d, want 1", got)
-				}
-			})
-		}
-	})
-}
-
-func TestAContextOfAnotherProgramStillNestsBesideAnObjectPlacedThere(t *testing.T) {
-	backends(t, func(t *testing.T, cfg func() *Config) {
-		now := time.Now()
-		w := model.WindowStart(now, model.DefaultWindow)
-		h := newHarness(t, cfg(), newFakeClock(now))
-		// One CI step applies two objects: both nest under its span.
-		h.consume(withContext(audit(withoutOwner(deploy), "apply", w.Add(time.Second)), ciStep))
-		h.consume(withContext(audit(configMap, "apply-cm", w.Add(2*time.Second)), ciStep))
-		tc, _ := model.ParseTraceparent(ciStep)
-		for _, name := range []string{"Deployment default/demo", "ConfigMap default/graft"} {
-			placed, _ := h.placedAndPointer(name)
-			if placed.TraceID() != tc.TraceID || placed.ParentSpanID() != tc.SpanID {
-				t.Fatalf("%s: trace %s under %s, want the CI step's", name, placed.TraceID(), placed.ParentSpanID())
-			}
-		}
-	})
 }

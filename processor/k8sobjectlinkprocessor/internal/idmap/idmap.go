@@ -1,4 +1,11 @@
-package k8sobjectlinkprocessor
+// Package idmap is the k8s_object_link processor's ID map: the records that place every object
+// in its window's trace (assignments, owner relations, the name index, duplicate marks, span
+// counts), in process memory or shared by replicas through Redis, where the first writer of a
+// record wins so that replicas never split a trace.
+//
+// The processor decides what the records mean; this package keeps them: bounded in memory,
+// pipelined to Redis, carried through a Redis outage and written back after Redis lost them.
+package idmap
 
 import (
 	"context"
@@ -59,22 +66,35 @@ type Store interface {
 	Close(ctx context.Context) error
 }
 
-var errStoreClosed = errors.New("id map closed")
+// ErrClosed is what a closed store answers.
+var ErrClosed = errors.New("id map closed")
 
-// Record keys. One letter per record type keeps keys short in Redis and in memory.
-func assignmentKey(key model.Key, window time.Time) string {
+// Record keys. One letter per record type keeps keys short in Redis and in memory. The stores
+// treat some records apart (duplicate marks in memory, the name index and the records written
+// back after a loss in Redis), so those letters are this package's; the processor adds records
+// of its own under other letters (g: grafts, j: apiserver joins, t: trace contexts), which the
+// stores keep like any other.
+
+// AssignmentKey is the record of an object's assignment in one window.
+func AssignmentKey(key model.Key, window time.Time) string {
 	return "a:" + string(key) + "@" + strconv.FormatInt(window.Unix(), 36)
 }
-func relationKey(key model.Key) string  { return "r:" + string(key) }
-func nameKey(nameKey string) string     { return "n:" + nameKey }
-func dedupKey(id pcommon.SpanID) string { return "d:" + string(id[:]) }
 
-// spanCountKey is the counter of the spans put in a trace (max_spans_per_trace).
-func spanCountKey(id pcommon.TraceID) string { return "c:" + string(id[:]) }
+// RelationKey is the record of an object's owner (EncodeOwner).
+func RelationKey(key model.Key) string { return "r:" + string(key) }
 
-// assignment is an object's place in one window: the trace it joins (its root ancestor's), its
+// NameKey is the name index's record of the UID an object name had when last seen.
+func NameKey(nameKey string) string { return "n:" + nameKey }
+
+// DedupKey is the duplicate mark of an activity span.
+func DedupKey(id pcommon.SpanID) string { return "d:" + string(id[:]) }
+
+// SpanCountKey is the counter of the spans put in a trace (max_spans_per_trace).
+func SpanCountKey(id pcommon.TraceID) string { return "c:" + string(id[:]) }
+
+// Assignment is an object's place in one window: the trace it joins (its root ancestor's), its
 // own object span ID and its parent (the owner's object span, empty for a root).
-type assignment struct {
+type Assignment struct {
 	TraceID pcommon.TraceID
 	SpanID  pcommon.SpanID
 	Parent  pcommon.SpanID
@@ -82,8 +102,8 @@ type assignment struct {
 
 const assignmentSize = 32
 
-// encode is 32 raw bytes: values stay compact in Redis and in memory.
-func (a assignment) encode() string {
+// Encode is 32 raw bytes: values stay compact in Redis and in memory.
+func (a Assignment) Encode() string {
 	var b [assignmentSize]byte
 	copy(b[0:16], a.TraceID[:])
 	copy(b[16:24], a.SpanID[:])
@@ -91,8 +111,9 @@ func (a assignment) encode() string {
 	return string(b[:])
 }
 
-func decodeAssignment(s string) (assignment, bool) {
-	var a assignment
+// DecodeAssignment reads an assignment record; false for a malformed one.
+func DecodeAssignment(s string) (Assignment, bool) {
+	var a Assignment
 	if len(s) != assignmentSize {
 		return a, false
 	}
@@ -102,9 +123,9 @@ func decodeAssignment(s string) (assignment, bool) {
 	return a, true
 }
 
-// encodeOwner is four length-prefixed strings (api version, kind, name, UID). An empty owner is
+// EncodeOwner is four length-prefixed strings (api version, kind, name, UID). An empty owner is
 // never stored: absence of a relation means "unknown", not "root".
-func encodeOwner(o model.Owner) string {
+func EncodeOwner(o model.Owner) string {
 	b := make([]byte, 0, 4+len(o.APIVersion)+len(o.Kind)+len(o.Name)+len(o.UID)+4)
 	for _, s := range [...]string{o.APIVersion, o.Kind, o.Name, o.UID} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -113,7 +134,8 @@ func encodeOwner(o model.Owner) string {
 	return string(b)
 }
 
-func decodeOwner(s string) (model.Owner, bool) {
+// DecodeOwner reads a relation record; false for a malformed or empty owner.
+func DecodeOwner(s string) (model.Owner, bool) {
 	var parts [4]string
 	for i := range parts {
 		n, w := binary.Uvarint([]byte(s))

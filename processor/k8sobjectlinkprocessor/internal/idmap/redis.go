@@ -1,4 +1,4 @@
-package k8sobjectlinkprocessor
+package idmap
 
 import (
 	"context"
@@ -11,16 +11,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/kubetrail/kubetrail/internal/redisconf"
 	"github.com/kubetrail/kubetrail/internal/retry"
-	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/loglimit"
 )
 
-// redisStore is the ID map shared by collector replicas. Every batch becomes at most one
+// RedisStore is the ID map shared by collector replicas. Every batch becomes at most one
 // explicit pipeline (one round trip): reads that the memory cache in front cannot answer, and
 // first-writer-wins writes as `SET key value NX GET PXAT ms`, which returns the existing value
 // when another replica wrote first. Expiries are absolute (PXAT), derived from the window, so
@@ -30,13 +28,13 @@ import (
 // backend), keeps the writes it made in a bounded list, and a background goroutine probes with
 // backoff; when Redis answers again the list is replayed with the same first-writer-wins
 // commands, and where another replica's record won, the cache adopts it from then on.
-type redisStore struct {
+type RedisStore struct {
 	client  redis.UniversalClient
 	prefix  string
 	timeout time.Duration
-	cache   *memoryStore
+	cache   *MemoryStore
 	now     func() time.Time
-	tel     *metadata.TelemetryBuilder
+	tel     Telemetry
 	logger  *zap.Logger
 
 	maxBackoff time.Duration
@@ -44,7 +42,7 @@ type redisStore struct {
 
 	roundTrips atomic.Int64 // for benchmarks and tests: pipelines sent
 
-	// Noticing a Redis that lost its records (idmap_reset.go); off for Redis Cluster.
+	// Noticing a Redis that lost its records (reset.go); off for Redis Cluster.
 	epochCheck  bool
 	epochKey    string
 	token       string         // this replica's epoch token, written when it finds none
@@ -53,7 +51,7 @@ type redisStore struct {
 	writingBack atomic.Bool
 	background  sync.WaitGroup // the write-back after a loss
 
-	logs *logLimiter // every run-time error is logged, at most once per reason per minute
+	logs *loglimit.Limiter // every run-time error is logged, at most once per reason per minute
 
 	mu         sync.Mutex
 	epoch      string // the epoch token seen last; "" before the first
@@ -67,12 +65,14 @@ type redisStore struct {
 	probeAwake chan struct{}
 }
 
-func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, tel *metadata.TelemetryBuilder, logger *zap.Logger) (*redisStore, error) {
+// NewRedisStore returns the store of cfg's Redis, with cache in front of it (closed with it). It
+// does not reach Redis yet: Start does.
+func NewRedisStore(cfg RedisConfig, cache *MemoryStore, now func() time.Time, tel Telemetry, logger *zap.Logger) (*RedisStore, error) {
 	client, err := cfg.NewClient("id_map.redis", "kubetrail-k8s_object_link")
 	if err != nil {
 		return nil, err
 	}
-	s := &redisStore{
+	s := &RedisStore{
 		client:     client,
 		prefix:     cfg.KeyPrefix,
 		timeout:    cfg.Timeout,
@@ -82,11 +82,11 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 		logger:     logger,
 		maxBackoff: cfg.RetryMaxBackoff,
 		maxPending: cfg.MaxPendingWrites,
-		epochKey:   cfg.KeyPrefix + epochKey,
+		epochKey:   cfg.KeyPrefix + EpochKey,
 		token:      newEpochToken(),
 		recent:     newRecentRecords(recentRecordsSize),
 		onStatus:   func(error) {},
-		logs:       newLogLimiter(time.Minute),
+		logs:       loglimit.New(time.Minute),
 		stopProbe:  make(chan struct{}),
 		probeDone:  make(chan struct{}),
 		probeAwake: make(chan struct{}, 1),
@@ -97,13 +97,13 @@ func newRedisStore(cfg RedisConfig, cache *memoryStore, now func() time.Time, te
 	return s, nil
 }
 
-// start checks Redis once, at the processor's Start. A reply saying that the configuration is
+// Start checks Redis once, at the processor's Start. A reply saying that the configuration is
 // wrong (a wrong password, a user without the needed permissions, a database number the server
 // does not have) fails Start with that reply: it will not fix itself, and running on would
 // quietly give every replica its own memory and its own trace IDs. An unreachable server does
 // not fail Start: the store begins in the outage state (memory, recoverable status, reconnection
 // with backoff), as it would if Redis went away later.
-func (s *redisStore) start() error {
+func (s *RedisStore) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	err := s.client.Ping(ctx).Err()
 	cancel()
@@ -111,7 +111,7 @@ func (s *redisStore) start() error {
 		return nil
 	}
 	if redisconf.IsConfigError(err) {
-		s.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reasonAuth)))
+		s.tel.RedisError(ReasonAuth)
 		return fmt.Errorf("id_map.redis: Redis refused the configured credentials or database: %w", err)
 	}
 	s.markDown(err)
@@ -122,32 +122,34 @@ func (s *redisStore) start() error {
 func errorReason(err error) string {
 	switch {
 	case redisconf.IsConfigError(err):
-		return reasonAuth
+		return ReasonAuth
 	case errors.Is(err, context.DeadlineExceeded):
-		return reasonTimeout
+		return ReasonTimeout
 	default:
-		return reasonUnavailable
+		return ReasonUnavailable
 	}
 }
 
 // runError counts a run-time error by reason and logs it, at most once per reason per minute
 // (with the number of errors of that reason not logged since).
-func (s *redisStore) runError(reason, msg string, err error, fields ...zap.Field) {
-	s.tel.K8sObjectLinkRedisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
-	if suppressed, ok := s.logs.allow(reason, s.now()); ok {
+func (s *RedisStore) runError(reason, msg string, err error, fields ...zap.Field) {
+	s.tel.RedisError(reason)
+	if suppressed, ok := s.logs.Allow(reason, s.now()); ok {
 		s.logger.Warn(msg, append(fields, zap.String("reason", reason), zap.Int("similar_errors_not_logged", suppressed), zap.Error(err))...)
 	}
 }
 
-// setStatusReporter is called from Start, when the host is known.
-func (s *redisStore) setStatusReporter(f func(error)) {
+// SetStatusReporter sets what is told when Redis goes away (the error) and comes back (nil):
+// the processor reports it through componentstatus. It is called before Start, when the host
+// is known.
+func (s *RedisStore) SetStatusReporter(f func(error)) {
 	s.mu.Lock()
 	s.onStatus = f
 	s.mu.Unlock()
 }
 
 // Do implements Store.
-func (s *redisStore) Do(ctx context.Context, ops []Op) error {
+func (s *RedisStore) Do(ctx context.Context, ops []Op) error {
 	now := s.now()
 	// The cache answers what it can: assignments never change once written, so a cached one is
 	// final; a cached dedup mark is a real duplicate; relations and the name index are refreshed
@@ -198,7 +200,7 @@ func (s *redisStore) Do(ctx context.Context, ops []Op) error {
 }
 
 // Local implements Store: the cache answers, Redis is not asked.
-func (s *redisStore) Local(ops []Op) bool {
+func (s *RedisStore) Local(ops []Op) bool {
 	for i := range ops {
 		if ops[i].Kind != OpGet || isNameKey(ops[i].Key) {
 			continue
@@ -215,7 +217,7 @@ func (s *redisStore) Local(ops []Op) bool {
 // roundTrip sends the ops at the given indexes as one pipeline and writes the answers back. The
 // pipeline also carries the epoch check; lost reports that Redis lost its records since this
 // replica last looked.
-func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost bool, err error) {
+func (s *RedisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost bool, err error) {
 	// The caller's cancellation (a webhook request the apiserver gave up on) says nothing about
 	// Redis; only our own timeout bounds the call, so that only Redis's failure marks it down.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
@@ -247,9 +249,8 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 	}
 	start := time.Now()
 	_, err = pipe.Exec(ctx)
-	s.tel.K8sObjectLinkRedisRoundTrips.Add(ctx, 1)
+	s.tel.RedisRoundTrip(ctx, time.Since(start))
 	s.roundTrips.Add(1)
-	s.tel.K8sObjectLinkRedisLatency.Record(ctx, float64(time.Since(start).Microseconds())/1000)
 	// Exec reports only the first failed command; an outage is any command failing for another
 	// reason than a missing key or a record of the wrong type. Other reply errors (OOM, READONLY,
 	// LOADING, NOPERM, CLUSTERDOWN, a syntax error from a Redis < 7) concern the server: taken
@@ -283,7 +284,7 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 		if cerr != nil && !errors.Is(cerr, redis.Nil) {
 			// A reply error (a key of the wrong type under our prefix) concerns one record: treat
 			// it as absent and keep the batch going.
-			s.runError(reasonReply, "Redis rejected a record operation; the record is taken as absent", cerr, zap.String("key", s.prefix+op.Key))
+			s.runError(ReasonReply, "Redis rejected a record operation; the record is taken as absent", cerr, zap.String("key", s.prefix+op.Key))
 			continue
 		}
 		switch op.Kind {
@@ -315,7 +316,7 @@ func (s *redisStore) roundTrip(ctx context.Context, ops []Op, idx []int) (lost b
 	return lost, nil
 }
 
-func (s *redisStore) cacheSet(v string, op *Op) {
+func (s *RedisStore) cacheSet(v string, op *Op) {
 	_ = s.cache.Do(context.Background(), []Op{{Kind: OpSet, Key: op.Key, Value: v, ExpireAt: op.ExpireAt}})
 	s.recent.add(op.Key, v, op.ExpireAt)
 }
@@ -340,7 +341,7 @@ func pxat(t, now time.Time) int64 {
 
 // fromMemory answers the remote part of a batch from the memory cache while Redis is away and
 // remembers the writes for reconciliation.
-func (s *redisStore) fromMemory(ops []Op, idx []int) {
+func (s *RedisStore) fromMemory(ops []Op, idx []int) {
 	local := make([]Op, 0, len(idx))
 	for _, i := range idx {
 		local = append(local, ops[i])
@@ -366,20 +367,20 @@ var errPendingFull = errors.New("pending writes full")
 
 // addPending keeps writes for the replay after an outage, up to max_pending_writes; the rest are
 // counted and logged.
-func (s *redisStore) addPending(ops []Op) {
+func (s *RedisStore) addPending(ops []Op) {
 	s.mu.Lock()
 	room := max(0, min(len(ops), s.maxPending-len(s.pending)))
 	s.pending = append(s.pending, ops[:room]...)
 	s.mu.Unlock()
 	for range ops[room:] {
-		s.runError(reasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
+		s.runError(ReasonPendingFull, "Redis outage outlasts id_map.redis.max_pending_writes; this record will not be replayed to Redis", errPendingFull)
 	}
 }
 
 // markDown records a failed round trip or ping: counted and logged (rate-limited) every time,
 // and reported through componentstatus as a recoverable error when Redis goes down or the
 // reason changes (a network outage that turns into a refused password after a restart).
-func (s *redisStore) markDown(err error) {
+func (s *RedisStore) markDown(err error) {
 	reason := errorReason(err)
 	s.runError(reason, "Redis ID map unavailable; continuing from memory until it returns", err)
 	s.mu.Lock()
@@ -400,7 +401,7 @@ func (s *redisStore) markDown(err error) {
 }
 
 // probeLoop waits for an outage, then pings with exponential backoff and reconciles.
-func (s *redisStore) probeLoop() {
+func (s *RedisStore) probeLoop() {
 	defer close(s.probeDone)
 	const minBackoff = 100 * time.Millisecond
 	for {
@@ -426,7 +427,7 @@ func (s *redisStore) probeLoop() {
 }
 
 // tryRecover pings Redis and replays the pending writes; it reports whether Redis is back.
-func (s *redisStore) tryRecover() bool {
+func (s *RedisStore) tryRecover() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	err := s.client.Ping(ctx).Err()
 	cancel()
@@ -465,7 +466,7 @@ func (s *redisStore) tryRecover() bool {
 // lost them). A first-writer-wins record that another replica wrote meanwhile stays theirs in
 // Redis, and the cache adopts it so later spans join the shared trace. lost reports an epoch
 // change seen on the way.
-func (s *redisStore) reconcile(batch []Op) (lost bool, err error) {
+func (s *RedisStore) reconcile(batch []Op) (lost bool, err error) {
 	const chunk = 1000
 	for len(batch) > 0 {
 		n := min(chunk, len(batch))
@@ -483,11 +484,11 @@ func (s *redisStore) reconcile(batch []Op) (lost bool, err error) {
 		}
 		lost = lost || l
 		for i := range part {
-			result := resultWritten
+			result := ResultWritten
 			if part[i].Kind == OpSetIfAbsent && part[i].Found && part[i].Value != original[i] {
-				result = resultConflict
+				result = ResultConflict
 			}
-			s.tel.K8sObjectLinkRedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrResult, result)))
+			s.tel.RedisReconciled(result)
 		}
 		batch = batch[n:]
 	}
@@ -495,9 +496,40 @@ func (s *redisStore) reconcile(batch []Op) (lost bool, err error) {
 }
 
 // Close implements Store.
-func (s *redisStore) Close(ctx context.Context) error {
+func (s *RedisStore) Close(ctx context.Context) error {
 	close(s.stopProbe)
 	<-s.probeDone
 	s.background.Wait()
 	return errors.Join(s.client.Close(), s.cache.Close(ctx))
+}
+
+// What tests and benchmarks read of the store's state.
+
+// RoundTrips is the number of pipelines sent so far.
+func (s *RedisStore) RoundTrips() int64 { return s.roundTrips.Load() }
+
+// Client is the Redis client the store built from its configuration.
+func (s *RedisStore) Client() redis.UniversalClient { return s.client }
+
+// Down reports whether the store takes Redis as unavailable (answering from memory).
+func (s *RedisStore) Down() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down
+}
+
+// Reconciled reports whether Redis is available and no write made in memory waits for it.
+func (s *RedisStore) Reconciled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.down && len(s.pending) == 0
+}
+
+// WritingBack reports whether the write-back after a loss is under way.
+func (s *RedisStore) WritingBack() bool { return s.writingBack.Load() }
+
+// Cached reports whether the memory cache in front holds a live record of key.
+func (s *RedisStore) Cached(key string) bool {
+	_, _, ok := s.cache.peek(key)
+	return ok
 }

@@ -1,4 +1,4 @@
-package k8sobjectlinkprocessor
+package idmap
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"unsafe"
 )
 
-// memoryStore is the in-memory ID map: a hash map into a slab of entries threaded on an LRU
+// MemoryStore is the in-memory ID map: a hash map into a slab of entries threaded on an LRU
 // list. It is both the `memory` backend and the cache in front of Redis.
 //
 // Keys are kept as 128-bit hashes rather than strings: an object key with a UUID is ~60 bytes,
 // the hash 16, and that is most of what keeps a live object-window under 200 bytes. Two
 // independent 64-bit maphash seeds make a collision among a million entries about as likely as
 // a cosmic-ray bit flip, and a collision costs at worst one misplaced span, not a crash.
-type memoryStore struct {
+type MemoryStore struct {
 	now        func() time.Time
 	maxEntries int
 	maxBytes   int64
@@ -41,7 +41,7 @@ type memKey [16]byte
 // chunkSize entries are allocated at once (192 KiB), so the slab wastes at most one chunk.
 const chunkSize = 4096
 
-func (m *memoryStore) at(idx int32) *memEntry { return &m.chunks[idx/chunkSize][idx%chunkSize] }
+func (m *MemoryStore) at(idx int32) *memEntry { return &m.chunks[idx/chunkSize][idx%chunkSize] }
 
 type memEntry struct {
 	key        memKey
@@ -58,11 +58,13 @@ const entryOverhead = int64(unsafe.Sizeof(memEntry{})) + 32
 // expired records are reclaimed without a stop-the-world scan.
 const sweepPerOp = 2
 
-func newMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(string)) *memoryStore {
+// NewMemoryStore returns an empty memory store bounded by cfg. onEvict (may be nil) is told the
+// reason (ReasonMaxEntries, ReasonMaxBytes) of every record pushed out to stay within them.
+func NewMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(reason string)) *MemoryStore {
 	if onEvict == nil {
 		onEvict = func(string) {}
 	}
-	return &memoryStore{
+	return &MemoryStore{
 		now:        now,
 		maxEntries: cfg.MaxEntries,
 		maxBytes:   cfg.MaxBytes,
@@ -77,7 +79,7 @@ func newMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(string)
 	}
 }
 
-func (m *memoryStore) hash(key string) memKey {
+func (m *MemoryStore) hash(key string) memKey {
 	var k memKey
 	h1, h2 := maphash.String(m.seed1, key), maphash.String(m.seed2, key)
 	for i := range 8 {
@@ -88,12 +90,12 @@ func (m *memoryStore) hash(key string) memKey {
 }
 
 // Do implements Store.
-func (m *memoryStore) Do(_ context.Context, ops []Op) error {
+func (m *MemoryStore) Do(_ context.Context, ops []Op) error {
 	now := m.now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return errStoreClosed
+		return ErrClosed
 	}
 	for i := range ops {
 		m.apply(&ops[i], now)
@@ -102,7 +104,7 @@ func (m *memoryStore) Do(_ context.Context, ops []Op) error {
 	return nil
 }
 
-func (m *memoryStore) apply(op *Op, now int64) {
+func (m *MemoryStore) apply(op *Op, now int64) {
 	if id, ok := dedupID(op.Key); ok {
 		m.applyDedup(op, id, now)
 		return
@@ -161,7 +163,7 @@ func (m *memoryStore) apply(op *Op, now int64) {
 	}
 }
 
-func (m *memoryStore) applyDedup(op *Op, id [8]byte, now int64) {
+func (m *MemoryStore) applyDedup(op *Op, id [8]byte, now int64) {
 	switch op.Kind {
 	case OpGet:
 		op.Found, op.Value = m.dedup.has(id, now), ""
@@ -169,7 +171,7 @@ func (m *memoryStore) applyDedup(op *Op, id [8]byte, now int64) {
 		op.Found = m.dedup.has(id, now)
 		if !op.Found || op.Kind == OpSet {
 			for range m.dedup.add(id, now, op.ExpireAt) {
-				m.onEvict(reasonMaxEntries)
+				m.onEvict(ReasonMaxEntries)
 			}
 		}
 		op.Value = ""
@@ -179,13 +181,13 @@ func (m *memoryStore) applyDedup(op *Op, id [8]byte, now int64) {
 }
 
 // Local implements Store: memory is the whole truth.
-func (m *memoryStore) Local(ops []Op) bool {
+func (m *MemoryStore) Local(ops []Op) bool {
 	_ = m.Do(context.Background(), ops)
 	return true
 }
 
 // peek returns a live entry's value and expiry without touching the LRU order.
-func (m *memoryStore) peek(key string) (string, time.Time, bool) {
+func (m *MemoryStore) peek(key string) (string, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id, ok := dedupID(key); ok {
@@ -199,7 +201,7 @@ func (m *memoryStore) peek(key string) (string, time.Time, bool) {
 	return m.at(idx).val, time.Unix(0, m.at(idx).expire), true
 }
 
-func (m *memoryStore) insert(k memKey, val string, expire int64) {
+func (m *MemoryStore) insert(k memKey, val string, expire int64) {
 	var idx int32
 	if m.free >= 0 {
 		idx = m.free
@@ -224,24 +226,24 @@ func (m *memoryStore) insert(k memKey, val string, expire int64) {
 	m.evict()
 }
 
-func (m *memoryStore) evict() {
+func (m *MemoryStore) evict() {
 	for len(m.index) > m.maxEntries && m.tail >= 0 {
 		m.remove(m.tail)
-		m.onEvict(reasonMaxEntries)
+		m.onEvict(ReasonMaxEntries)
 	}
 	for m.bytes > m.maxBytes && m.tail >= 0 {
 		m.remove(m.tail)
-		m.onEvict(reasonMaxBytes)
+		m.onEvict(ReasonMaxBytes)
 	}
 }
 
-func (m *memoryStore) sweep(now int64, n int) {
+func (m *MemoryStore) sweep(now int64, n int) {
 	for ; n > 0 && m.tail >= 0 && m.at(m.tail).expire <= now; n-- {
 		m.remove(m.tail)
 	}
 }
 
-func (m *memoryStore) unlink(idx int32) {
+func (m *MemoryStore) unlink(idx int32) {
 	e := m.at(idx)
 	if e.prev >= 0 {
 		m.at(e.prev).next = e.next
@@ -255,7 +257,7 @@ func (m *memoryStore) unlink(idx int32) {
 	}
 }
 
-func (m *memoryStore) touch(idx int32) {
+func (m *MemoryStore) touch(idx int32) {
 	if m.head == idx {
 		return
 	}
@@ -269,7 +271,7 @@ func (m *memoryStore) touch(idx int32) {
 	}
 }
 
-func (m *memoryStore) remove(idx int32) {
+func (m *MemoryStore) remove(idx int32) {
 	m.unlink(idx)
 	e := m.at(idx)
 	delete(m.index, e.key)
@@ -278,14 +280,33 @@ func (m *memoryStore) remove(idx int32) {
 	m.free = idx
 }
 
-func (m *memoryStore) len() int {
+// Len is the number of records held, duplicate marks included.
+func (m *MemoryStore) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.index) + m.dedup.count
 }
 
+// Record is a record as Records returns it: keys are kept as hashes, so they are not.
+type Record struct {
+	Value  string
+	Expire time.Time
+}
+
+// Records returns every record held (expired ones not yet reclaimed included) and the number of
+// duplicate marks, which have no value: what a test checks the bounds of.
+func (m *MemoryStore) Records() (records []Record, marks int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, idx := range m.index {
+		e := m.at(idx)
+		records = append(records, Record{Value: e.val, Expire: time.Unix(0, e.expire)})
+	}
+	return records, m.dedup.count
+}
+
 // Close implements Store.
-func (m *memoryStore) Close(context.Context) error {
+func (m *MemoryStore) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true

@@ -1,4 +1,4 @@
-package k8sobjectlinkprocessor
+package idmap
 
 import (
 	"context"
@@ -35,9 +35,9 @@ import (
 //
 // What remains is documented in the README (Behaviour, "Redis restarted empty").
 
-// epochKey is the marker record, under the configured prefix. It has no expiry, so an LRU
+// EpochKey is the marker record, under the configured prefix. It has no expiry, so an LRU
 // policy on volatile keys (the recommended volatile-lru) never evicts it.
-const epochKey = "epoch"
+const EpochKey = "epoch"
 
 // recentRecordsSize is how many distinct records a replica can write back after a loss: the
 // ring keeps the last ones the replica read, won or refreshed (assignments, relations, the name
@@ -108,14 +108,14 @@ func (r *recentRecords) live(now time.Time) []Op {
 // epochReply reads the answer to a pipeline's `GET epoch` (seq is the pipeline's send order)
 // and reports whether Redis lost its records since this replica's last look, and whether the
 // epoch record is missing (so that this replica should write one).
-func (s *redisStore) epochReply(cmd *redis.StringCmd, seq uint64) (lost, missing bool) {
+func (s *RedisStore) epochReply(cmd *redis.StringCmd, seq uint64) (lost, missing bool) {
 	token, err := cmd.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		token = ""
 	case err != nil:
 		// A foreign record of another type under our name: losses go unnoticed until it is gone.
-		s.runError(reasonReply, "Redis epoch record unreadable; a Redis that lost its records will not be noticed", err, zap.String("key", s.epochKey))
+		s.runError(ReasonReply, "Redis epoch record unreadable; a Redis that lost its records will not be noticed", err, zap.String("key", s.epochKey))
 		return false, false
 	}
 	s.mu.Lock()
@@ -133,7 +133,7 @@ func (s *redisStore) epochReply(cmd *redis.StringCmd, seq uint64) (lost, missing
 
 // writeEpoch writes this replica's token when Redis has none (first writer wins) and adopts
 // the token that stands.
-func (s *redisStore) writeEpoch(ctx context.Context) {
+func (s *RedisStore) writeEpoch(ctx context.Context) {
 	v, err := s.client.Do(ctx, "SET", s.epochKey, s.token, "NX", "GET").Text()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -147,8 +147,8 @@ func (s *redisStore) writeEpoch(ctx context.Context) {
 }
 
 // noticeLoss counts a loss and starts the write-back, one at a time.
-func (s *redisStore) noticeLoss(ctx context.Context) {
-	s.tel.K8sObjectLinkRedisResets.Add(ctx, 1)
+func (s *RedisStore) noticeLoss(ctx context.Context) {
+	s.tel.RedisReset(ctx)
 	if !s.writingBack.CompareAndSwap(false, true) {
 		return
 	}
@@ -162,7 +162,7 @@ func (s *redisStore) noticeLoss(ctx context.Context) {
 
 // writeBack writes the remembered records back (first writer wins) once Redis is known to have
 // lost them.
-func (s *redisStore) writeBack() {
+func (s *RedisStore) writeBack() {
 	ops := s.recent.live(s.now())
 	s.logger.Warn("Redis lost the ID map's records (restarted without persistence, flushed, or failed over to a replica without them); writing back the records this replica used last",
 		zap.Int("records", len(ops)))

@@ -1,4 +1,4 @@
-package k8sobjectlinkprocessor
+package idmap
 
 import "time"
 

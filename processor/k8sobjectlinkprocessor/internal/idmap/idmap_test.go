@@ -1,4 +1,4 @@
-package k8sobjectlinkprocessor
+package idmap
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 func TestMemoryStore(t *testing.T) {
 	clk := newFakeClock(t0)
 	exp := t0.Add(time.Minute)
-	do := func(t *testing.T, m *memoryStore, ops ...Op) []Op {
+	do := func(t *testing.T, m *MemoryStore, ops ...Op) []Op {
 		t.Helper()
 		if err := m.Do(context.Background(), ops); err != nil {
 			t.Fatal(err)
@@ -22,7 +22,7 @@ func TestMemoryStore(t *testing.T) {
 		return ops
 	}
 	t.Run("the first writer wins and every later writer reads its value", func(t *testing.T) {
-		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
 		first := do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "one", ExpireAt: exp})
 		second := do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "two", ExpireAt: exp})
 		if first[0].Found || !second[0].Found || second[0].Value != "one" {
@@ -31,7 +31,7 @@ func TestMemoryStore(t *testing.T) {
 	})
 	t.Run("a record is gone at its expiry", func(t *testing.T) {
 		c := newFakeClock(t0)
-		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, nil)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, nil)
 		do(t, m, Op{Kind: OpSetIfAbsent, Key: "k", Value: "one", ExpireAt: t0.Add(time.Second)})
 		c.Advance(time.Second)
 		if got := do(t, m, Op{Kind: OpGet, Key: "k"}); got[0].Found {
@@ -43,7 +43,7 @@ func TestMemoryStore(t *testing.T) {
 	})
 	t.Run("beyond max_entries the least recently used record goes", func(t *testing.T) {
 		evicted := 0
-		m := newMemoryStore(MemoryConfig{MaxEntries: 2, MaxBytes: 1 << 20}, clk.Now, func(reason string) {
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 2, MaxBytes: 1 << 20}, clk.Now, func(reason string) {
 			if reason == "max_entries" {
 				evicted++
 			}
@@ -52,21 +52,21 @@ func TestMemoryStore(t *testing.T) {
 		do(t, m, Op{Kind: OpGet, Key: "a"}) // a is now more recent than b
 		do(t, m, Op{Kind: OpSet, Key: "c", Value: "3", ExpireAt: exp})
 		got := do(t, m, Op{Kind: OpGet, Key: "a"}, Op{Kind: OpGet, Key: "b"}, Op{Kind: OpGet, Key: "c"})
-		if !got[0].Found || got[1].Found || !got[2].Found || evicted != 1 || m.len() != 2 {
-			t.Fatalf("a=%v b=%v c=%v evicted=%d len=%d", got[0].Found, got[1].Found, got[2].Found, evicted, m.len())
+		if !got[0].Found || got[1].Found || !got[2].Found || evicted != 1 || m.Len() != 2 {
+			t.Fatalf("a=%v b=%v c=%v evicted=%d len=%d", got[0].Found, got[1].Found, got[2].Found, evicted, m.Len())
 		}
 	})
 	t.Run("beyond max_bytes records are evicted until it fits", func(t *testing.T) {
-		m := newMemoryStore(MemoryConfig{MaxEntries: 1000, MaxBytes: 3 * (entryOverhead + 100)}, clk.Now, nil)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 1000, MaxBytes: 3 * (entryOverhead + 100)}, clk.Now, nil)
 		for i := range 10 {
 			do(t, m, Op{Kind: OpSet, Key: fmt.Sprint(i), Value: string(make([]byte, 100)), ExpireAt: exp})
 		}
-		if m.len() != 3 || m.bytes > m.maxBytes {
-			t.Fatalf("len=%d bytes=%d max=%d", m.len(), m.bytes, m.maxBytes)
+		if m.Len() != 3 || m.bytes > m.maxBytes {
+			t.Fatalf("len=%d bytes=%d max=%d", m.Len(), m.bytes, m.maxBytes)
 		}
 	})
 	t.Run("a deleted dedup mark lets the span through again", func(t *testing.T) {
-		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, clk.Now, nil)
 		do(t, m, Op{Kind: OpSetIfAbsent, Key: "d", ExpireAt: exp})
 		do(t, m, Op{Kind: OpDelete, Key: "d"})
 		if got := do(t, m, Op{Kind: OpSetIfAbsent, Key: "d", ExpireAt: exp}); got[0].Found {
@@ -76,29 +76,29 @@ func TestMemoryStore(t *testing.T) {
 }
 
 func TestRecordEncodingsRoundTrip(t *testing.T) {
-	a := assignment{TraceID: model.ObjectTraceID("k", t0), SpanID: model.ObjectSpanID("k", t0), Parent: model.ObjectSpanID("o", t0)}
-	if got, ok := decodeAssignment(a.encode()); !ok || got != a || len(a.encode()) != 32 {
+	a := Assignment{TraceID: model.ObjectTraceID("k", t0), SpanID: model.ObjectSpanID("k", t0), Parent: model.ObjectSpanID("o", t0)}
+	if got, ok := DecodeAssignment(a.Encode()); !ok || got != a || len(a.Encode()) != 32 {
 		t.Fatalf("assignment round trip: %+v %v", got, ok)
 	}
 	o := model.Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "demo-65b6865b5c", UID: "0b0e5a54-1c4f-4b0a-9d2e-1f1d0c7b7a11"}
-	if got, ok := decodeOwner(encodeOwner(o)); !ok || got != o {
+	if got, ok := DecodeOwner(EncodeOwner(o)); !ok || got != o {
 		t.Fatalf("owner round trip: %+v %v", got, ok)
 	}
-	for _, bad := range []string{"", "\x05ab", encodeOwner(o) + "x"} {
-		if _, ok := decodeOwner(bad); ok {
+	for _, bad := range []string{"", "\x05ab", EncodeOwner(o) + "x"} {
+		if _, ok := DecodeOwner(bad); ok {
 			t.Fatalf("malformed owner %q must not decode", bad)
 		}
 	}
 }
 
 func FuzzDecodeOwner(f *testing.F) {
-	f.Add(encodeOwner(model.Owner{APIVersion: "v1", Kind: "Node", Name: "n", UID: "u"}))
+	f.Add(EncodeOwner(model.Owner{APIVersion: "v1", Kind: "Node", Name: "n", UID: "u"}))
 	f.Add("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")
 	f.Fuzz(func(t *testing.T, s string) {
 		// Whatever Redis hands back, decoding never panics, and what decodes survives a round trip
 		// (varints may arrive in a longer-than-needed form; that is harmless).
-		if o, ok := decodeOwner(s); ok {
-			if back, ok := decodeOwner(encodeOwner(o)); !ok || back != o {
+		if o, ok := DecodeOwner(s); ok {
+			if back, ok := DecodeOwner(EncodeOwner(o)); !ok || back != o {
 				t.Fatalf("decode(%q) = %+v does not round-trip", s, o)
 			}
 		}
@@ -106,15 +106,15 @@ func FuzzDecodeOwner(f *testing.F) {
 }
 
 func TestDuplicateMarksInMemory(t *testing.T) {
-	mark := func(i byte) string { return dedupKey(pcommon.SpanID{i, 1, 2, 3, 4, 5, 6, 7}) }
-	set := func(m *memoryStore, key string, exp time.Time) bool {
+	mark := func(i byte) string { return DedupKey(pcommon.SpanID{i, 1, 2, 3, 4, 5, 6, 7}) }
+	set := func(m *MemoryStore, key string, exp time.Time) bool {
 		ops := []Op{{Kind: OpSetIfAbsent, Key: key, ExpireAt: exp}}
 		_ = m.Do(context.Background(), ops)
 		return ops[0].Found
 	}
 	t.Run("a mark is found until its TTL (plus at most an eighth) has passed", func(t *testing.T) {
 		c := newFakeClock(t0)
-		m := newMemoryStore(MemoryConfig{MaxEntries: 100, MaxBytes: 1 << 20}, c.Now, nil)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 100, MaxBytes: 1 << 20}, c.Now, nil)
 		ttl := 80 * time.Minute
 		if set(m, mark(1), c.Now().Add(ttl)) {
 			t.Fatal("a new mark must not be found")
@@ -131,7 +131,7 @@ func TestDuplicateMarksInMemory(t *testing.T) {
 	t.Run("marks never push assignments out of the LRU and are bounded by max_entries", func(t *testing.T) {
 		c := newFakeClock(t0)
 		evicted := 0
-		m := newMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, func(string) { evicted++ })
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 10, MaxBytes: 1 << 20}, c.Now, func(string) { evicted++ })
 		_ = m.Do(context.Background(), []Op{{Kind: OpSet, Key: "a:assignment", Value: "x", ExpireAt: t0.Add(24 * time.Hour)}})
 		for i := range 50 {
 			set(m, mark(byte(i)), c.Now().Add(80*time.Minute)) // no mark expires within the loop
@@ -146,4 +146,24 @@ func TestDuplicateMarksInMemory(t *testing.T) {
 			t.Fatalf("marks must stay within max_entries: %d held, %d evicted", m.dedup.count, evicted)
 		}
 	})
+}
+
+func TestABurstOfDuplicateMarksWithinOneGenerationStaysWithinMaxEntries(t *testing.T) {
+	// 10k spans/s for the few minutes of one generation are millions of marks: the bound must
+	// hold inside a generation too, not only once a second one begins.
+	c := newFakeClock(t0)
+	m := NewMemoryStore(MemoryConfig{MaxEntries: 64, MaxBytes: 1 << 20}, c.Now, nil)
+	for i := range 1000 {
+		id := pcommon.SpanID{byte(i), byte(i >> 8), 1, 2, 3, 4, 5, 6}
+		_ = m.Do(context.Background(), []Op{{Kind: OpSetIfAbsent, Key: DedupKey(id), ExpireAt: t0.Add(time.Hour)}})
+	}
+	if m.dedup.count > 64 {
+		t.Fatalf("marks must stay within max_entries, %d held", m.dedup.count)
+	}
+	last := pcommon.SpanID{999 & 0xff, 999 >> 8, 1, 2, 3, 4, 5, 6}
+	ops := []Op{{Kind: OpSetIfAbsent, Key: DedupKey(last), ExpireAt: t0.Add(time.Hour)}}
+	_ = m.Do(context.Background(), ops)
+	if !ops[0].Found {
+		t.Fatal("the most recent mark must still be known")
+	}
 }
