@@ -29,7 +29,7 @@ import (
 )
 
 // sharedRedisAddr is the redis-server `make test` starts when none answers.
-const sharedRedisAddr = "127.0.0.1:6379"
+const sharedRedisAddr = redistest.SharedAddr
 
 // sharedSettings are the defaults with a shared diff base on the test's redis-server, under a
 // key prefix of the test's own.

@@ -1,5 +1,6 @@
-// Package redistest starts private redis-server processes on loopback ports for tests that stop,
-// restart or cluster them; the shared server on 127.0.0.1:6379 is never touched.
+// Package redistest gives tests their Redis: the shared redis-server on 127.0.0.1:6379
+// (RequireShared), and private redis-server processes on loopback ports for tests that stop,
+// restart or cluster them, which never touch the shared one.
 package redistest
 
 import (
@@ -13,6 +14,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// SharedAddr is the shared redis-server's address: `make test` (make redis) starts one there when
+// none answers. Tests use it under key prefixes of their own.
+const SharedAddr = "127.0.0.1:6379"
+
+// RequireShared fails the test (it does not skip: a skipped test is not a passing one) when the
+// shared redis-server is not answering.
+func RequireShared(t testing.TB) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", SharedAddr, time.Second)
+	if err != nil {
+		t.Fatalf("Redis tests need redis-server on %s (make redis): %v", SharedAddr, err)
+	}
+	_ = c.Close()
+}
 
 // Server is one redis-server of a test, stopped at its end.
 type Server struct {

@@ -2,7 +2,6 @@ package k8sobjectlinkprocessor
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -22,18 +21,9 @@ import (
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
-const redisAddr = "127.0.0.1:6379"
+const redisAddr = redistest.SharedAddr
 
-// requireRedis fails (it does not skip: a skipped test is not a passing one) when the shared
-// redis-server that `make test` ensures is not answering.
-func requireRedis(t testing.TB) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", redisAddr, time.Second)
-	if err != nil {
-		t.Fatalf("Redis tests need redis-server on %s (make redis): %v", redisAddr, err)
-	}
-	_ = c.Close()
-}
+var requireRedis = redistest.RequireShared
 
 // cleanupPrefix deletes every key under prefix when the test ends.
 func cleanupPrefix(t testing.TB, addr, prefix string) {

@@ -3,7 +3,6 @@ package idmap
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -32,18 +31,9 @@ func (nopTelemetry) RedisReset(context.Context)                    {}
 func (nopTelemetry) RedisRoundTrip(context.Context, time.Duration) {}
 func (nopTelemetry) RedisReconciled(string)                        {}
 
-const redisAddr = "127.0.0.1:6379"
+const redisAddr = redistest.SharedAddr
 
-// requireRedis fails (it does not skip: a skipped test is not a passing one) when the shared
-// redis-server that `make test` ensures is not answering.
-func requireRedis(t testing.TB) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", redisAddr, time.Second)
-	if err != nil {
-		t.Fatalf("Redis tests need redis-server on %s (make redis): %v", redisAddr, err)
-	}
-	_ = c.Close()
-}
+var requireRedis = redistest.RequireShared
 
 // redisConfig is the default configuration with the Redis backend at addr, under a key prefix of
 // the test's own that is cleaned up when it ends.
