@@ -52,6 +52,20 @@ type batch struct {
 	data      []byte
 	res       *reservation
 	maxEvents int
+	buf       *[]byte // the pooled buffer data is in
+	ownsRes   bool    // res was made here (not by chargesDecoders), and is released with the batch
+}
+
+// release gives back what the batch holds, once the outputs are through with it: its buffer, and
+// its reservation when it made it.
+func (b *batch) release() {
+	if b.buf != nil {
+		putBodyBuffer(b.buf)
+		b.buf = nil
+	}
+	if b.ownsRes {
+		b.res.release()
+	}
 }
 
 // serveAudit takes a request's body (intake) and hands it to each output the receiver has: the
@@ -60,11 +74,11 @@ type batch struct {
 // output took the batch.
 func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 	ctx := req.Context()
-	b, done, ok := w.intake(rw, req)
+	b, ok := w.intake(rw, req)
 	if !ok {
 		return
 	}
-	defer done()
+	defer b.release()
 	if w.r.edge != nil && !w.serveEdge(ctx, rw, b) {
 		return
 	}
@@ -75,27 +89,27 @@ func (w *webhook) serveAudit(rw http.ResponseWriter, req *http.Request) {
 }
 
 // intake checks a request's method and cluster and reads its body within max_request_body_size
-// and max_in_flight_bytes. It answers a request it refuses (then ok is false); done gives back
-// what the body holds, once the outputs are through with it.
-func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, done func(), ok bool) {
+// and max_in_flight_bytes. It answers a request it refuses (then ok is false, and nothing is
+// held); the caller releases an accepted batch once the outputs are through with it.
+func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, ok bool) {
 	ctx := req.Context()
 	if req.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
 		w.reject(ctx, rw, http.StatusMethodNotAllowed, reasonMethod, "MethodNotAllowed", "only POST is accepted")
-		return b, nil, false
+		return b, false
 	}
 	cluster := req.PathValue("cluster")
 	switch {
 	case cluster == "" && w.r.cfg.Cluster == "":
 		w.reject(ctx, rw, http.StatusNotFound, reasonNoCluster, "NotFound",
 			"no cluster: POST to /audit/{cluster}, or set cluster in the receiver's configuration")
-		return b, nil, false
+		return b, false
 	case cluster == "":
 		cluster = w.r.cfg.Cluster
 	case !validClusterName(cluster):
 		w.reject(ctx, rw, http.StatusNotFound, reasonNotFound, "NotFound",
 			fmt.Sprintf("%q is not a valid cluster name", cluster))
-		return b, nil, false
+		return b, false
 	}
 
 	limit := w.maxBody
@@ -115,7 +129,7 @@ func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, do
 	if declared > limit {
 		rw.Header().Set("Connection", "close")
 		tooLarge()
-		return b, nil, false
+		return b, false
 	}
 	// What the request holds of max_in_flight_bytes: its decoder (chargesDecoders made the
 	// reservation then), its body as it arrives, not its declared length (a sender that
@@ -125,18 +139,11 @@ func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, do
 	if !fromDecoders {
 		res = &reservation{w: w, ctx: ctx}
 	}
-	var buf *[]byte
-	done = func() {
-		if buf != nil {
-			putBodyBuffer(buf)
-		}
-		if !fromDecoders {
-			res.release()
-		}
-	}
+	b = batch{cluster: cluster, res: res, ownsRes: !fromDecoders}
 
 	body := http.MaxBytesReader(rw, req.Body, limit)
-	buf, err := readBody(body, declared, limit, res)
+	var err error
+	b.buf, err = readBody(body, declared, limit, res)
 	if errors.Is(err, errBodyOverBudget) {
 		// The rest of the body is read and dropped (no memory held, max_request_body_size
 		// bytes at most, within read_timeout), so that the answer says what the body is: over
@@ -145,38 +152,39 @@ func (w *webhook) intake(rw http.ResponseWriter, req *http.Request) (b batch, do
 		// under the client's write, the answer lost. What was read goes back first, and so
 		// does its share of the budget: a request draining its body holds nothing but its
 		// decoder.
-		putBodyBuffer(buf)
-		buf = nil
+		putBodyBuffer(b.buf)
+		b.buf = nil
 		res.shrink()
 		_, err = io.Copy(io.Discard, body)
 		if err == nil {
 			w.busy(ctx, rw, "no room for the body")
-			done()
-			return b, nil, false
+			b.release()
+			return b, false
 		}
 	}
 	if err != nil {
-		defer done()
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		// Answered first, released after, as a handler's deferred release would.
+		switch _, over := errors.AsType[*http.MaxBytesError](err); {
+		case over:
 			tooLarge()
-			return b, nil, false
-		}
-		if bodyCutForRate(ctx) {
+		case bodyCutForRate(ctx):
 			rw.Header().Set("Connection", "close")
 			w.reject(ctx, rw, http.StatusRequestTimeout, reasonTooSlow, "Timeout",
 				fmt.Sprintf("the body arrived slower than min_body_rate (%d bytes a second)", w.r.cfg.MinBodyRate))
-			return b, nil, false
+		default:
+			w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
 		}
-		w.reject(ctx, rw, http.StatusBadRequest, reasonReadError, "BadRequest", "reading the body: "+err.Error())
-		return b, nil, false
+		b.release()
+		return b, false
 	}
-	maxEvents := w.r.cfg.MaxEventsPerRequest
-	if maxEvents <= 0 {
-		maxEvents = defaultMaxEventsPerRequest
+	b.maxEvents = w.r.cfg.MaxEventsPerRequest
+	if b.maxEvents <= 0 {
+		b.maxEvents = defaultMaxEventsPerRequest
 	}
 	// The events refer to the buffer's bytes until they are converted: it goes back to the
-	// pool only when the outputs are done (done).
-	return batch{cluster: cluster, data: *buf, res: res, maxEvents: maxEvents}, done, true
+	// pool only when the outputs are done (release).
+	b.data = *b.buf
+	return b, true
 }
 
 // serveTraces decodes the batch's events and hands them to the traces output, converted to
