@@ -247,7 +247,7 @@ func (c *Converter) DecodeBodyLimited(data []byte, reuse []Event, lim DecodeLimi
 
 // DecodeItem decodes one event as an EventList holds it: an Event whose kind and apiVersion may
 // be absent (the apiserver writes them on the list only), within lim as DecodeBodyLimited. A
-// record of the k8s_audit receiver's logs output (RawEventName) is one.
+// record of the k8s_audit receiver's edge output (RawEventName) is one.
 func (c *Converter) DecodeItem(data []byte, lim DecodeLimits) ([]Event, error) {
 	cost := &decodeCost{maxItems: lim.MaxItems, charge: lim.Charge}
 	events, err := decodeDocument(data, false, true, nil, bodyReader{filter: c.decodeFilters(), index: true, cost: cost})

@@ -7,13 +7,13 @@ import (
 )
 
 // RawEventName is the event name of a log record that holds one audit event as an EventList
-// carried it (RawEvent.Raw: an Event without kind and apiVersion), as k8s_audit's logs output
+// carried it (RawEvent.Raw: an Event without kind and apiVersion), as k8s_audit's edge output
 // writes it; the connector decodes such a record with Converter.DecodeItem.
 const RawEventName = "k8s.audit.event"
 
 // RawEvent is one audit event of a body as it was received: its JSON bytes, unchanged, and the
 // key of the object it is about, read without decoding anything else. An edge collector
-// forwards it as is (k8s_audit's logs output); the key keeps an object's events together (one
+// forwards it as is (k8s_audit's edge output); the key keeps an object's events together (one
 // Kafka partition).
 type RawEvent struct {
 	// Raw is the event's JSON object, a slice of the body it was scanned from.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench-kafka`: the two Kafka tiers of docs/operations.md ("Scaling out with Kafka") through
-# bin/otelcol-kubetrail, on one machine. The edge: k8s_audit's logs output into the kafka
+# bin/otelcol-kubetrail, on one machine. The edge: k8s_audit's edge output into the kafka
 # exporter (otlp_proto, keyed by the object's resource attributes, acks all, no queue: the webhook
 # answers once Kafka has the batch). The processing tier: kafka receiver (one consumer group,
 # earliest, a message marked only once the pipeline took it, error_backoff) -> k8s_audit connector

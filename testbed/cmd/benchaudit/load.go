@@ -125,11 +125,8 @@ func run(ctx context.Context, cfg config) (*result, error) {
 		}
 	}
 	drain(ctx, cfg, sink, posted, res.auditExpected, start, resumed)
-	if err := measure(cfg, sink, posted, res, start, resumed, cpu0); err != nil {
+	if err := measure(cfg, sink, posted, res, start, resumed, cpu0, alloc0); err != nil {
 		return nil, err
-	}
-	if alloc1, ok := scrape(cfg.metrics, "otelcol_process_runtime_total_alloc_bytes"); ok {
-		res.allocBytes = alloc1 - alloc0
 	}
 	return res, nil
 }
@@ -298,8 +295,8 @@ func drain(ctx context.Context, cfg config, sink *sink, posted map[pcommon.SpanI
 }
 
 // measure fills res with what arrived at the sink and what the collector (and the extra
-// processes) spent from cpu0 until the last span arrived.
-func measure(cfg config, sink *sink, posted map[pcommon.SpanID]postedSpan, res *result, start, resumed time.Time, cpu0 float64) error {
+// processes) spent from cpu0 until the last span arrived, and allocated from alloc0.
+func measure(cfg config, sink *sink, posted map[pcommon.SpanID]postedSpan, res *result, start, resumed time.Time, cpu0, alloc0 float64) error {
 	s := sink.snapshot()
 	a := sink.account(posted)
 	res.auditArrived, res.auditRefusedArrived, res.auditUnexpected = res.auditExpected-a.missing, a.refused, a.unexpected
@@ -327,6 +324,10 @@ func measure(cfg config, sink *sink, posted map[pcommon.SpanID]postedSpan, res *
 		}
 	}
 	res.peakRSS, _ = statusKiB(cfg.pid, "VmHWM")
+	// Allocations first: the next scrape's own cost is not the run's.
+	if alloc1, ok := scrape(cfg.metrics, "otelcol_process_runtime_total_alloc_bytes"); ok {
+		res.allocBytes = alloc1 - alloc0
+	}
 	if v, ok := scrape(cfg.metrics, "otelcol_k8s_object_link_object_spans_emitted"); ok {
 		res.objectsEmitted = v
 	}

@@ -315,7 +315,7 @@ auth:
 
 {{/*
 Mode kafka, the edge: the webhook (as gateway mode's, TLS and client names included) with the
-k8s_audit receiver's logs output into the kafka exporter. Each audit event is one log record, its
+k8s_audit receiver's edge output into the kafka exporter. Each audit event is one log record, its
 body the event's bytes as received, its resource the cluster and the object's key, by which the
 exporter keys the message: an object's events stay in one partition, in order. Nothing else is
 decoded and nothing is kept: the exporter has no queue, so the pipeline returns, and the webhook
