@@ -10,7 +10,7 @@ import (
 )
 
 // subcommands are the words after the program; as a kubectl plugin an object there is trace's.
-var subcommands = []string{"trace", "annotate", "apply", "completion", "config"}
+var subcommands = []string{"trace", "changes", "show", "annotate", "apply", "completion", "config"}
 
 // completeProg is progName's answer for kubectl_complete-trail: the executable kubectl (1.26
 // and later) runs to complete `kubectl trail …`, with the words after "trail", the last one
@@ -24,12 +24,16 @@ var valueWords = map[string][]string{
 	"source": {"jaeger=", "file="},
 }
 
+// outputsOf are the values of -o of a command (trace's for the others, which have none).
+var outputsOf = map[string][]string{"changes": changesOutputs, "show": showOutputs}
+
 var fileFlags = []string{"kubeconfig", "out", "filename", "f"}
 
 // words are the completions' vocabulary, from the commands' own flag sets: a new flag is
 // completed without editing the scripts.
 type words struct {
-	traceFlags, annotateFlags, applyFlags []string
+	traceFlags, changesFlags, showFlags   []string
+	annotateFlags, applyFlags             []string
 	configFlags                           []string
 	valued                                []string // flags that take a value
 	kinds                                 []string
@@ -37,13 +41,15 @@ type words struct {
 
 func vocabulary() words {
 	var w words
-	var tvalued, avalued, pvalued []string
+	var tvalued, chvalued, svalued, avalued, pvalued []string
 	w.traceFlags, tvalued = traceCommand("", &traceFlags{}).flagWords()
+	w.changesFlags, chvalued = changesCommand("", &changesFlags{}).flagWords()
+	w.showFlags, svalued = showCommand("", &showFlags{}).flagWords()
 	w.annotateFlags, avalued = annotateCommand("", &kubeFlags{}).flagWords()
 	w.applyFlags, pvalued = applyCommand("", &applyFlags{}).flagWords()
 	var cvalued []string
 	w.configFlags, cvalued = configCommand("", &configFlags{}).flagWords()
-	for _, f := range slices.Concat(tvalued, avalued, pvalued, cvalued) {
+	for _, f := range slices.Concat(tvalued, chvalued, svalued, avalued, pvalued, cvalued) {
 		if !slices.Contains(w.valued, f) {
 			w.valued = append(w.valued, f)
 		}
@@ -99,6 +105,9 @@ running kubectl_complete-trail from the PATH: make it a link to kubectl-trail (d
 		"@PROG@", prog,
 		"@SUBCOMMANDS@", strings.Join(subcommands, " "),
 		"@TRACE_FLAGS@", strings.Join(w.traceFlags, " "),
+		"@CHANGES_FLAGS@", strings.Join(w.changesFlags, " "),
+		"@SHOW_FLAGS@", strings.Join(w.showFlags, " "),
+		"@SUBCOMMAND_PATTERN@", strings.Join(subcommands, "|"),
 		"@ANNOTATE_FLAGS@", strings.Join(w.annotateFlags, " "),
 		"@APPLY_FLAGS@", strings.Join(w.applyFlags, " "),
 		"@CONFIG_FLAGS@", strings.Join(w.configFlags, " "),
@@ -107,6 +116,8 @@ running kubectl_complete-trail from the PATH: make it a link to kubectl-trail (d
 		"@VALUED@", strings.Join(w.valued, "|"),
 		"@KINDS@", strings.Join(w.kinds, " "),
 		"@OUTPUTS@", strings.Join(outputs, " "),
+		"@CHANGES_OUTPUTS@", strings.Join(changesOutputs, " "),
+		"@SHOW_OUTPUTS@", strings.Join(showOutputs, " "),
 		"@ONLY@", strings.Join(trail.ValidOnly, " "),
 		"@SOURCES@", strings.Join(valueWords["source"], " "),
 		"@FILE_FLAGS@", fileFlagWords(),
@@ -132,23 +143,31 @@ _kubetrail() {
         prev=${COMP_WORDS[COMP_CWORD-2]}
     fi
     COMPREPLY=()
+    cmd=
+    case ${COMP_WORDS[1]} in
+        @SUBCOMMAND_PATTERN@) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
+    esac
+    if [[ -z $cmd && ${COMP_WORDS[0]##*/} == kubectl-trail ]]; then
+        cmd=trace # as a kubectl plugin, an object is trace's
+    fi
     case $prev in
-        -o|--output) COMPREPLY=($(compgen -W "@OUTPUTS@" -- "$cur")); return ;;
+        -o|--output)
+            case $cmd in
+                changes) COMPREPLY=($(compgen -W "@CHANGES_OUTPUTS@" -- "$cur")) ;;
+                show) COMPREPLY=($(compgen -W "@SHOW_OUTPUTS@" -- "$cur")) ;;
+                *) COMPREPLY=($(compgen -W "@OUTPUTS@" -- "$cur")) ;;
+            esac
+            return ;;
         --only) COMPREPLY=($(compgen -W "@ONLY@" -- "$cur")); return ;;
         --source) COMPREPLY=($(compgen -W "@SOURCES@" -- "$cur")); compopt -o nospace; return ;;
         @FILE_FLAGS@) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         @VALUED@) return ;;
     esac
-    cmd=
-    case ${COMP_WORDS[1]} in
-        trace|annotate|apply|completion|config) ((COMP_CWORD > 1)) && cmd=${COMP_WORDS[1]} ;;
-    esac
-    if [[ -z $cmd && ${COMP_WORDS[0]##*/} == kubectl-trail ]]; then
-        cmd=trace # as a kubectl plugin, an object is trace's
-    fi
     if [[ $cur == -* ]]; then
         case $cmd in
             trace) COMPREPLY=($(compgen -W "@TRACE_FLAGS@" -- "$cur")) ;;
+            changes) COMPREPLY=($(compgen -W "@CHANGES_FLAGS@" -- "$cur")) ;;
+            show) COMPREPLY=($(compgen -W "@SHOW_FLAGS@" -- "$cur")) ;;
             annotate) COMPREPLY=($(compgen -W "@ANNOTATE_FLAGS@" -- "$cur")) ;;
             apply) COMPREPLY=($(compgen -W "@APPLY_FLAGS@" -- "$cur")) ;;
             config) COMPREPLY=($(compgen -W "@CONFIG_FLAGS@" -- "$cur")) ;;
@@ -169,11 +188,11 @@ _kubetrail() {
                 get|set|unset) COMPREPLY=($(compgen -W "@CONFIG_KEYS@" -- "$cur")) ;;
             esac ;;
         apply) ;; # flags only: its files follow -f
-        trace|annotate)
+        trace|changes|show|annotate)
             # TYPE, unless one was given: the first word that is neither a flag nor its value.
             for ((i = 1; i < COMP_CWORD; i++)); do
                 case ${COMP_WORDS[i]} in
-                    trace|annotate) ((i == 1)) && continue ;;
+                    trace|changes|show|annotate) ((i == 1)) && continue ;;
                     =) continue ;;
                     @VALUED@) ((i++)); continue ;;
                     -*) continue ;;
@@ -193,20 +212,28 @@ const zshCompletion = `#compdef kubetrail kubectl-trail
 #   source <(@PROG@ completion zsh)
 _kubetrail() {
     local cur=${words[CURRENT]} prev=${words[CURRENT-1]} cmd=
+    case ${words[2]} in
+        @SUBCOMMAND_PATTERN@) ((CURRENT > 2)) && cmd=${words[2]} ;;
+    esac
+    [[ -z $cmd && ${words[1]:t} == kubectl-trail ]] && cmd=trace
     case $prev in
-        -o|--output) compadd -- @OUTPUTS@; return ;;
+        -o|--output)
+            case $cmd in
+                changes) compadd -- @CHANGES_OUTPUTS@ ;;
+                show) compadd -- @SHOW_OUTPUTS@ ;;
+                *) compadd -- @OUTPUTS@ ;;
+            esac
+            return ;;
         --only) compadd -- @ONLY@; return ;;
         --source) compadd -S '' -- @SOURCES@; return ;;
         @FILE_FLAGS@) _files; return ;;
         @VALUED@) return ;;
     esac
-    case ${words[2]} in
-        trace|annotate|apply|completion|config) ((CURRENT > 2)) && cmd=${words[2]} ;;
-    esac
-    [[ -z $cmd && ${words[1]:t} == kubectl-trail ]] && cmd=trace
     if [[ $cur == -* ]]; then
         case $cmd in
             trace) compadd -- @TRACE_FLAGS@ ;;
+            changes) compadd -- @CHANGES_FLAGS@ ;;
+            show) compadd -- @SHOW_FLAGS@ ;;
             annotate) compadd -- @ANNOTATE_FLAGS@ ;;
             apply) compadd -- @APPLY_FLAGS@ ;;
             config) compadd -- @CONFIG_FLAGS@ ;;
@@ -226,7 +253,7 @@ _kubetrail() {
                 config) compadd -- @CONFIG_VERBS@ ;;
                 get|set|unset) compadd -- @CONFIG_KEYS@ ;;
             esac ;;
-        trace|annotate) compadd -- @KINDS@ ;;
+        trace|changes|show|annotate) compadd -- @KINDS@ ;;
     esac
 }
 compdef _kubetrail kubetrail kubectl-trail
@@ -258,16 +285,24 @@ func complete(args []string, w io.Writer) int {
 	v := vocabulary()
 	var cands []string
 	directive := noFiles
+	cmd := "trace"
+	if len(before) > 0 && slices.Contains(subcommands, before[0]) {
+		cmd = before[0]
+	}
 	valuesOf := func(flag, prefix string) {
 		name := strings.TrimLeft(flag, "-")
 		if name == "o" {
 			name = "output"
 		}
+		values := valueWords[name]
+		if o, ok := outputsOf[cmd]; ok && name == "output" {
+			values = o
+		}
 		switch {
 		case slices.Contains(fileFlags, name):
 			directive = 0
-		case valueWords[name] != nil:
-			for _, x := range valueWords[name] {
+		case values != nil:
+			for _, x := range values {
 				cands = append(cands, prefix+x)
 			}
 			if name == "source" {
@@ -279,10 +314,6 @@ func complete(args []string, w io.Writer) int {
 	if len(before) > 0 {
 		prev = before[len(before)-1]
 	}
-	cmd := "trace"
-	if len(before) > 0 && slices.Contains(subcommands, before[0]) {
-		cmd = before[0]
-	}
 	switch {
 	case slices.Contains(v.valued, prev) && !strings.HasPrefix(cur, "-"):
 		valuesOf(prev, "")
@@ -293,6 +324,10 @@ func complete(args []string, w io.Writer) int {
 		switch cmd {
 		case "trace":
 			cands = v.traceFlags
+		case "changes":
+			cands = v.changesFlags
+		case "show":
+			cands = v.showFlags
 		case "annotate":
 			cands = v.annotateFlags
 		case "apply":

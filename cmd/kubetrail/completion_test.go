@@ -64,7 +64,12 @@ func TestBashCompletionCompletesSubcommandsFlagsAndValues(t *testing.T) {
 		words []string // the last is the word being completed
 		want  []string
 	}{
-		{[]string{"kubetrail", ""}, []string{"trace", "annotate", "apply", "completion", "config"}},
+		{[]string{"kubetrail", ""}, []string{"trace", "changes", "show", "annotate", "apply", "completion", "config"}},
+		{[]string{"kubetrail", "changes", "--fi"}, []string{"--field"}},
+		{[]string{"kubetrail", "changes", "-o", ""}, []string{"text", "json"}},
+		{[]string{"kubetrail", "show", "deploy/web", "-o", ""}, []string{"yaml", "text", "json"}},
+		{[]string{"kubetrail", "show", "--a"}, []string{"--at"}},
+		{[]string{"kubetrail", "show", "dep"}, []string{"deploy", "deployments"}},
 		{[]string{"kubetrail", "config", ""}, []string{"view", "get", "set", "unset", "path"}},
 		{[]string{"kubetrail", "config", "set", ""}, []string{"source", "cluster", "window"}},
 		{[]string{"kubetrail", "config", "--d"}, []string{"--default"}},

@@ -36,6 +36,12 @@ Examples:
   # A Deployment of the current context's namespace, from Jaeger
   %[2]s deploy/web --cluster prod-eu-1 --source jaeger=http://localhost:16686
 
+  # What changed in namespace shop in the last hour, and who did it
+  %[1]s changes -n shop
+
+  # The Deployment as it stood at 10:14
+  %[1]s show deploy/web -n shop --at 10:14
+
   # Start a trace before a change, and keep its ID
   id=$(%[1]s annotate deploy/web)
 
@@ -47,6 +53,8 @@ Examples:
 
 Available Commands:
   trace        %[3]s
+  changes      List the writes across objects, newest first: who changed what, and when
+  show         Print an object as it stood at a time (--at), or what changed between two times (--diff)
   annotate     Write a fresh trace context annotation on an object and print its trace ID
   apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
@@ -111,6 +119,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	switch argv[0] {
 	case "trace":
 		err = runTrace(ctx, prog, cmd, argv[1:], stdout, stderr)
+	case "changes":
+		err = runChanges(ctx, prog, cmd, argv[1:], stdout, stderr)
+	case "show":
+		err = runShow(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "annotate":
 		err = runAnnotate(ctx, cmd, argv[1:], stdout, stderr)
 	case "apply":

@@ -368,9 +368,9 @@ func closedPort(t *testing.T) string {
 // fakeJaeger serves recorded spans through the two Jaeger query endpoints the command uses, and
 // counts the calls of each.
 type fakeJaeger struct {
-	byTrace        map[string]ptrace.Traces
-	gets, searches int
-	tags           []string
+	byTrace                  map[string]ptrace.Traces
+	gets, searches, services int
+	tags                     []string
 }
 
 func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
@@ -400,6 +400,20 @@ func newFakeJaeger(t *testing.T, td ptrace.Traces) *httptest.Server {
 		}
 		b, _ := (&ptrace.JSONMarshaler{}).MarshalTraces(td)
 		_, _ = w.Write([]byte(`{"result":` + string(b) + `}`))
+	})
+	mux.HandleFunc("GET /api/services", func(w http.ResponseWriter, _ *http.Request) {
+		f.services++
+		set := map[string]bool{}
+		for _, td := range f.byTrace {
+			for _, s := range trail.SpansFromTraces(td) {
+				set[s.Str(model.AttrServiceName)] = true
+			}
+		}
+		data := []string{}
+		for s := range set {
+			data = append(data, s)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"data": data})
 	})
 	mux.HandleFunc("GET /api/traces", func(w http.ResponseWriter, r *http.Request) {
 		f.searches++

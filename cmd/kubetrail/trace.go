@@ -122,43 +122,16 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if f.only != "" && !slices.Contains(trail.ValidOnly, f.only) {
 		return usagef("--only %q: want errors, writes or events", f.only)
 	}
-	if f.window < time.Second {
-		return usagef("--window %s: want the collector's window, e.g. 30m", f.window)
-	}
-	if f.source == "" {
-		return usagef("--source is required: jaeger=URL (e.g. jaeger=http://localhost:16686) or file=PATH (the file exporter's OTLP JSON lines); or keep the context's with %s config set source jaeger=URL", prog)
-	}
 	if line := r.describe(); line != "" {
 		logf("%s", line)
 	}
-	src, err := trail.OpenSource(f.source)
+	src, err := f.openSource(prog, r, stderr)
 	if err != nil {
-		if r.source.fromFile() {
-			return r.sourceError(err)
-		}
-		return usageError{err}
+		return err
 	}
-	if file, ok := src.(*trail.File); ok && file.Skipped > 0 {
-		// A file exporter killed mid-write leaves its last line cut short: show the rest.
-		fmt.Fprintf(stderr, "warning: %s: skipped %d of %d lines that are not OTLP JSON trace data, first line %d (%s); showing the spans of the others\n",
-			file.Path, file.Skipped, file.Lines, file.FirstSkipped, trail.Escape(fmt.Sprint(file.SkipErr)))
-	}
-	t0 := now()
-	var since, until time.Time
-	if f.since != "" {
-		if since, err = parseTime(f.since, t0); err != nil {
-			return usagef("--since: %v", err)
-		}
-	} else if _, isFile := src.(*trail.File); !isFile {
-		since = t0.Add(-defaultSince)
-	}
-	if f.until != "" {
-		if until, err = parseTime(f.until, t0); err != nil {
-			return usagef("--until: %v", err)
-		}
-	}
-	if !since.IsZero() && !until.IsZero() && !until.After(since) {
-		return usagef("--until %s is not after --since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	since, until, err := f.timeRange(src, now())
+	if err != nil {
+		return err
 	}
 	target, err := f.target(ctx, kindArg, name, say, logf)
 	if err != nil {
@@ -202,6 +175,51 @@ func runTrace(ctx context.Context, prog, cmd string, args []string, stdout, stde
 		fmt.Fprintf(stderr, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// openSource checks --window and --source and opens the source (a file source's skipped lines
+// are warned about on stderr): what every command that reads the backend does first.
+func (f *traceFlags) openSource(prog string, r resolved, stderr io.Writer) (trail.Source, error) {
+	if f.window < time.Second {
+		return nil, usagef("--window %s: want the collector's window, e.g. 30m", f.window)
+	}
+	if f.source == "" {
+		return nil, usagef("--source is required: jaeger=URL (e.g. jaeger=http://localhost:16686) or file=PATH (the file exporter's OTLP JSON lines); or keep the context's with %s config set source jaeger=URL", prog)
+	}
+	src, err := trail.OpenSource(f.source)
+	if err != nil {
+		if r.source.fromFile() {
+			return nil, r.sourceError(err)
+		}
+		return nil, usageError{err}
+	}
+	if file, ok := src.(*trail.File); ok && file.Skipped > 0 {
+		// A file exporter killed mid-write leaves its last line cut short: show the rest.
+		fmt.Fprintf(stderr, "warning: %s: skipped %d of %d lines that are not OTLP JSON trace data, first line %d (%s); showing the spans of the others\n",
+			file.Path, file.Skipped, file.Lines, file.FirstSkipped, trail.Escape(fmt.Sprint(file.SkipErr)))
+	}
+	return src, nil
+}
+
+// timeRange reads --since and --until against t0; without --since a backend is asked for the
+// last defaultSince, a file for everything.
+func (f *traceFlags) timeRange(src trail.Source, t0 time.Time) (since, until time.Time, err error) {
+	if f.since != "" {
+		if since, err = parseTime(f.since, t0); err != nil {
+			return since, until, usagef("--since: %v", err)
+		}
+	} else if _, isFile := src.(*trail.File); !isFile {
+		since = t0.Add(-defaultSince)
+	}
+	if f.until != "" {
+		if until, err = parseTime(f.until, t0); err != nil {
+			return since, until, usagef("--until: %v", err)
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		return since, until, usagef("--until %s is not after --since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	return since, until, nil
 }
 
 // viewOptions are what trace (and apply's report) read of an object: the range, the collector's

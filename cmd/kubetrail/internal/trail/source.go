@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +146,28 @@ func (f *File) Trace(_ context.Context, id pcommon.TraceID) ([]*Span, error) {
 	return f.byTrace[id], nil
 }
 
+// Kinds implements Kinder: the kinds of the objects the file holds spans of.
+func (f *File) Kinds(context.Context) ([]string, error) {
+	set := map[string]bool{}
+	for _, spans := range f.byTrace {
+		for _, s := range spans {
+			if s.Object.Kind != "" {
+				set[s.Object.Kind] = true
+			}
+		}
+	}
+	return sortedSet(set), nil
+}
+
+func sortedSet(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Search implements Source: services are kinds (the resource's service.name), as in a backend.
 func (f *File) Search(_ context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {
 	var ids []pcommon.TraceID
@@ -238,9 +261,32 @@ func (j *Jaeger) Trace(ctx context.Context, id pcommon.TraceID) ([]*Span, error)
 // Unread implements Unreader.
 func (j *Jaeger) Unread() Unreadable { return j.unreadable }
 
+// Kinds implements Kinder: Jaeger's services, which are the kinds of kubetrail's spans (and the
+// names of other services, whose searches find nothing of kubetrail's).
+func (j *Jaeger) Kinds(ctx context.Context) ([]string, error) {
+	b, code, err := j.get(ctx, "/api/services", nil)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%w: GET %s/api/services answered %d: %s (%s)", ErrUnreachable, j.Base, code, snippet(b), statusHint(code))
+	}
+	var r struct {
+		Data []string `json:"data"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("GET %s/api/services: not Jaeger's list of services: %w", j.Base, err)
+	}
+	set := map[string]bool{}
+	for _, s := range r.Data {
+		set[s] = true
+	}
+	return sortedSet(set), nil
+}
+
 // Search implements Source.
 func (j *Jaeger) Search(ctx context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {
-	q := url.Values{"service": {service}, "limit": {"1000"}}
+	q := url.Values{"service": {service}, "limit": {strconv.Itoa(SearchLimit)}}
 	if !start.IsZero() {
 		q.Set("start", strconv.FormatInt(start.UnixMicro(), 10))
 	}

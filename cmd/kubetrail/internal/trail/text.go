@@ -59,18 +59,7 @@ func InlineDiff(s *Span) string {
 	if len(changes) == 0 {
 		return ""
 	}
-	var parts []string
-	for i, c := range changes {
-		if i == maxChanges {
-			break
-		}
-		parts = append(parts, c.Path+" "+shorten(c.Old, maxValue)+"→"+shorten(c.New, maxValue))
-	}
-	out := strings.Join(parts, ", ")
-	if more := total - min(len(changes), maxChanges); more > 0 {
-		out += fmt.Sprintf(" +%d more", more)
-	}
-	return out
+	return inlineChanges(changes, total)
 }
 
 // Marks are the flags of an activity line.
