@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,6 +214,8 @@ func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
 		strings.Contains(errOut, "uid "+uids[0]+" from the cluster (context ") && strings.Contains(errOut, "; no tag search; uid "+uids[0]),
 		"stderr:\n%s", errOut)
 
+	checkChangesAndShow(t, env, bin, since)
+
 	if out, err := env.RunKubectl("delete", "deployment", "demo", "--wait=true", "--timeout=60s"); err != nil {
 		t.Fatalf("kubectl delete deployment demo: %v: %s", err, out)
 	}
@@ -221,6 +224,78 @@ func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
 		err == nil && tree(out) && strings.Contains(errOut, "kubectl trail: Deployment default/demo is not in the cluster (context ") &&
 			strings.Contains(errOut, "; tag search made; uid "+uids[0]),
 		"%v: %s\n%s", err, errOut, cliHead(out))
+}
+
+// checkChangesAndShow reads the deployment scenario's run back from Jaeger as a change feed and
+// as manifests: `kubetrail changes --field spec.replicas` lists the two scales, newest first,
+// with their old and new values; `kubetrail show --at` just before the image change prints the
+// Deployment scaled to 4, still on the old image, and just after the second scale at 2 replicas
+// on the new one.
+func checkChangesAndShow(t *testing.T, env *Env, bin, since string) {
+	t.Helper()
+	kt := func(args ...string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out, errOut bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, append(args, "--source", "jaeger="+env.Jaeger.QueryURL, "--cluster", ClusterName)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	out, errOut, err := kt("changes", "deployments", "-n", "default", "--since", since, "--field", "spec", "-o", "json")
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubetrail-changes-demo.json"), []byte(out+"\n--- stderr\n"+errOut), 0o644)
+	var feed struct {
+		Writes []struct {
+			Time    time.Time
+			Name    string
+			User    string
+			Verb    string
+			Changes []struct{ Path, Old, New string }
+		}
+	}
+	if !Check(t, "kubetrail changes reads the feed from Jaeger", err == nil && json.Unmarshal([]byte(out), &feed) == nil, "%v: %s", err, errOut) {
+		return
+	}
+	var got []string
+	var times []time.Time
+	for _, w := range feed.Writes {
+		if w.Name != "demo" || w.User != "kubernetes-admin" {
+			continue
+		}
+		times = append(times, w.Time)
+		for _, c := range w.Changes {
+			got = append(got, c.Path+" "+c.Old+"→"+c.New)
+		}
+	}
+	want := []string{"spec.replicas 4→2", `spec.template.spec.containers[name=nginx].image "registry.k8s.io/nginx:1.27"→"registry.k8s.io/nginx:1.28"`, "spec.replicas 2→4"}
+	if !Check(t, "the feed lists the scenario's scales and image change, newest first, with old and new values",
+		strings.Join(got, "; ") == strings.Join(want, "; ") && len(times) == 3, "got %q", got) {
+		return
+	}
+	image, lastScale := times[1], times[0]
+	show := func(at time.Time) (replicas float64, img string, err error) {
+		out, errOut, err := kt("show", "deploy/demo", "-n", "default", "--at", at.UTC().Format(time.RFC3339Nano), "--since", since, "-o", "json")
+		if err != nil {
+			return 0, "", fmt.Errorf("%v: %s", err, errOut)
+		}
+		var obj struct {
+			Spec struct {
+				Replicas float64
+				Template struct {
+					Spec struct{ Containers []struct{ Image string } }
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &obj); err != nil || len(obj.Spec.Template.Spec.Containers) != 1 {
+			return 0, "", fmt.Errorf("not a Deployment: %v: %s", err, out)
+		}
+		return obj.Spec.Replicas, obj.Spec.Template.Spec.Containers[0].Image, nil
+	}
+	r, img, err := show(image.Add(-time.Millisecond))
+	Check(t, "kubetrail show --at just before the image change: 4 replicas of nginx:1.27", err == nil && r == 4 && img == "registry.k8s.io/nginx:1.27", "%v %v %v", r, img, err)
+	r, img, err = show(lastScale.Add(time.Second))
+	Check(t, "kubetrail show --at after the last scale: 2 replicas of nginx:1.28", err == nil && r == 2 && img == "registry.k8s.io/nginx:1.28", "%v %v %v", r, img, err)
 }
 
 func cliHead(s string) string {

@@ -70,7 +70,7 @@ func ManifestAt(spans []*Span, uid string, at time.Time) (*Manifest, error) {
 			break
 		}
 		after = w
-		if w.Failed() || w.Str(attrAuditNoop) == "true" {
+		if w.Failed() || w.Str(attrAuditNoop) == "true" || unchanging[w.Str(model.AttrAuditSubresource)] {
 			continue // nothing changed
 		}
 		newRV := w.Str(attrNewResVer)
@@ -156,6 +156,10 @@ func ManifestAt(spans []*Span, uid string, at time.Time) (*Manifest, error) {
 	}
 	return &Manifest{Object: obj, ResourceVersion: rv, After: lastAt, Deleted: deleted}, nil
 }
+
+// unchanging are the subresources whose writes leave their object as it was: a token request
+// creates a token for a ServiceAccount, not a change of it.
+var unchanging = map[string]bool{"token": true}
 
 // objectWrites are the object's audit spans of write verbs, in the order they took effect: by
 // the resourceVersion they produced when every write that produced one names a number (an
