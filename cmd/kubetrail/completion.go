@@ -10,7 +10,7 @@ import (
 )
 
 // subcommands are the words after the program; as a kubectl plugin an object there is trace's.
-var subcommands = []string{"trace", "changes", "show", "annotate", "apply", "completion", "config"}
+var subcommands = []string{"trace", "changes", "show", "serve", "annotate", "apply", "completion", "config"}
 
 // completeProg is progName's answer for kubectl_complete-trail: the executable kubectl (1.26
 // and later) runs to complete `kubectl trail …`, with the words after "trail", the last one
@@ -32,11 +32,12 @@ var fileFlags = []string{"kubeconfig", "out", "filename", "f"}
 // words are the completions' vocabulary, from the commands' own flag sets: a new flag is
 // completed without editing the scripts.
 type words struct {
-	traceFlags, changesFlags, showFlags   []string
-	annotateFlags, applyFlags             []string
-	configFlags                           []string
-	valued                                []string // flags that take a value
-	kinds                                 []string
+	traceFlags, changesFlags, showFlags []string
+	serveFlags                          []string
+	annotateFlags, applyFlags           []string
+	configFlags                         []string
+	valued                              []string // flags that take a value
+	kinds                               []string
 }
 
 func vocabulary() words {
@@ -45,11 +46,13 @@ func vocabulary() words {
 	w.traceFlags, tvalued = traceCommand("", &traceFlags{}).flagWords()
 	w.changesFlags, chvalued = changesCommand("", &changesFlags{}).flagWords()
 	w.showFlags, svalued = showCommand("", &showFlags{}).flagWords()
+	var vvalued []string
+	w.serveFlags, vvalued = serveCommand("", &serveFlags{}).flagWords()
 	w.annotateFlags, avalued = annotateCommand("", &kubeFlags{}).flagWords()
 	w.applyFlags, pvalued = applyCommand("", &applyFlags{}).flagWords()
 	var cvalued []string
 	w.configFlags, cvalued = configCommand("", &configFlags{}).flagWords()
-	for _, f := range slices.Concat(tvalued, chvalued, svalued, avalued, pvalued, cvalued) {
+	for _, f := range slices.Concat(tvalued, chvalued, svalued, vvalued, avalued, pvalued, cvalued) {
 		if !slices.Contains(w.valued, f) {
 			w.valued = append(w.valued, f)
 		}
@@ -107,6 +110,7 @@ running kubectl_complete-trail from the PATH: make it a link to kubectl-trail (d
 		"@TRACE_FLAGS@", strings.Join(w.traceFlags, " "),
 		"@CHANGES_FLAGS@", strings.Join(w.changesFlags, " "),
 		"@SHOW_FLAGS@", strings.Join(w.showFlags, " "),
+		"@SERVE_FLAGS@", strings.Join(w.serveFlags, " "),
 		"@SUBCOMMAND_PATTERN@", strings.Join(subcommands, "|"),
 		"@ANNOTATE_FLAGS@", strings.Join(w.annotateFlags, " "),
 		"@APPLY_FLAGS@", strings.Join(w.applyFlags, " "),
@@ -168,6 +172,7 @@ _kubetrail() {
             trace) COMPREPLY=($(compgen -W "@TRACE_FLAGS@" -- "$cur")) ;;
             changes) COMPREPLY=($(compgen -W "@CHANGES_FLAGS@" -- "$cur")) ;;
             show) COMPREPLY=($(compgen -W "@SHOW_FLAGS@" -- "$cur")) ;;
+            serve) COMPREPLY=($(compgen -W "@SERVE_FLAGS@" -- "$cur")) ;;
             annotate) COMPREPLY=($(compgen -W "@ANNOTATE_FLAGS@" -- "$cur")) ;;
             apply) COMPREPLY=($(compgen -W "@APPLY_FLAGS@" -- "$cur")) ;;
             config) COMPREPLY=($(compgen -W "@CONFIG_FLAGS@" -- "$cur")) ;;
@@ -234,6 +239,7 @@ _kubetrail() {
             trace) compadd -- @TRACE_FLAGS@ ;;
             changes) compadd -- @CHANGES_FLAGS@ ;;
             show) compadd -- @SHOW_FLAGS@ ;;
+            serve) compadd -- @SERVE_FLAGS@ ;;
             annotate) compadd -- @ANNOTATE_FLAGS@ ;;
             apply) compadd -- @APPLY_FLAGS@ ;;
             config) compadd -- @CONFIG_FLAGS@ ;;
@@ -328,6 +334,8 @@ func complete(args []string, w io.Writer) int {
 			cands = v.changesFlags
 		case "show":
 			cands = v.showFlags
+		case "serve":
+			cands = v.serveFlags
 		case "annotate":
 			cands = v.annotateFlags
 		case "apply":

@@ -64,7 +64,8 @@ func TestBashCompletionCompletesSubcommandsFlagsAndValues(t *testing.T) {
 		words []string // the last is the word being completed
 		want  []string
 	}{
-		{[]string{"kubetrail", ""}, []string{"trace", "changes", "show", "annotate", "apply", "completion", "config"}},
+		{[]string{"kubetrail", ""}, []string{"trace", "changes", "show", "serve", "annotate", "apply", "completion", "config"}},
+		{[]string{"kubetrail", "serve", "--l"}, []string{"--listen"}},
 		{[]string{"kubetrail", "changes", "--fi"}, []string{"--field"}},
 		{[]string{"kubetrail", "changes", "-o", ""}, []string{"text", "json"}},
 		{[]string{"kubetrail", "show", "deploy/web", "-o", ""}, []string{"yaml", "text", "json"}},

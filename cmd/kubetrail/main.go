@@ -55,6 +55,7 @@ Available Commands:
   trace        %[3]s
   changes      List the writes across objects, newest first: who changed what, and when
   show         Print an object as it stood at a time (--at), or what changed between two times (--diff)
+  serve        Serve a read-only web viewer: the change feed, each object's story, diffs and manifests
   annotate     Write a fresh trace context annotation on an object and print its trace ID
   apply        Apply objects server-side inside a trace, and with --wait follow their rollout
   completion   Output shell completion code for bash or zsh
@@ -123,6 +124,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		err = runChanges(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "show":
 		err = runShow(ctx, prog, cmd, argv[1:], stdout, stderr)
+	case "serve":
+		err = runServe(ctx, prog, cmd, argv[1:], stdout, stderr)
 	case "annotate":
 		err = runAnnotate(ctx, cmd, argv[1:], stdout, stderr)
 	case "apply":

@@ -18,7 +18,9 @@ import (
 // Write is one write of one object, as `kubetrail changes` and `kubetrail show --diff` print it:
 // who changed what, when, and with which answer.
 type Write struct {
+	// Time is when the apiserver received the write, End when it answered.
 	Time        time.Time `json:"time"`
+	End         time.Time `json:"end"`
 	Cluster     string    `json:"cluster"`
 	Kind        string    `json:"kind"`
 	Namespace   string    `json:"namespace,omitempty"`
@@ -47,7 +49,7 @@ type Write struct {
 func WriteOf(s *Span) Write {
 	code, _ := strconv.Atoi(s.Str(model.AttrHTTPStatusCode))
 	w := Write{
-		Time: s.Start, Cluster: s.Cluster, Kind: s.Object.Kind, Namespace: s.Object.Namespace, Name: s.Object.Name, UID: s.Object.UID,
+		Time: s.Start, End: s.End, Cluster: s.Cluster, Kind: s.Object.Kind, Namespace: s.Object.Namespace, Name: s.Object.Name, UID: s.Object.UID,
 		User: s.Str(model.AttrUserName), Verb: s.Str(model.AttrAuditVerb), Subresource: s.Str(model.AttrAuditSubresource), Code: code,
 		NoOp: s.Str(attrAuditNoop) == "true", TraceID: s.TraceID.String(), SpanID: s.SpanID.String(), span: s,
 	}

@@ -108,7 +108,9 @@ func sortKeyedLists(v any) any {
 				keys[k] = true
 			}
 			if keys != nil {
-				sort.Slice(v, func(i, j int) bool { return v[i].(map[string]any)[field].(string) < v[j].(map[string]any)[field].(string) })
+				sort.Slice(v, func(i, j int) bool {
+					return v[i].(map[string]any)[field].(string) < v[j].(map[string]any)[field].(string)
+				})
 				break
 			}
 		}
@@ -176,9 +178,9 @@ func TestAWriteWithoutADiffMakesTheStateUnknownUntilADiffFromTheKnownVersion(t *
 		return &Span{Type: model.SpanTypeAudit, Object: obj, Start: t0.Add(time.Duration(sec) * time.Second), End: t0.Add(time.Duration(sec)*time.Second + time.Millisecond),
 			Attrs: a, Events: events, SpanID: [8]byte{byte(sec)}}
 	}
-	diff := func(base string, path, old, new string) Event {
+	diff := func(base string, path, oldV, newV string) Event {
 		return Event{Name: model.EventObjectDiff, Attrs: map[string]any{
-			attrDiffPaths: []any{path}, attrDiffOld: []any{old}, attrDiffNew: []any{new}, attrDiffCount: int64(1), attrDiffBaseRV: base}}
+			attrDiffPaths: []any{path}, attrDiffOld: []any{oldV}, attrDiffNew: []any{newV}, attrDiffCount: int64(1), attrDiffBaseRV: base}}
 	}
 	created := Event{Name: model.EventObjectSnapshot, Attrs: map[string]any{attrBody: `{"kind":"Deployment","metadata":{"name":"web","resourceVersion":"10"},"spec":{"replicas":1}}`}}
 	diff2 := func(base string) Event {

@@ -235,6 +235,9 @@ func (h Header) summary(n *Node) (Summary, bool) {
 	return Summarize(n)
 }
 
+// WriteHeader writes the lines that head the tree: the object, its spans, traces and windows.
+func WriteHeader(w io.Writer, n *Node, h Header) { writeHeader(w, n, h) }
+
 func writeHeader(w io.Writer, n *Node, h Header) {
 	spans := 0
 	n.Walk(func(x *Node) { spans += len(x.Spans) + len(x.Windows) })

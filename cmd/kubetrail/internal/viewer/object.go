@@ -1,0 +1,245 @@
+package viewer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+)
+
+// objectPage is one object's story: the tree merged across windows, a timeline, the summary,
+// and, at a write, that write's whole diff and the manifest it left.
+type objectPage struct {
+	Title   string
+	Header  string
+	Summary string
+	Back    string
+	Windows []windowLink
+	Tree    *treeNode
+	Axis    string
+	Rows    []timelineRow
+	// At is the time asked for (at=): the write answered last at or before it is Write, the
+	// manifest it left Manifest (or why it is not known, NotKnown).
+	At       time.Time
+	Write    *trail.Write
+	Manifest string
+	NotKnown string
+}
+
+type windowLink struct {
+	TraceID, Start, URL string
+}
+
+type treeNode struct {
+	Name, Life string
+	Acts       []treeAct
+	Children   []*treeNode
+	Cut        int
+}
+
+// treeAct is one activity line of the tree.
+type treeAct struct {
+	ID, Class, Time, Actor, Verb, Result, Dur, Mark, Msg string
+	Changes                                              []trail.Change
+	More                                                 int
+	// Link is the object page at this write (its manifest and diff), for writes.
+	Link     string
+	Selected bool
+}
+
+type timelineRow struct {
+	Label, Title string
+	Indent       int
+	Object, Err  bool
+	// X and W are the bar's start and width, in percent of the axis.
+	X, W string
+}
+
+// maxValue bounds a diff value in the tree (the selected write's diff shows them whole).
+const maxValue = 120
+
+// object is the object page: /object?kind=&namespace=&name=[&uid=&cluster=&since=&until=&at=].
+func (s *Server) object(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	now := s.now()
+	t := trail.Target{Kind: q.Get("kind"), Namespace: q.Get("namespace"), Name: q.Get("name"), UID: q.Get("uid"), Cluster: q.Get("cluster")}
+	if t.Cluster == "" {
+		t.Cluster = s.Cluster
+	}
+	if t.Kind == "" || t.Name == "" {
+		s.fail(w, http.StatusBadRequest, "reading the object", badf("kind and name are required, e.g. /object?kind=Deployment&namespace=shop&name=web"))
+		return
+	}
+	k := trail.ResolveKind(t.Kind)
+	t.Kind, t.Group, t.Resource = k.Kind, k.Group, k.Resource
+	since, err := s.timeParam(q, "since", now)
+	if err == nil && since.IsZero() && s.DefaultSince > 0 {
+		since = now.Add(-s.DefaultSince)
+	}
+	var until, at time.Time
+	if err == nil {
+		until, err = s.timeParam(q, "until", now)
+	}
+	if err == nil {
+		at, err = s.timeParam(q, "at", now)
+	}
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, "reading the object", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	found, err := trail.Find(ctx, s.Source, trail.Query{Target: t, Since: since, Until: until, Window: s.Window})
+	if err != nil {
+		code := http.StatusBadGateway
+		if errors.Is(err, trail.ErrUnknownObject) {
+			code = http.StatusNotFound
+		}
+		s.fail(w, code, "finding "+t.String(), err)
+		return
+	}
+	root, err := trail.Merge(found.Spans, t, found.UID, trail.Filter{Since: since, Until: until, Depth: -1})
+	if err != nil {
+		s.fail(w, http.StatusNotFound, "merging "+t.String(), err)
+		return
+	}
+	h := trail.Header{Traces: found.Traces, Others: found.Others}
+	var head, sum strings.Builder
+	trail.WriteHeader(&head, root, h)
+	trail.WriteSummary(&sum, root, h)
+	p := objectPage{Title: "kubetrail: " + root.Object.DisplayName(), Header: strings.TrimSpace(head.String()), Summary: strings.TrimSpace(sum.String()),
+		Back: "/?" + backQuery(root), At: at}
+	if j, ok := s.Source.(*trail.Jaeger); ok {
+		for _, win := range root.Windows {
+			p.Windows = append(p.Windows, windowLink{TraceID: win.TraceID.String(), Start: win.Start.UTC().Format("2006-01-02 15:04"), URL: j.Base + "/trace/" + win.TraceID.String()})
+		}
+	}
+	if !at.IsZero() {
+		m, err := trail.ManifestAt(found.Spans, found.UID, at)
+		if err != nil {
+			p.NotKnown = err.Error()
+		} else {
+			b, err := yaml.Marshal(m.Object)
+			if err != nil {
+				s.fail(w, http.StatusInternalServerError, "writing the manifest", err)
+				return
+			}
+			p.Manifest = string(b)
+			wr := trail.WriteOf(m.After)
+			p.Write = &wr
+		}
+	}
+	selected := ""
+	if p.Write != nil {
+		selected = p.Write.SpanID
+	}
+	p.Tree = s.tree(root, found.UID, since, until, selected)
+	p.Axis, p.Rows = timeline(root)
+	s.render(w, http.StatusOK, "object.html", p)
+}
+
+// backQuery is the search of the object's writes, for the page's link back to the feed.
+func backQuery(n *trail.Node) string {
+	q := url.Values{"object": {n.Object.Kind + "/" + n.Object.Name}, "namespace": {n.Object.Namespace}, "cluster": {n.Cluster}}
+	return q.Encode()
+}
+
+func (s *Server) tree(n *trail.Node, uid string, since, until time.Time, selected string) *treeNode {
+	created, deleted, first, last := n.Lifetime()
+	var life []string
+	if !created.IsZero() {
+		life = append(life, "created "+clock(created))
+	} else if !first.IsZero() {
+		life = append(life, "first seen "+clock(first))
+	}
+	if !deleted.IsZero() {
+		life = append(life, "deleted "+clock(deleted))
+	} else if !last.IsZero() {
+		life = append(life, "last seen "+clock(last))
+	}
+	tn := &treeNode{Name: n.Object.DisplayName(), Life: strings.Join(life, ", "), Cut: n.Cut}
+	for _, sp := range n.Spans {
+		a := treeAct{ID: "w-" + sp.SpanID.String(), Class: "audit", Time: clock(sp.Start), Actor: sp.Actor(), Verb: sp.Verb(), Result: sp.Result(), Dur: trail.FormatDuration(sp.Duration())}
+		if sp.Type == "event" {
+			a.Class, a.Result, a.Dur = "ev", sp.Str("k8s.event.reason")+" "+sp.Str("k8s.event.note"), ""
+		}
+		if m := trail.Marks(sp); m != "" {
+			a.Class += " err"
+			a.Mark, a.Msg = m, sp.ErrorMessage()
+		}
+		changes, total := sp.Diff()
+		for _, c := range changes {
+			a.Changes = append(a.Changes, trail.Change{Path: c.Path, Old: cut(c.Old), New: cut(c.New)})
+		}
+		a.More = total - len(changes)
+		if sp.IsWrite() {
+			a.Link = objectURL(n.Object.Kind, n.Object.Namespace, n.Object.Name, n.Object.UID, n.Cluster, sp.End, since, until, a.ID)
+			a.Selected = sp.SpanID.String() == selected
+		}
+		tn.Acts = append(tn.Acts, a)
+	}
+	for _, c := range n.Children {
+		tn.Children = append(tn.Children, s.tree(c, uid, since, until, selected))
+	}
+	return tn
+}
+
+func cut(v string) string {
+	r := []rune(v)
+	if len(r) <= maxValue {
+		return v
+	}
+	return string(r[:maxValue-1]) + "…"
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// timeline lays out every object's life and activity on one axis.
+func timeline(n *trail.Node) (string, []timelineRow) {
+	acts := n.AllActivity()
+	if len(acts) == 0 {
+		return "", nil
+	}
+	start, end := acts[0].Span.Start, acts[0].Span.End
+	for _, a := range acts {
+		if a.Span.Start.Before(start) {
+			start = a.Span.Start
+		}
+		if a.Span.End.After(end) {
+			end = a.Span.End
+		}
+	}
+	total := end.Sub(start)
+	if total <= 0 {
+		total = time.Millisecond
+	}
+	pct := func(d time.Duration) string {
+		v := 100 * float64(d) / float64(total)
+		return fmt.Sprintf("%.3f%%", min(max(v, 0), 100))
+	}
+	width := func(d time.Duration) string {
+		v := 100 * float64(d) / float64(total)
+		return fmt.Sprintf("%.3f%%", min(max(v, 0.2), 100))
+	}
+	var rows []timelineRow
+	n.Walk(func(x *trail.Node) {
+		_, _, first, last := x.Lifetime()
+		if first.IsZero() {
+			return
+		}
+		rows = append(rows, timelineRow{Label: x.Object.DisplayName(), Title: x.Object.DisplayName(), Indent: x.Depth, Object: true,
+			X: pct(first.Sub(start)), W: width(last.Sub(first))})
+		for _, sp := range x.Spans {
+			rows = append(rows, timelineRow{Label: sp.Actor() + " " + sp.Verb(), Title: clock(sp.Start) + " " + sp.Name + " " + trail.FormatDuration(sp.Duration()),
+				Indent: x.Depth + 1, Err: sp.Failed(), X: pct(sp.Start.Sub(start)), W: width(sp.Duration())})
+		}
+	})
+	return fmt.Sprintf("%s → %s UTC (%s)", clock(start), clock(end), trail.FormatDuration(total)), rows
+}
