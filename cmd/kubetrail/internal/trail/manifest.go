@@ -56,76 +56,16 @@ var ErrNotKnown = errors.New("the object's state is not known")
 // snapshot or a diff based on the last known version makes it known again.
 func ManifestAt(spans []*Span, uid string, at time.Time) (*Manifest, error) {
 	writes := objectWrites(spans, uid)
-	var (
-		state   map[string]any
-		rv      string // the resourceVersion state is at
-		known   bool
-		why     string // why the state is not known
-		lastAt  *Span  // the last write whose result is known
-		deleted *Span
-		after   *Span // the last write at or before at
-	)
+	var r replayer
+	var after *Span // the last write at or before at
 	for _, w := range writes {
 		if w.End.After(at) {
 			break
 		}
 		after = w
-		if w.Failed() || w.Str(attrAuditNoop) == "true" || unchanging[w.Str(model.AttrAuditSubresource)] {
-			continue // nothing changed
-		}
-		newRV := w.Str(attrNewResVer)
-		if body, ok, reason := snapshotOf(w); ok {
-			state, known, rv, lastAt = body, true, newRV, w
-			if rv == "" {
-				rv = nestedString(body, "metadata", "resourceVersion")
-			}
-			if w.Str(model.AttrAuditVerb) == "delete" {
-				deleted = w
-			}
-			continue
-		} else if reason != "" {
-			known, why = false, DescribeWrite(w)+": "+reason
-			continue
-		}
-		d, ok := diffEvent(w)
-		if !ok {
-			if state == nil {
-				continue // before any body: the first snapshot decides
-			}
-			reason := w.Str(attrDiffSkipped)
-			switch reason {
-			case "":
-				reason = "it carries no diff (its audit record had no response body, or the write was to a subresource that answers with another kind)"
-			default:
-				reason = "its diff was not computed (" + reason + ")"
-			}
-			known, why = false, DescribeWrite(w)+": "+reason
-			continue
-		}
-		if state == nil {
-			continue
-		}
-		base := asString(d.Attrs[attrDiffBaseRV])
-		if base == "" || base == "null" {
-			base = w.Str(attrResourceVer)
-		}
-		if base != "" && base != rv {
-			if known {
-				why = fmt.Sprintf("%s: its diff is based on resourceVersion %s, the state rebuilt so far is at %s", DescribeWrite(w), base, rv)
-			}
-			known = false
-			continue
-		}
-		next, err := applyDiff(state, d)
-		if err != nil {
-			known, why = false, DescribeWrite(w)+": "+err.Error()
-			continue
-		}
-		state, known, lastAt = next, true, w
-		if newRV != "" {
-			rv = newRV
-		}
+		r.apply(w)
 	}
+	state, rv, known, why, lastAt, deleted := r.state, r.rv, r.known, r.why, r.lastAt, r.deleted
 	switch {
 	case after == nil && len(writes) > 0 && writes[0].Str(model.AttrAuditVerb) == "create" && !writes[0].Failed():
 		return nil, fmt.Errorf("%w: it did not exist yet at %s: %s created it", ErrNotKnown, stamp(at), DescribeWrite(writes[0]))
@@ -155,6 +95,102 @@ func ManifestAt(spans []*Span, uid string, at time.Time) (*Manifest, error) {
 		}
 	}
 	return &Manifest{Object: obj, ResourceVersion: rv, After: lastAt, Deleted: deleted}, nil
+}
+
+// replayer rebuilds an object's state write by write (ManifestAt, States).
+type replayer struct {
+	state   map[string]any
+	rv      string // the resourceVersion state is at
+	known   bool
+	why     string // why the state is not known
+	lastAt  *Span  // the last write whose result is known
+	deleted *Span
+}
+
+// apply takes one write, in the order the writes took effect, and reports whether it changed
+// what is known of the object (its state, or that the state is not known).
+func (r *replayer) apply(w *Span) bool {
+	if w.Failed() || w.Str(attrAuditNoop) == "true" || unchanging[w.Str(model.AttrAuditSubresource)] {
+		return false // nothing changed
+	}
+	newRV := w.Str(attrNewResVer)
+	if body, ok, reason := snapshotOf(w); ok {
+		r.state, r.known, r.rv, r.lastAt = body, true, newRV, w
+		if r.rv == "" {
+			r.rv = nestedString(body, "metadata", "resourceVersion")
+		}
+		if w.Str(model.AttrAuditVerb) == "delete" {
+			r.deleted = w
+		}
+		return true
+	} else if reason != "" {
+		r.known, r.why = false, DescribeWrite(w)+": "+reason
+		return true
+	}
+	if r.state == nil {
+		return false // before any body: the first snapshot decides
+	}
+	d, ok := diffEvent(w)
+	if !ok {
+		reason := w.Str(attrDiffSkipped)
+		switch reason {
+		case "":
+			reason = "it carries no diff (its audit record had no response body, or the write was to a subresource that answers with another kind)"
+		default:
+			reason = "its diff was not computed (" + reason + ")"
+		}
+		r.known, r.why = false, DescribeWrite(w)+": "+reason
+		return true
+	}
+	base := asString(d.Attrs[attrDiffBaseRV])
+	if base == "" || base == "null" {
+		base = w.Str(attrResourceVer)
+	}
+	if base != "" && base != r.rv {
+		if r.known {
+			r.why = fmt.Sprintf("%s: its diff is based on resourceVersion %s, the state rebuilt so far is at %s", DescribeWrite(w), base, r.rv)
+		}
+		r.known = false
+		return true
+	}
+	next, err := applyDiff(r.state, d)
+	if err != nil {
+		r.known, r.why = false, DescribeWrite(w)+": "+err.Error()
+		return true
+	}
+	r.state, r.known, r.lastAt = next, true, w
+	if newRV != "" {
+		r.rv = newRV
+	}
+	return true
+}
+
+// State is what is known of an object from a time on: its body (nil when not known, Why says
+// why) after the write answered at At.
+type State struct {
+	At     time.Time
+	Object map[string]any
+	Why    string
+}
+
+// States are the object's successive states, one per write that changed what is known of it,
+// from its first body on: the timeline's state bands.
+func States(spans []*Span, uid string) []State {
+	var r replayer
+	var out []State
+	for _, w := range objectWrites(spans, uid) {
+		if !r.apply(w) || r.state == nil {
+			continue
+		}
+		st := State{At: w.End}
+		if r.known {
+			st.Object = r.state // replaced, never changed in place, by later writes
+		} else {
+			st.Why = r.why
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // unchanging are the subresources whose writes leave their object as it was: a token request

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,14 @@ type timelineRow struct {
 	Object, Err  bool
 	// X and W are the bar's start and width, in percent of the axis.
 	X, W string
+	// Bands, on a state row, are the object's states over time (a Pod's phase and Ready, a
+	// Deployment's available replicas, a Node's Ready), each from the write that made it.
+	Bands []band
+}
+
+// band is one state of an object on the timeline.
+type band struct {
+	X, W, Label, Class string
 }
 
 // maxValue bounds a diff value in the tree (the selected write's diff shows them whole).
@@ -141,7 +150,7 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		selected = p.Write.SpanID
 	}
 	p.Tree = s.tree(root, found.UID, since, until, selected)
-	p.Axis, p.Rows = timeline(root)
+	p.Axis, p.Rows = timeline(root, found.Spans)
 	s.render(w, http.StatusOK, "object.html", p)
 }
 
@@ -201,8 +210,8 @@ func cut(v string) string {
 
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
-// timeline lays out every object's life and activity on one axis.
-func timeline(n *trail.Node) (string, []timelineRow) {
+// timeline lays out every object's life, states and activity on one axis.
+func timeline(n *trail.Node, spans []*trail.Span) (string, []timelineRow) {
 	acts := n.AllActivity()
 	if len(acts) == 0 {
 		return "", nil
@@ -236,10 +245,131 @@ func timeline(n *trail.Node) (string, []timelineRow) {
 		}
 		rows = append(rows, timelineRow{Label: x.Object.DisplayName(), Title: x.Object.DisplayName(), Indent: x.Depth, Object: true,
 			X: pct(first.Sub(start)), W: width(last.Sub(first))})
+		if bs, now := bands(x, spans, start, total); len(bs) > 0 {
+			rows = append(rows, timelineRow{Label: "state: " + now, Title: x.Object.DisplayName() + ": " + now, Indent: x.Depth + 1, Bands: bs})
+		}
 		for _, sp := range x.Spans {
 			rows = append(rows, timelineRow{Label: sp.Actor() + " " + sp.Verb(), Title: clock(sp.Start) + " " + sp.Name + " " + trail.FormatDuration(sp.Duration()),
 				Indent: x.Depth + 1, Err: sp.Failed(), X: pct(sp.Start.Sub(start)), W: width(sp.Duration())})
 		}
 	})
 	return fmt.Sprintf("%s → %s UTC (%s)", clock(start), clock(end), trail.FormatDuration(total)), rows
+}
+
+// bands are the states of n's object between its first state and its end (its delete, or the
+// axis's end), and the last state's label.
+func bands(n *trail.Node, spans []*trail.Span, start time.Time, total time.Duration) ([]band, string) {
+	states := trail.States(spans, n.Object.UID)
+	if len(states) == 0 {
+		return nil, ""
+	}
+	_, deleted, _, last := n.Lifetime()
+	end := last
+	if !deleted.IsZero() {
+		end = deleted
+	}
+	pct := func(t time.Time) float64 { return min(max(100*float64(t.Sub(start))/float64(total), 0), 100) }
+	var out []band
+	label := ""
+	for i, st := range states {
+		l, class := stateLabel(n.Object.Kind, st)
+		if l == "" {
+			return nil, "" // a kind without states the viewer knows
+		}
+		to := end
+		if i+1 < len(states) {
+			to = states[i+1].At
+		}
+		if to.Before(st.At) {
+			to = st.At
+		}
+		if len(out) > 0 && out[len(out)-1].Label == l {
+			prev := &out[len(out)-1]
+			x, _ := strconv.ParseFloat(strings.TrimSuffix(prev.X, "%"), 64)
+			prev.W = fmt.Sprintf("%.3f%%", max(pct(to)-x, 0.2))
+			continue
+		}
+		out = append(out, band{X: fmt.Sprintf("%.3f%%", pct(st.At)), W: fmt.Sprintf("%.3f%%", max(pct(to)-pct(st.At), 0.2)), Label: l, Class: class})
+		label = l
+	}
+	return out, label
+}
+
+// stateLabel names an object's state as an operator reads it, and its colour class: ok (ready),
+// wait (progressing), bad (failed) or unknown. "" for kinds without one.
+func stateLabel(kind string, st trail.State) (string, string) {
+	if st.Object == nil {
+		switch kind {
+		case "Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Node", "Job":
+			return "not known: " + st.Why, "unknown"
+		}
+		return "", ""
+	}
+	status, _ := st.Object["status"].(map[string]any)
+	spec, _ := st.Object["spec"].(map[string]any)
+	num := func(m map[string]any, k string) int64 {
+		f, _ := m[k].(float64)
+		return int64(f)
+	}
+	switch kind {
+	case "Pod":
+		phase, _ := status["phase"].(string)
+		if phase == "" {
+			phase = "Pending"
+		}
+		switch {
+		case phase == "Failed":
+			return phase, "bad"
+		case phase == "Succeeded":
+			return phase, "ok"
+		case condition(status, "Ready") == "True":
+			return phase + ", ready", "ok"
+		}
+		return phase + ", not ready", "wait"
+	case "Deployment", "ReplicaSet", "StatefulSet":
+		want := int64(1)
+		if _, ok := spec["replicas"]; ok {
+			want = num(spec, "replicas")
+		}
+		avail := num(status, "availableReplicas")
+		class := "wait"
+		if avail == want {
+			class = "ok"
+		}
+		return fmt.Sprintf("%d/%d available", avail, want), class
+	case "DaemonSet":
+		avail, want := num(status, "numberAvailable"), num(status, "desiredNumberScheduled")
+		class := "wait"
+		if avail == want {
+			class = "ok"
+		}
+		return fmt.Sprintf("%d/%d available", avail, want), class
+	case "Node":
+		if condition(status, "Ready") == "True" {
+			return "Ready", "ok"
+		}
+		return "NotReady", "bad"
+	case "Job":
+		if num(status, "failed") > 0 && condition(status, "Failed") == "True" {
+			return "failed", "bad"
+		}
+		if condition(status, "Complete") == "True" {
+			return "complete", "ok"
+		}
+		return fmt.Sprintf("%d active, %d succeeded", num(status, "active"), num(status, "succeeded")), "wait"
+	}
+	return "", ""
+}
+
+// condition is the status of the condition of type t ("" when absent).
+func condition(status map[string]any, t string) string {
+	conds, _ := status["conditions"].([]any)
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == t {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
 }

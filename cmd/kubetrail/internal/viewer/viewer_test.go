@@ -152,3 +152,28 @@ func TestAssetsAreServedFromTheBinary(t *testing.T) {
 		t.Error("a path out of the assets was served")
 	}
 }
+
+// TestTimelineShowsTheStatesTheWritesLeft: the Deployment's available replicas and each Pod's
+// phase and Ready, as bands from the write that made each state, read from the rebuilt bodies.
+func TestTimelineShowsTheStatesTheWritesLeft(t *testing.T) {
+	srv := recorded(t)
+	code, _, body := get(t, srv, "/object?kind=Deployment&namespace=default&name=demo")
+	if code != http.StatusOK {
+		t.Fatalf("%d: %s", code, body)
+	}
+	// The rollout of the scale to 4: 2 of 4 available, then 3, then 4.
+	seq := regexp.MustCompile(`<title>2/4 available</title></rect><rect [^>]*><title>3/4 available</title></rect><rect [^>]*><title>4/4 available</title>`)
+	if !seq.MatchString(body) {
+		t.Error("the Deployment's bands do not go from 2/4 to 4/4 available")
+	}
+	if n := strings.Count(body, `class="band ok"><title>Running, ready</title>`); n < 6 {
+		t.Errorf("%d Pods running and ready on the timeline, want the scenario's 6 or more", n)
+	}
+	// Only a binding's few milliseconds are not known: it answers with no Pod body, and the
+	// kubelet's next status patch, diffed from the create's body, tells the state again.
+	for _, m := range regexp.MustCompile(`class="band unknown"><title>([^<]*)`).FindAllStringSubmatch(body, -1) {
+		if !strings.Contains(m[1], "kube-scheduler create binding") {
+			t.Errorf("a state the recorded scenario's spans tell is shown as not known: %s", m[1])
+		}
+	}
+}
