@@ -7,9 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -296,6 +299,70 @@ func checkChangesAndShow(t *testing.T, env *Env, bin, since string) {
 	Check(t, "kubetrail show --at just before the image change: 4 replicas of nginx:1.27", err == nil && r == 4 && img == "registry.k8s.io/nginx:1.27", "%v %v %v", r, img, err)
 	r, img, err = show(lastScale.Add(time.Second))
 	Check(t, "kubetrail show --at after the last scale: 2 replicas of nginx:1.28", err == nil && r == 2 && img == "registry.k8s.io/nginx:1.28", "%v %v %v", r, img, err)
+
+	out, errOut, err = kt("show", "deploy/demo", "-n", "default", "--since", since, "--diff",
+		image.Add(-time.Millisecond).UTC().Format(time.RFC3339Nano), lastScale.Add(time.Second).UTC().Format(time.RFC3339Nano))
+	Check(t, "kubetrail show --diff from the image change to the last scale lists both writes, with their changes",
+		err == nil && strings.Contains(out, `spec.template.spec.containers[name=nginx].image: "registry.k8s.io/nginx:1.27" → "registry.k8s.io/nginx:1.28"`) &&
+			strings.Contains(out, "spec.replicas: 4 → 2"), "%v: %s\n%s", err, errOut, out)
+
+	checkViewer(t, env, bin, since)
+}
+
+// checkViewer serves the run from Jaeger with `kubetrail serve` and loads it in headless
+// Chromium (make unit installs it): the search page's feed of the Deployment's spec changes,
+// then the first row's link, the Deployment at the last scale, with its diff and the manifest it
+// left (2 replicas).
+func checkViewer(t *testing.T, env *Env, bin, since string) {
+	t.Helper()
+	browser, err := exec.LookPath("chromium")
+	if !Check(t, "chromium is installed (make unit installs it)", err == nil, "%v", err) {
+		return
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var serveErr bytes.Buffer
+	serve := exec.CommandContext(ctx, bin, "serve", "--source", "jaeger="+env.Jaeger.QueryURL, "--cluster", ClusterName, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	serve.Stderr = &serveErr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = serve.Wait() }()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for i := 0; i < 100; i++ {
+		if resp, err := http.Get(base + "/static/viewer.css"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	profile := t.TempDir()
+	dom := func(url string) string {
+		cctx, ccancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer ccancel()
+		out, err := exec.CommandContext(cctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+			"--disable-background-networking", "--user-data-dir="+profile, "--virtual-time-budget=10000", "--dump-dom", url).Output()
+		if err != nil {
+			t.Logf("chromium %s: %v", url, err)
+		}
+		return string(out)
+	}
+	search := dom(base + "/?namespace=default&object=deployments&field=spec&since=" + url.QueryEscape(since))
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubetrail-serve-search.html"), []byte(search+"\n<!-- serve stderr:\n"+serveErr.String()+"-->"), 0o644)
+	m := regexp.MustCompile(`href="(/object\?[^"]+)"`).FindStringSubmatch(search)
+	if !Check(t, "kubetrail serve's search page, from Jaeger in Chromium, lists the Deployment's spec changes linked to their object",
+		strings.Contains(search, `data-rendered="true"`) && strings.Contains(search, "spec.replicas <b>4</b>→2") && m != nil, "%s", cliHead(search)) {
+		return
+	}
+	obj := dom(base + strings.ReplaceAll(m[1], "&amp;", "&"))
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubetrail-serve-object.html"), []byte(obj), 0o644)
+	Check(t, "its first row's link: the Deployment at the last scale, its diff and the manifest it left, the tree and the state bands",
+		strings.Contains(obj, `<td>spec.replicas</td><td class="old">4</td><td class="new">2</td>`) && strings.Contains(obj, "\n  replicas: 2\n") &&
+			strings.Contains(obj, `data-object="ReplicaSet default/demo-`) && strings.Contains(obj, "<title>2/2 available</title>"), "%s", cliHead(obj))
 }
 
 func cliHead(s string) string {
