@@ -71,6 +71,30 @@ func WriteOf(s *Span) Write {
 	return w
 }
 
+// VerbText is the verb with its subresource: "patch scale".
+func (w Write) VerbText() string {
+	if w.Subresource == "" {
+		return w.Verb
+	}
+	return w.Verb + " " + w.Subresource
+}
+
+// Answer is the HTTP status with a refusal's reason: "409 Conflict".
+func (w Write) Answer() string {
+	if w.Reason == "" {
+		return strconv.Itoa(w.Code)
+	}
+	return strconv.Itoa(w.Code) + " " + w.Reason
+}
+
+// spanKey identifies a span across the traces a source returns (a span read twice counts once).
+type spanKey struct {
+	trace pcommon.TraceID
+	span  pcommon.SpanID
+}
+
+func keyOf(s *Span) spanKey { return spanKey{s.TraceID, s.SpanID} }
+
 // Object names the write's object: "Deployment default/web".
 func (w Write) Object() string {
 	if w.Namespace == "" {
@@ -176,18 +200,12 @@ func Changes(ctx context.Context, src Source, q ChangeQuery) (*ChangeResult, err
 		return nil, err
 	}
 	res.Traces = len(ids)
-	dup := map[[24]byte]bool{}
+	dup := map[spanKey]bool{}
 	for _, s := range spans {
-		if !q.matches(s) {
+		if !q.matches(s) || dup[keyOf(s)] {
 			continue
 		}
-		var k [24]byte
-		copy(k[:16], s.TraceID[:])
-		copy(k[16:], s.SpanID[:])
-		if dup[k] {
-			continue
-		}
-		dup[k] = true
+		dup[keyOf(s)] = true
 		res.Writes = append(res.Writes, WriteOf(s))
 	}
 	sort.SliceStable(res.Writes, func(i, j int) bool {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,15 +19,7 @@ func ChangeLine(w Write, days bool, width int) string {
 	if days {
 		t = w.Time.UTC().Format("01-02 ") + t
 	}
-	verb := w.Verb
-	if w.Subresource != "" {
-		verb += " " + w.Subresource
-	}
-	answer := strconv.Itoa(w.Code)
-	if w.Reason != "" {
-		answer += " " + w.Reason
-	}
-	parts := []string{t, w.Cluster, w.Object(), shortUser(w.User), verb, answer}
+	parts := []string{t, w.Cluster, w.Object(), shortUser(w.User), w.VerbText(), w.Answer()}
 	switch {
 	case w.Message != "":
 		parts = append(parts, "✗ "+shorten(w.Message, 100))
@@ -118,15 +109,7 @@ func WriteDiff(out io.Writer, object string, ws []Write, from, to time.Time) {
 	l.printf("%s: %d %s after %s until %s", object, len(ws), noun, stamp(from), stamp(to))
 	for _, w := range ws {
 		l.blank()
-		verb := w.Verb
-		if w.Subresource != "" {
-			verb += " " + w.Subresource
-		}
-		answer := strconv.Itoa(w.Code)
-		if w.Reason != "" {
-			answer += " " + w.Reason
-		}
-		l.printf("%s  %s  %s  %s", stamp(w.Time), shortUser(w.User), verb, answer)
+		l.printf("%s  %s  %s  %s", stamp(w.Time), shortUser(w.User), w.VerbText(), w.Answer())
 		switch {
 		case w.Message != "":
 			l.printf("    ✗ %s", w.Message)

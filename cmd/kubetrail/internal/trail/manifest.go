@@ -201,19 +201,13 @@ var unchanging = map[string]bool{"token": true}
 // the resourceVersion they produced when every write that produced one names a number (an
 // etcd revision, as kube-apiserver's are), else by the time they were answered.
 func objectWrites(spans []*Span, uid string) []*Span {
-	seen := map[[24]byte]bool{}
+	seen := map[spanKey]bool{}
 	var out []*Span
 	for _, s := range spans {
-		if !s.IsWrite() || s.Object.UID != uid {
+		if !s.IsWrite() || s.Object.UID != uid || seen[keyOf(s)] {
 			continue
 		}
-		var k [24]byte
-		copy(k[:16], s.TraceID[:])
-		copy(k[16:], s.SpanID[:])
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
+		seen[keyOf(s)] = true
 		out = append(out, s)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].End.Before(out[j].End) })

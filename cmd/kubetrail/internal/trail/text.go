@@ -76,6 +76,19 @@ func Marks(s *Span) string {
 func objectLine(n *Node) string {
 	var b strings.Builder
 	b.WriteString(n.Object.DisplayName())
+	if life := Life(n); life != "" {
+		b.WriteString("  [" + life + "]")
+	}
+	fmt.Fprintf(&b, "  %d spans", len(n.Spans))
+	if len(n.Windows) > 1 {
+		fmt.Fprintf(&b, ", %d windows", len(n.Windows))
+	}
+	return b.String()
+}
+
+// Life is an object's lifetime as the tree shows it: "created 10:45:54.317, deleted
+// 10:45:56.020, 1.7s" ("first seen", "last seen" where the range holds no create or delete).
+func Life(n *Node) string {
 	created, deleted, first, last := n.Lifetime()
 	var life []string
 	if !created.IsZero() {
@@ -99,14 +112,7 @@ func objectLine(n *Node) string {
 		}
 		life = append(life, FormatDuration(end.Sub(from)))
 	}
-	if len(life) > 0 {
-		b.WriteString("  [" + strings.Join(life, ", ") + "]")
-	}
-	fmt.Fprintf(&b, "  %d spans", len(n.Spans))
-	if len(n.Windows) > 1 {
-		fmt.Fprintf(&b, ", %d windows", len(n.Windows))
-	}
-	return b.String()
+	return strings.Join(life, ", ")
 }
 
 func activityLine(s *Span) string {

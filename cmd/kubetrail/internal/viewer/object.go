@@ -161,19 +161,7 @@ func backQuery(n *trail.Node) string {
 }
 
 func (s *Server) tree(n *trail.Node, uid string, since, until time.Time, selected string) *treeNode {
-	created, deleted, first, last := n.Lifetime()
-	var life []string
-	if !created.IsZero() {
-		life = append(life, "created "+clock(created))
-	} else if !first.IsZero() {
-		life = append(life, "first seen "+clock(first))
-	}
-	if !deleted.IsZero() {
-		life = append(life, "deleted "+clock(deleted))
-	} else if !last.IsZero() {
-		life = append(life, "last seen "+clock(last))
-	}
-	tn := &treeNode{Name: n.Object.DisplayName(), Life: strings.Join(life, ", "), Cut: n.Cut}
+	tn := &treeNode{Name: n.Object.DisplayName(), Life: trail.Life(n), Cut: n.Cut}
 	for _, sp := range n.Spans {
 		a := treeAct{ID: "w-" + sp.SpanID.String(), Class: "audit", Time: clock(sp.Start), Actor: sp.Actor(), Verb: sp.Verb(), Result: sp.Result(), Dur: trail.FormatDuration(sp.Duration())}
 		if sp.Type == "event" {

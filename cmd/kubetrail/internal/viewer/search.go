@@ -80,7 +80,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	p.Searched, p.Since, p.Until, p.Matched, p.SearchCut = true, cq.Since, cq.Until, res.Matched, res.SearchCut
 	p.Cut = res.Matched > len(res.Writes)
 	for _, wr := range res.Writes {
-		row := searchRow{Write: wr, Verb: strings.TrimSpace(wr.Verb + " " + wr.Subresource), Actor: model.ShortUser(wr.User)}
+		row := searchRow{Write: wr, Verb: wr.VerbText(), Actor: model.ShortUser(wr.User)}
 		row.Link = objectURL(wr.Kind, wr.Namespace, wr.Name, wr.UID, wr.Cluster, wr.End, cq.Since, cq.Until, "w-"+wr.SpanID)
 		if len(row.Changes) > 3 {
 			row.More = wr.ChangedPaths - 3
