@@ -38,6 +38,10 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // requestTimeout bounds the backend's work for one page.
 const requestTimeout = 60 * time.Second
 
+// DefaultMaxConcurrent is how many pages the viewer builds at once; more wait for a slot, at
+// most their request's timeout.
+const DefaultMaxConcurrent = 4
+
 // Server serves the viewer.
 type Server struct {
 	Source trail.Source
@@ -52,6 +56,13 @@ type Server struct {
 	Now func() time.Time
 	// Log receives one line per failed request (nil: none).
 	Log *log.Logger
+	// MaxConcurrent bounds the pages built at once (each may read many traces from the backend
+	// and hold them); 0 is DefaultMaxConcurrent. A request waits at most QueueTimeout (0: the
+	// request timeout, 60 s) for its turn.
+	MaxConcurrent int
+	QueueTimeout  time.Duration
+
+	slots chan struct{}
 }
 
 // Handler returns the viewer's routes.
@@ -59,10 +70,39 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /{$}", s.search)
-	mux.HandleFunc("GET /object", s.object)
+	n := s.MaxConcurrent
+	if n <= 0 {
+		n = DefaultMaxConcurrent
+	}
+	s.slots = make(chan struct{}, n)
+	mux.HandleFunc("GET /{$}", s.limited(s.search))
+	mux.HandleFunc("GET /object", s.limited(s.object))
 	return headers(mux)
 }
+
+// limited lets at most MaxConcurrent pages be built at once: each reads the backend and holds
+// what it read. A request that finds no slot within QueueTimeout gets a 503 and the panel.
+func (s *Server) limited(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		wait := s.QueueTimeout
+		if wait <= 0 {
+			wait = requestTimeout
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+			h(w, r)
+		case <-t.C:
+			w.Header().Set("Retry-After", "10")
+			s.fail(w, http.StatusServiceUnavailable, "waiting for the viewer", errBusy)
+		case <-r.Context().Done():
+		}
+	}
+}
+
+var errBusy = errors.New("the viewer is building as many pages as it may at once; retry shortly")
 
 // headers sets the security headers of every answer.
 func headers(next http.Handler) http.Handler {
@@ -123,6 +163,8 @@ func (s *Server) fail(w http.ResponseWriter, code int, what string, err error) {
 		code, hint = http.StatusGatewayTimeout, "The backend took too long: narrow the range (since, until) or the filters."
 	case code == http.StatusBadRequest:
 		hint = "Fix the value in the form and search again."
+	case errors.Is(err, errBusy):
+		hint = "Reload in a few seconds."
 	}
 	var buf bytes.Buffer
 	if terr := pages.ExecuteTemplate(&buf, "error.html", errorPage{Title: "kubetrail: " + what, What: what, Message: err.Error(), Hint: hint}); terr != nil {

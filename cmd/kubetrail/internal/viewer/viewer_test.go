@@ -1,6 +1,7 @@
 package viewer
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/goleak"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
@@ -175,5 +177,49 @@ func TestTimelineShowsTheStatesTheWritesLeft(t *testing.T) {
 		if !strings.Contains(m[1], "kube-scheduler create binding") {
 			t.Errorf("a state the recorded scenario's spans tell is shown as not known: %s", m[1])
 		}
+	}
+}
+
+// slowSource answers searches only once released: a backend that takes its time.
+type slowSource struct {
+	trail.File
+	release chan struct{}
+}
+
+func (s *slowSource) Search(ctx context.Context, service string, tags map[string]string, start, end time.Time) ([]pcommon.TraceID, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.File.Search(ctx, service, tags, start, end)
+}
+
+// TestPagesBeyondTheBoundWaitThenGetA503: with one page at a time, a second request while the
+// first waits on the backend gets, after the queue timeout, a 503 with Retry-After and the panel;
+// once the backend answers, the first page is served.
+func TestPagesBeyondTheBoundWaitThenGetA503(t *testing.T) {
+	src := &slowSource{File: trail.File{Path: "slow"}, release: make(chan struct{})}
+	s := &Server{Source: src, Window: 30 * time.Minute, MaxConcurrent: 1, QueueTimeout: 200 * time.Millisecond}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/?object=deployments")
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	time.Sleep(100 * time.Millisecond) // the first request holds the slot
+	code, h, body := get(t, srv, "/?object=pods")
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, `id="error"`) {
+		t.Errorf("the second page: %d, Retry-After %q:\n%s", code, h.Get("Retry-After"), body)
+	}
+	close(src.release)
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first page: %d", code)
 	}
 }
