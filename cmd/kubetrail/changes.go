@@ -164,6 +164,10 @@ func runChanges(ctx context.Context, prog, cmd string, args []string, stdout, st
 		fmt.Fprintf(stderr, "warning: the backend's search answered its bound of %d traces for %s: older writes may be missing; narrow --since/--until or add filters\n",
 			trail.SearchLimit, trail.Escape(strings.Join(res.SearchCut, ", ")))
 	}
+	if res.Unread > 0 {
+		fmt.Fprintf(stderr, "warning: the searches found %d traces; %d were left unread (at most %d): writes may be missing; narrow --since/--until, name a TYPE or add filters\n",
+			res.Traces+res.Unread, res.Unread, trail.MaxTraces)
+	}
 	if res.Matched > len(res.Writes) {
 		fmt.Fprintf(stderr, "%s: %d writes matched; showing the newest %d (--limit)\n", prog, res.Matched, len(res.Writes))
 	}

@@ -138,10 +138,16 @@ type ChangeResult struct {
 	// SearchCut lists the kinds whose search answered the backend's bound of traces
 	// (SearchLimit): older writes of them may be missing.
 	SearchCut []string
+	// Unread is how many traces the searches found past MaxTraces, left unread.
+	Unread int
 }
 
 // SearchLimit is how many traces one search of the backend asks for.
 const SearchLimit = 1000
+
+// MaxTraces bounds the traces one change feed reads (every kind's search together): each is
+// read whole and held until the feed is built.
+const MaxTraces = 2000
 
 // fetchers is how many traces are read from the backend at once.
 const fetchers = 4
@@ -194,6 +200,9 @@ func Changes(ctx context.Context, src Source, q ChangeQuery) (*ChangeResult, err
 				ids = append(ids, id)
 			}
 		}
+	}
+	if len(ids) > MaxTraces {
+		res.Unread, ids = len(ids)-MaxTraces, ids[:MaxTraces]
 	}
 	spans, err := fetchTraces(ctx, src, ids)
 	if err != nil {

@@ -25,6 +25,7 @@ type searchPage struct {
 	Matched   int
 	Cut       bool
 	SearchCut []string
+	Unread    int
 	Source    string
 }
 
@@ -77,7 +78,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadGateway, "searching "+s.Source.String(), err)
 		return
 	}
-	p.Searched, p.Since, p.Until, p.Matched, p.SearchCut = true, cq.Since, cq.Until, res.Matched, res.SearchCut
+	p.Searched, p.Since, p.Until, p.Matched, p.SearchCut, p.Unread = true, cq.Since, cq.Until, res.Matched, res.SearchCut, res.Unread
 	p.Cut = res.Matched > len(res.Writes)
 	for _, wr := range res.Writes {
 		row := searchRow{Write: wr, Verb: wr.VerbText(), Actor: model.ShortUser(wr.User)}
