@@ -133,11 +133,13 @@ func (r *replayer) apply(w *Span) bool {
 	d, ok := diffEvent(w)
 	if !ok {
 		reason := w.Str(attrDiffSkipped)
-		switch reason {
-		case "":
-			reason = "it carries no diff (its audit record had no response body, or the write was to a subresource that answers with another kind)"
-		default:
+		switch {
+		case reason != "":
 			reason = "its diff was not computed (" + reason + ")"
+		case w.Str(model.AttrAuditSubresource) == "binding":
+			reason = "a binding answers with a Status, not the Pod: what it set (spec.nodeName, the PodScheduled condition) is in no body until the Pod's next write"
+		default:
+			reason = "it carries no diff (its audit record had no response body, or the write was to a subresource that answers with another kind)"
 		}
 		r.known, r.why = false, DescribeWrite(w)+": "+reason
 		return true

@@ -251,3 +251,30 @@ func TestParseFieldPathReadsWhatTheReceiverWrites(t *testing.T) {
 		t.Errorf("Overlaps: %v %v %v", a.Overlaps(b), b.Overlaps(a), a.Overlaps(c))
 	}
 }
+
+// TestAPodAfterItsBindingIsNotKnownUntilItsNextStatus: a binding answers with a Status, so
+// between it and the kubelet's next status patch (diffed from the create's body) the Pod's state
+// is not in any body; after the patch it is known again, on its node.
+func TestAPodAfterItsBindingIsNotKnownUntilItsNextStatus(t *testing.T) {
+	spans := recordedSpans(t, "deployment")
+	for _, b := range spans {
+		if b.Object.Kind != "Pod" || b.Verb() != "create binding" || b.Failed() {
+			continue
+		}
+		_, err := ManifestAt(spans, b.Object.UID, b.End)
+		if err == nil || !strings.Contains(err.Error(), "a binding answers with a Status, not the Pod") {
+			t.Fatalf("just after the binding of %s: %v", b.Object.DisplayName(), err)
+		}
+		for _, s := range objectWrites(spans, b.Object.UID) {
+			if s.Verb() == "patch status" && s.Start.After(b.End) {
+				m, err := ManifestAt(spans, b.Object.UID, s.End)
+				if err != nil || nestedString(m.Object, "spec", "nodeName") != "kwok-node-0" {
+					t.Fatalf("after the kubelet's status patch: %v", err)
+				}
+				return
+			}
+		}
+		t.Fatalf("no status patch after the binding of %s", b.Object.DisplayName())
+	}
+	t.Fatal("the recorded deployment scenario has no binding")
+}

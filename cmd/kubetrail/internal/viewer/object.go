@@ -149,7 +149,7 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	if p.Write != nil {
 		selected = p.Write.SpanID
 	}
-	p.Tree = s.tree(root, found.UID, since, until, selected)
+	p.Tree = s.tree(root, since, until, selected)
 	p.Axis, p.Rows = timeline(root, found.Spans)
 	s.render(w, http.StatusOK, "object.html", p)
 }
@@ -160,7 +160,7 @@ func backQuery(n *trail.Node) string {
 	return q.Encode()
 }
 
-func (s *Server) tree(n *trail.Node, uid string, since, until time.Time, selected string) *treeNode {
+func (s *Server) tree(n *trail.Node, since, until time.Time, selected string) *treeNode {
 	tn := &treeNode{Name: n.Object.DisplayName(), Life: trail.Life(n), Cut: n.Cut}
 	for _, sp := range n.Spans {
 		a := treeAct{ID: "w-" + sp.SpanID.String(), Class: "audit", Time: clock(sp.Start), Actor: sp.Actor(), Verb: sp.Verb(), Result: sp.Result(), Dur: trail.FormatDuration(sp.Duration())}
@@ -183,7 +183,7 @@ func (s *Server) tree(n *trail.Node, uid string, since, until time.Time, selecte
 		tn.Acts = append(tn.Acts, a)
 	}
 	for _, c := range n.Children {
-		tn.Children = append(tn.Children, s.tree(c, uid, since, until, selected))
+		tn.Children = append(tn.Children, s.tree(c, since, until, selected))
 	}
 	return tn
 }
