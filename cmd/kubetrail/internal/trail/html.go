@@ -69,7 +69,7 @@ li.ev .verb{color:#7a4cb3}
 type htmlPage struct {
 	Title, Meta, Axis string
 	Summary           *htmlSummary
-	Root              *htmlNode
+	Root              *PageNode
 	Rows              []htmlRow
 }
 
@@ -79,15 +79,25 @@ type htmlSummary struct {
 	WaitingOn, ByRole string
 }
 
-type htmlNode struct {
+// PageNode is one object of a page's tree (this file's page, kubetrail serve's object page): its
+// line and its activity, as plain strings the page's template escapes.
+type PageNode struct {
 	Name, Life string
-	Spans      []htmlSpan
-	Children   []*htmlNode
+	Spans      []PageSpan
+	Children   []*PageNode
+	// Cut is how many owned objects deeper than the owner-chain bound are left out.
+	Cut int
 }
 
-type htmlSpan struct {
-	Class, Title, Time, Actor, Verb, Result, Dur, Mark, Msg string
-	Diff                                                    []Change
+// PageSpan is one activity line of a PageNode.
+type PageSpan struct {
+	// ID is the line's anchor: "w-" and the span ID.
+	ID, Class, Title, Time, Actor, Verb, Result, Dur, Mark, Msg string
+	// Diff holds the changes, values cut at maxHTMLValue, and a last "+N more paths" entry (no
+	// values) when the receiver listed fewer than changed.
+	Diff []Change
+	// Link is where the line leads (the viewer's page at a write); "" for none.
+	Link string
 }
 
 type htmlRow struct {
@@ -112,19 +122,8 @@ func WriteHTML(w io.Writer, n *Node, h Header) error {
 		}
 		p.Summary = hs
 	}
-	p.Root = htmlTree(n)
-	acts := n.AllActivity()
-	if len(acts) > 0 {
-		start, end := acts[0].Span.Start, acts[0].Span.End
-		for _, a := range acts {
-			if a.Span.End.After(end) {
-				end = a.Span.End
-			}
-		}
-		total := end.Sub(start)
-		if total <= 0 {
-			total = time.Millisecond
-		}
+	p.Root = PageTree(n, nil)
+	if start, end, total, ok := n.Extent(); ok {
 		pct := func(d time.Duration) string { return fmt.Sprintf("%.3f", 100*float64(d)/float64(total)) }
 		p.Axis = fmt.Sprintf("%s → %s UTC (%s)", clock(start), clock(end), FormatDuration(total))
 		n.Walk(func(x *Node) {
@@ -143,11 +142,12 @@ func WriteHTML(w io.Writer, n *Node, h Header) error {
 	return page.Execute(w, p)
 }
 
-func htmlTree(n *Node) *htmlNode {
+// PageTree is n's tree for a page; link, when not nil, gives each activity line its link.
+func PageTree(n *Node, link func(*Node, *Span) string) *PageNode {
 	line := objectLine(n)
-	h := &htmlNode{Name: n.Object.DisplayName(), Life: strings.TrimSpace(strings.TrimPrefix(line, n.Object.DisplayName()))}
+	h := &PageNode{Name: n.Object.DisplayName(), Life: strings.TrimSpace(strings.TrimPrefix(line, n.Object.DisplayName())), Cut: n.Cut}
 	for _, s := range n.Spans {
-		hs := htmlSpan{Class: "audit", Title: s.Name, Time: clock(s.Start), Actor: s.Actor(), Verb: s.Verb(), Result: s.Result(), Dur: FormatDuration(s.Duration())}
+		hs := PageSpan{ID: "w-" + s.SpanID.String(), Class: "audit", Title: s.Name, Time: clock(s.Start), Actor: s.Actor(), Verb: s.Verb(), Result: s.Result(), Dur: FormatDuration(s.Duration())}
 		if s.Type == "event" {
 			hs.Class = "ev"
 			hs.Result = s.Str("k8s.event.reason") + " " + s.Str("k8s.event.note")
@@ -165,10 +165,13 @@ func htmlTree(n *Node) *htmlNode {
 		if total > len(changes) {
 			hs.Diff = append(hs.Diff, Change{Path: fmt.Sprintf("+%d more paths", total-len(changes))})
 		}
+		if link != nil {
+			hs.Link = link(n, s)
+		}
 		h.Spans = append(h.Spans, hs)
 	}
 	for _, c := range n.Children {
-		h.Children = append(h.Children, htmlTree(c))
+		h.Children = append(h.Children, PageTree(c, link))
 	}
 	return h
 }

@@ -290,6 +290,23 @@ func (n *Node) AllActivity() []Activity {
 	return out
 }
 
+// Extent is the time axis of n's activity: from the first activity's start to the last one's
+// end, and its length (at least 1 ms, so that positions can divide by it); ok is false when
+// there is no activity.
+func (n *Node) Extent() (start, end time.Time, length time.Duration, ok bool) {
+	acts := n.AllActivity()
+	if len(acts) == 0 {
+		return start, end, 0, false
+	}
+	start, end = acts[0].Span.Start, acts[0].Span.End // sorted by start
+	for _, a := range acts {
+		if a.Span.End.After(end) {
+			end = a.Span.End
+		}
+	}
+	return start, end, max(end.Sub(start), time.Millisecond), true
+}
+
 // Activity is one activity span and the object it concerns.
 type Activity struct {
 	Span *Span

@@ -76,7 +76,7 @@ func Marks(s *Span) string {
 func objectLine(n *Node) string {
 	var b strings.Builder
 	b.WriteString(n.Object.DisplayName())
-	if life := Life(n); life != "" {
+	if life := life(n); life != "" {
 		b.WriteString("  [" + life + "]")
 	}
 	fmt.Fprintf(&b, "  %d spans", len(n.Spans))
@@ -86,9 +86,9 @@ func objectLine(n *Node) string {
 	return b.String()
 }
 
-// Life is an object's lifetime as the tree shows it: "created 10:45:54.317, deleted
+// life is an object's lifetime as the tree shows it: "created 10:45:54.317, deleted
 // 10:45:56.020, 1.7s" ("first seen", "last seen" where the range holds no create or delete).
-func Life(n *Node) string {
+func life(n *Node) string {
 	created, deleted, first, last := n.Lifetime()
 	var life []string
 	if !created.IsZero() {
@@ -300,19 +300,9 @@ func WriteTimeline(w io.Writer, n *Node, h Header) {
 	writeHeader(w, n, h)
 	l.blank()
 	WriteSummary(w, n, h)
-	acts := n.AllActivity()
-	if len(acts) == 0 {
+	start, end, span, ok := n.Extent()
+	if !ok {
 		return
-	}
-	start, end := acts[0].Span.Start, acts[0].Span.End
-	for _, a := range acts {
-		if a.Span.End.After(end) {
-			end = a.Span.End
-		}
-	}
-	span := end.Sub(start)
-	if span <= 0 {
-		span = time.Millisecond
 	}
 	col := func(t time.Time) int {
 		c := int(float64(t.Sub(start)) / float64(span) * float64(barWidth))

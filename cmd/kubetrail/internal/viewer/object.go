@@ -23,7 +23,7 @@ type objectPage struct {
 	Summary string
 	Back    string
 	Windows []windowLink
-	Tree    *treeNode
+	Tree    *trail.PageNode
 	Axis    string
 	Rows    []timelineRow
 	// At is the time asked for (at=): the write answered last at or before it is Write, the
@@ -36,23 +36,6 @@ type objectPage struct {
 
 type windowLink struct {
 	TraceID, Start, URL string
-}
-
-type treeNode struct {
-	Name, Life string
-	Acts       []treeAct
-	Children   []*treeNode
-	Cut        int
-}
-
-// treeAct is one activity line of the tree.
-type treeAct struct {
-	ID, Class, Time, Actor, Verb, Result, Dur, Mark, Msg string
-	Changes                                              []trail.Change
-	More                                                 int
-	// Link is the object page at this write (its manifest and diff), for writes.
-	Link     string
-	Selected bool
 }
 
 type timelineRow struct {
@@ -70,9 +53,6 @@ type timelineRow struct {
 type band struct {
 	X, W, Label, Class string
 }
-
-// maxValue bounds a diff value in the tree (the selected write's diff shows them whole).
-const maxValue = 120
 
 // object is the object page: /object?kind=&namespace=&name=[&uid=&cluster=&since=&until=&at=].
 func (s *Server) object(w http.ResponseWriter, r *http.Request) {
@@ -145,11 +125,7 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 			p.Write = &wr
 		}
 	}
-	selected := ""
-	if p.Write != nil {
-		selected = p.Write.SpanID
-	}
-	p.Tree = s.tree(root, since, until, selected)
+	p.Tree = tree(root, since, until)
 	p.Axis, p.Rows = timeline(root, found.Spans)
 	s.render(w, http.StatusOK, "object.html", p)
 }
@@ -160,62 +136,24 @@ func backQuery(n *trail.Node) string {
 	return q.Encode()
 }
 
-func (s *Server) tree(n *trail.Node, since, until time.Time, selected string) *treeNode {
-	tn := &treeNode{Name: n.Object.DisplayName(), Life: trail.Life(n), Cut: n.Cut}
-	for _, sp := range n.Spans {
-		a := treeAct{ID: "w-" + sp.SpanID.String(), Class: "audit", Time: clock(sp.Start), Actor: sp.Actor(), Verb: sp.Verb(), Result: sp.Result(), Dur: trail.FormatDuration(sp.Duration())}
-		if sp.Type == "event" {
-			a.Class, a.Result, a.Dur = "ev", sp.Str("k8s.event.reason")+" "+sp.Str("k8s.event.note"), ""
+// tree is the page's tree: each write links to the page at that write (its diff and manifest),
+// anchored at its line, which the style sheet marks (:target).
+func tree(n *trail.Node, since, until time.Time) *trail.PageNode {
+	return trail.PageTree(n, func(x *trail.Node, sp *trail.Span) string {
+		if !sp.IsWrite() {
+			return ""
 		}
-		if m := trail.Marks(sp); m != "" {
-			a.Class += " err"
-			a.Mark, a.Msg = m, sp.ErrorMessage()
-		}
-		changes, total := sp.Diff()
-		for _, c := range changes {
-			a.Changes = append(a.Changes, trail.Change{Path: c.Path, Old: cut(c.Old), New: cut(c.New)})
-		}
-		a.More = total - len(changes)
-		if sp.IsWrite() {
-			a.Link = objectURL(n.Object.Kind, n.Object.Namespace, n.Object.Name, n.Object.UID, n.Cluster, sp.End, since, until, a.ID)
-			a.Selected = sp.SpanID.String() == selected
-		}
-		tn.Acts = append(tn.Acts, a)
-	}
-	for _, c := range n.Children {
-		tn.Children = append(tn.Children, s.tree(c, since, until, selected))
-	}
-	return tn
-}
-
-func cut(v string) string {
-	r := []rune(v)
-	if len(r) <= maxValue {
-		return v
-	}
-	return string(r[:maxValue-1]) + "…"
+		return objectURL(x.Object.Kind, x.Object.Namespace, x.Object.Name, x.Object.UID, x.Cluster, sp.End, since, until, "w-"+sp.SpanID.String())
+	})
 }
 
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 // timeline lays out every object's life, states and activity on one axis.
 func timeline(n *trail.Node, spans []*trail.Span) (string, []timelineRow) {
-	acts := n.AllActivity()
-	if len(acts) == 0 {
+	start, end, total, ok := n.Extent()
+	if !ok {
 		return "", nil
-	}
-	start, end := acts[0].Span.Start, acts[0].Span.End
-	for _, a := range acts {
-		if a.Span.Start.Before(start) {
-			start = a.Span.Start
-		}
-		if a.Span.End.After(end) {
-			end = a.Span.End
-		}
-	}
-	total := end.Sub(start)
-	if total <= 0 {
-		total = time.Millisecond
 	}
 	pct := func(d time.Duration) string {
 		v := 100 * float64(d) / float64(total)
