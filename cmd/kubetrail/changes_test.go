@@ -138,12 +138,7 @@ func TestChangesLimitKeepsTheNewestAndSaysSo(t *testing.T) {
 func TestChangesAndShowRefuseBadInput(t *testing.T) {
 	src := "file=" + recordedFile(t, "deployment")
 	closed := closedPort(t)
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		contains []string
-	}{
+	checkErrorCases(t, []errorCase{
 		{"a malformed --since", []string{"changes", "--source", src, "--since", "last tuesday"}, 2, []string{"--since", "RFC 3339"}},
 		{"a malformed field path", []string{"changes", "--source", src, "--field", "spec..replicas"}, 2, []string{"--field", `"spec..replicas" at byte 5`}},
 		{"a list matched by another key", []string{"changes", "--source", src, "--field", "spec.containers[image=x]"}, 2, []string{"lists are matched by name or type"}},
@@ -157,23 +152,7 @@ func TestChangesAndShowRefuseBadInput(t *testing.T) {
 		{"--at before the create", []string{"show", "deploy/demo", "--source", src, "--at", "2026-11-21T10:00:00Z"}, 1, []string{"did not exist yet", "kubernetes-admin create at 10:45:54.317"}},
 		{"show of an unknown object", []string{"show", "deploy/nope", "--source", src, "--at", "2026-11-21T10:46:00Z"}, 1, []string{"unknown object"}},
 		{"a backend that is down, for show", []string{"show", "deploy/demo", "--source", "jaeger=http://" + closed}, 1, []string{"backend unreachable"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			code, _, errOut := kubetrail(t, tc.args...)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d: %s", code, tc.code, errOut)
-			}
-			for _, s := range tc.contains {
-				if !strings.Contains(errOut, s) {
-					t.Fatalf("stderr %q lacks %q", errOut, s)
-				}
-			}
-			if n := strings.Count(strings.TrimSpace(errOut), "\n"); tc.code == 1 && n > 0 {
-				t.Errorf("stderr has %d lines, want one:\n%s", n+1, errOut)
-			}
-		})
-	}
+	})
 }
 
 // TestChangesThroughJaegerSearchesEveryKindWithTheBackendsFilters reads the feed from a Jaeger

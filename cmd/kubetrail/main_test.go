@@ -255,12 +255,7 @@ func spansOf(n *trail.JSONNode) []trail.JSONSpan {
 func TestErrorsSayWhatToTryNext(t *testing.T) {
 	src := "file=" + recordedFile(t, "deployment")
 	closed := closedPort(t)
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		contains []string
-	}{
+	tests := []errorCase{
 		{"an unknown object names the range and suggests --since", []string{"trace", "deployment/nope", "-n", "default", "--source", src},
 			1, []string{"unknown object", "Deployment default/nope", "--since"}},
 		{"an object in another cluster is unknown", []string{"trace", "deployment/demo", "-n", "default", "--cluster", "prod", "--source", src},
@@ -283,7 +278,23 @@ func TestErrorsSayWhatToTryNext(t *testing.T) {
 		{"an unknown --only is a usage error", []string{"trace", "deployment/demo", "--source", src, "--only", "pods"}, 2, []string{"errors, writes or events"}},
 		{"an unknown command is a usage error", []string{"frobnicate"}, 2, []string{"unknown command"}},
 	}
-	for _, tc := range tests {
+	checkErrorCases(t, tests)
+}
+
+// errorCase is a command line the command refuses: its exit code (1 an error, 2 a usage error)
+// and what its stderr says.
+type errorCase struct {
+	name     string
+	args     []string
+	code     int
+	contains []string
+}
+
+// checkErrorCases runs each case without a source from the environment: the exit code is the
+// case's, stderr says what it should, and an error (exit 1) is one line.
+func checkErrorCases(t *testing.T, cases []errorCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("KUBETRAIL_SOURCE", "")
 			code, _, errOut := kubetrail(t, tc.args...)
@@ -294,6 +305,9 @@ func TestErrorsSayWhatToTryNext(t *testing.T) {
 				if !strings.Contains(errOut, s) {
 					t.Fatalf("stderr %q lacks %q", errOut, s)
 				}
+			}
+			if n := strings.Count(strings.TrimSpace(errOut), "\n"); tc.code == 1 && n > 0 {
+				t.Errorf("stderr has %d lines, want one:\n%s", n+1, errOut)
 			}
 		})
 	}
