@@ -3,11 +3,8 @@ package viewer
 import (
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
 )
@@ -17,11 +14,7 @@ import (
 // times in the same window) until the Deployment's trace holds 5,000, served from a file source.
 // It reports the page's bytes; docs/performance.md has the figure.
 func BenchmarkObjectPage5000Spans(b *testing.B) {
-	td, err := golden.ReadTraces(filepath.Join("../../../../processor/k8sobjectlinkprocessor/testdata/golden", "deployment.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	spans := trail.SpansFromTraces(td)
+	spans := recordedDeployment(b)
 	var acts []*trail.Span
 	for _, s := range spans {
 		if !s.IsObject() {

@@ -25,13 +25,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // from the real control plane) from a file source.
 func recorded(t *testing.T) *httptest.Server {
 	t.Helper()
+	f := &trail.File{Path: "deployment"}
+	f.AddSpans(recordedDeployment(t))
+	return serve(t, f)
+}
+
+// recordedDeployment is the deployment scenario's spans.
+func recordedDeployment(tb testing.TB) []*trail.Span {
+	tb.Helper()
 	td, err := golden.ReadTraces(filepath.Join("../../../../processor/k8sobjectlinkprocessor/testdata/golden", "deployment.yaml"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	f := &trail.File{Path: "deployment"}
-	f.AddSpans(trail.SpansFromTraces(td))
-	return serve(t, f)
+	return trail.SpansFromTraces(td)
 }
 
 func serve(t *testing.T, src trail.Source) *httptest.Server {
