@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -194,9 +193,11 @@ func bands(n *trail.Node, spans []*trail.Span, start time.Time, total time.Durat
 	if !deleted.IsZero() {
 		end = deleted
 	}
-	pct := func(t time.Time) float64 { return min(max(100*float64(t.Sub(start))/float64(total), 0), 100) }
-	var out []band
-	label := ""
+	type span struct {
+		from, to     time.Time
+		label, class string
+	}
+	var merged []span
 	for i, st := range states {
 		l, class := stateLabel(n.Object.Kind, st)
 		if l == "" {
@@ -206,19 +207,18 @@ func bands(n *trail.Node, spans []*trail.Span, start time.Time, total time.Durat
 		if i+1 < len(states) {
 			to = states[i+1].At
 		}
-		if to.Before(st.At) {
-			to = st.At
-		}
-		if len(out) > 0 && out[len(out)-1].Label == l {
-			prev := &out[len(out)-1]
-			x, _ := strconv.ParseFloat(strings.TrimSuffix(prev.X, "%"), 64)
-			prev.W = fmt.Sprintf("%.3f%%", max(pct(to)-x, 0.2))
+		if k := len(merged) - 1; k >= 0 && merged[k].label == l {
+			merged[k].to = to // the same state again: one band
 			continue
 		}
-		out = append(out, band{X: fmt.Sprintf("%.3f%%", pct(st.At)), W: fmt.Sprintf("%.3f%%", max(pct(to)-pct(st.At), 0.2)), Label: l, Class: class})
-		label = l
+		merged = append(merged, span{st.At, to, l, class})
 	}
-	return out, label
+	pct := func(t time.Time) float64 { return min(max(100*float64(t.Sub(start))/float64(total), 0), 100) }
+	out := make([]band, len(merged))
+	for i, m := range merged {
+		out[i] = band{X: fmt.Sprintf("%.3f%%", pct(m.from)), W: fmt.Sprintf("%.3f%%", max(pct(m.to)-pct(m.from), 0.2)), Label: m.label, Class: m.class}
+	}
+	return out, merged[len(merged)-1].label
 }
 
 // stateLabel names an object's state as an operator reads it, and its colour class: ok (ready),
