@@ -152,6 +152,8 @@ func TestChangesAndShowRefuseBadInput(t *testing.T) {
 		{"--at before the create", []string{"show", "deploy/demo", "--source", src, "--at", "2026-11-21T10:00:00Z"}, 1, []string{"did not exist yet", "kubernetes-admin create at 10:45:54.317"}},
 		{"show of an unknown object", []string{"show", "deploy/nope", "--source", src, "--at", "2026-11-21T10:46:00Z"}, 1, []string{"unknown object"}},
 		{"a backend that is down, for show", []string{"show", "deploy/demo", "--source", "jaeger=http://" + closed}, 1, []string{"backend unreachable"}},
+		{"serve with a --jaeger-ui that is no URL", []string{"serve", "--source", src, "--jaeger-ui", "javascript:alert(1)"}, 2, []string{"--jaeger-ui", "want an http or https URL"}},
+		{"serve with a malformed --listen", []string{"serve", "--source", src, "--listen", "7474"}, 2, []string{"--listen", "HOST:PORT"}},
 	})
 }
 

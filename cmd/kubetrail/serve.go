@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -24,7 +25,8 @@ const defaultListen = "127.0.0.1:7474"
 
 type serveFlags struct {
 	traceFlags
-	listen string
+	listen   string
+	jaegerUI string
 }
 
 func serveCommand(cmd string, f *serveFlags) *command {
@@ -51,6 +53,7 @@ default; it has no login of its own: put it behind kubectl port-forward or an au
 	})
 	c.group("Server", func(fs *pflag.FlagSet) {
 		fs.StringVar(&f.listen, "listen", defaultListen, "The address to serve on. The default is loopback; an address reachable from elsewhere serves the traces to whoever reaches it.")
+		fs.StringVar(&f.jaegerUI, "jaeger-ui", "", "The URL of Jaeger's UI as the reader's browser reaches it, for the links to each window's trace. Default: the jaeger= source's URL (set it when the viewer reaches Jaeger at an address the browser does not, as in a cluster).")
 	})
 	return c
 }
@@ -77,7 +80,12 @@ func runServe(ctx context.Context, prog, cmd string, args []string, stdout, stde
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:7474", f.listen)
 	}
-	v := &viewer.Server{Source: src, Cluster: f.cluster, Window: f.window, Log: log.New(stderr, prog+": ", 0)}
+	if f.jaegerUI != "" {
+		if u, err := url.Parse(f.jaegerUI); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("--jaeger-ui %q: want an http or https URL, e.g. https://jaeger.example.com", f.jaegerUI)
+		}
+	}
+	v := &viewer.Server{Source: src, Cluster: f.cluster, Window: f.window, JaegerUI: f.jaegerUI, Log: log.New(stderr, prog+": ", 0)}
 	if _, isFile := src.(*trail.File); !isFile {
 		v.DefaultSince = defaultSince
 	}

@@ -104,9 +104,9 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	trail.WriteSummary(&sum, root, h)
 	p := objectPage{Title: "kubetrail: " + root.Object.DisplayName(), Header: strings.TrimSpace(head.String()), Summary: strings.TrimSpace(sum.String()),
 		Back: "/?" + backQuery(root), At: at}
-	if j, ok := s.Source.(*trail.Jaeger); ok {
+	if base := s.jaegerUI(); base != "" {
 		for _, win := range root.Windows {
-			p.Windows = append(p.Windows, windowLink{TraceID: win.TraceID.String(), Start: win.Start.UTC().Format("2006-01-02 15:04"), URL: j.Base + "/trace/" + win.TraceID.String()})
+			p.Windows = append(p.Windows, windowLink{TraceID: win.TraceID.String(), Start: win.Start.UTC().Format("2006-01-02 15:04"), URL: base + "/trace/" + win.TraceID.String()})
 		}
 	}
 	if !at.IsZero() {
@@ -296,6 +296,18 @@ func condition(status map[string]any, t string) string {
 			s, _ := m["status"].(string)
 			return s
 		}
+	}
+	return ""
+}
+
+// jaegerUI is the base of the links to Jaeger's UI: JaegerUI, else a Jaeger source's URL, else
+// none.
+func (s *Server) jaegerUI() string {
+	if s.JaegerUI != "" {
+		return strings.TrimRight(s.JaegerUI, "/")
+	}
+	if j, ok := s.Source.(*trail.Jaeger); ok {
+		return j.Base
 	}
 	return ""
 }

@@ -52,6 +52,9 @@ type Server struct {
 	// DefaultSince is how far back the search looks without since= (0: everything, as for a
 	// file).
 	DefaultSince time.Duration
+	// JaegerUI is the base URL of Jaeger's UI in the links to each window, as the reader's browser
+	// reaches it ("": the Jaeger source's own URL; no links for a file).
+	JaegerUI string
 	// Now is the clock the times of the forms are read against.
 	Now func() time.Time
 	// Log receives one line per failed request (nil: none).
@@ -77,6 +80,7 @@ func (s *Server) Handler() http.Handler {
 	s.slots = make(chan struct{}, n)
 	mux.HandleFunc("GET /{$}", s.limited(s.search))
 	mux.HandleFunc("GET /object", s.limited(s.object))
+	mux.HandleFunc("GET /healthz", healthz)
 	return headers(mux)
 }
 
@@ -100,6 +104,14 @@ func (s *Server) limited(h http.HandlerFunc) http.HandlerFunc {
 		case <-r.Context().Done():
 		}
 	}
+}
+
+// healthz answers the probes of a Deployment (the chart's viewer.enabled): the server is up. It
+// does not ask the backend, whose outage the pages report themselves, so that a Jaeger outage
+// does not restart the viewer.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 var errBusy = errors.New("the viewer is building as many pages as it may at once; retry shortly")

@@ -229,3 +229,31 @@ func TestPagesBeyondTheBoundWaitThenGetA503(t *testing.T) {
 		t.Errorf("the first page: %d", code)
 	}
 }
+
+// TestWindowLinksGoToTheJaegerUIAndHealthzAsksNoBackend: with JaegerUI set (the chart's
+// viewer.jaegerUI, the browser's address of Jaeger), each window links there, not to the address
+// the viewer reads; /healthz answers without reading the source, so a Jaeger outage does not
+// restart the viewer's pod.
+func TestWindowLinksGoToTheJaegerUIAndHealthzAsksNoBackend(t *testing.T) {
+	f := &trail.File{Path: "deployment"}
+	f.AddSpans(recordedDeployment(t))
+	s := &Server{Source: f, Cluster: "testbed", Window: 30 * time.Minute, JaegerUI: "https://jaeger.example.com/"}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	code, _, body := get(t, srv, "/object?kind=Deployment&namespace=default&name=demo")
+	links := regexp.MustCompile(`href="https://jaeger\.example\.com/trace/[0-9a-f]{32}"`).FindAllString(body, -1)
+	if code != http.StatusOK || len(links) == 0 {
+		t.Fatalf("%d, window links %q:\n%s", code, links, body)
+	}
+	if _, _, plain := get(t, recorded(t), "/object?kind=Deployment&namespace=default&name=demo"); strings.Contains(plain, "/trace/") {
+		t.Error("a file source without JaegerUI links to a trace")
+	}
+
+	dsrv := serve(t, &trail.Jaeger{Base: "http://127.0.0.1:1", Client: &http.Client{Timeout: 5 * time.Second}})
+	if code, h, body := get(t, dsrv, "/healthz"); code != http.StatusOK || body != "ok\n" || h.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("/healthz with the backend down: %d %q %v", code, body, h)
+	}
+	if code, _, _ := get(t, dsrv, "/?namespace=shop"); code != http.StatusBadGateway {
+		t.Errorf("the search page with the backend down: %d, want 502 (the check must see the outage it ignores)", code)
+	}
+}
