@@ -44,9 +44,9 @@ $(COLLECTOR): builder-config.yaml $(GO_SOURCES) | $(OCB)
 
 build: $(COLLECTOR) ## build bin/otelcol-kubetrail with ocb
 
-image: build ## build the OCI image tarball build/image/otelcol-kubetrail-<version>.tar, no container engine needed (distribution/image)
+image: build ## build the OCI image tarball build/image/otelcol-kubetrail-<version>.tar (the collector, and the CLI for the chart's viewer), no container engine needed (distribution/image)
 	cd distribution/image && go build -o $(CURDIR)/build/image/builder .
-	build/image/builder -binary $(COLLECTOR) -config distribution/config.yaml -version $(VERSION) \
+	build/image/builder -binary $(COLLECTOR) -cli $(KUBETRAIL_CLI) -config distribution/config.yaml -version $(VERSION) \
 	  -revision $$(git rev-parse HEAD) -created $$(git log -1 --format=%ct) -out $(IMAGE_TAR)
 
 $(MDATAGEN): internal/tools/go.mod internal/tools/go.sum

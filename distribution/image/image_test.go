@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -193,6 +195,7 @@ func TestImageFilesystem(t *testing.T) {
 		uid  int
 	}{
 		{"otelcol-kubetrail", 0o755, 0},
+		{"kubetrail", 0o755, 0},
 		{"etc/otelcol-kubetrail/config.yaml", 0o644, 0},
 		{"etc/ssl/certs/ca-certificates.crt", 0o644, 0},
 		{"etc/passwd", 0o644, 0},
@@ -227,10 +230,12 @@ func TestImageFilesystem(t *testing.T) {
 	}
 
 	bin := filepath.Join(rootfs, "otelcol-kubetrail")
-	// The image has no libc and no loader: the binary runs there only if it is static. Here, on
+	// The image has no libc and no loader: a binary runs there only if it is static. Here, on
 	// the host, a dynamic one would run as well, so this is checked on the ELF itself.
-	if dynamic, err := dynamicELF(bin); err != nil || dynamic != "" {
-		t.Errorf("the binary is not static (%v%s): it would not start on the empty base", err, dynamic)
+	for _, b := range []string{bin, filepath.Join(rootfs, "kubetrail")} {
+		if dynamic, err := dynamicELF(b); err != nil || dynamic != "" {
+			t.Errorf("%s is not static (%v%s): it would not start on the empty base", filepath.Base(b), err, dynamic)
+		}
 	}
 	if dynamic, _ := dynamicELF("/bin/sh"); dynamic == "" {
 		t.Error("the check sees no loader in the host's /bin/sh either: it cannot tell")
@@ -244,6 +249,68 @@ func TestImageFilesystem(t *testing.T) {
 	cmd.Env = cf.Config.Env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("the image's config does not validate with the image's environment: %v\n%s", err, out)
+	}
+}
+
+// TestImageRunsTheViewer: the image's /kubetrail is the CLI of the image's version, and `serve`
+// as the chart's viewer runs it (loopback here; no kubeconfig, no config file, the image's
+// environment) answers its probe and serves a page, an error panel for a Jaeger that is not there.
+func TestImageRunsTheViewer(t *testing.T) {
+	img, _, _ := openImage(t)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs := t.TempDir()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	untar(t, rc, rootfs)
+	cli := filepath.Join(rootfs, "kubetrail")
+	env := append([]string{"HOME=" + t.TempDir()}, cf.Config.Env...)
+	version := exec.Command(cli, "version")
+	version.Env = env
+	out, err := version.CombinedOutput()
+	if want := cf.Config.Labels["org.opencontainers.image.version"]; err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("kubetrail version: %v, output %q, want the version %s", err, out, want)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	serve := exec.Command(cli, "serve", "--listen", addr, "--source", "jaeger=http://127.0.0.1:1", "--cluster", "image-test", "--jaeger-ui", "https://jaeger.example.com")
+	serve.Env = env
+	var stderr strings.Builder
+	serve.Stderr = &stderr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = serve.Process.Kill(); _ = serve.Wait() }()
+	get := func(p string) (int, string, error) {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body, err := get("/healthz")
+		if err == nil && code == http.StatusOK && body == "ok\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz: %d %q %v; serve said:\n%s", code, body, err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code, body, err := get("/?namespace=shop")
+	if err != nil || code != http.StatusBadGateway || !strings.Contains(body, "backend unreachable") {
+		t.Errorf("the search page with no Jaeger: %d %v, want 502 and an error panel:\n%s", code, err, body)
 	}
 }
 
@@ -286,6 +353,7 @@ func TestImageReproducible(t *testing.T) {
 	}
 	again, err := build(options{
 		binary:  filepath.Join(rootfs, "otelcol-kubetrail"),
+		cli:     filepath.Join(rootfs, "kubetrail"),
 		config:  filepath.Join(rootfs, "etc", "otelcol-kubetrail", "config.yaml"),
 		caCerts: filepath.Join(rootfs, "etc", "ssl", "certs", "ca-certificates.crt"),
 		name:    "otelcol-kubetrail", version: l["org.opencontainers.image.version"], revision: l["org.opencontainers.image.revision"],

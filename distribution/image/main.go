@@ -1,6 +1,7 @@
 // Command image builds the otelcol-kubetrail container image without a container engine: the
-// static binary, the default config and CA certificates on an empty base, run as a non-root
-// user, written as an OCI image layout in one tar file (`make image`). The Dockerfile next to it
+// static collector binary, the default config and CA certificates on an empty base, run as a
+// non-root user, with the static kubetrail CLI beside it for the chart's viewer (`kubetrail
+// serve`, viewer.enabled), written as an OCI image layout in one tar file (`make image`). The Dockerfile next to it
 // builds the same image with a container engine.
 //
 // Given several -binary/-arch pairs (or -index), it writes one image per architecture and an
@@ -41,12 +42,16 @@ import (
 // The image's fixed shape; the Dockerfile says the same (image_test.go compares them).
 const (
 	binaryPath = "/otelcol-kubetrail"
+	cliPath    = "/kubetrail"
 	configPath = "/etc/otelcol-kubetrail/config.yaml"
 	caPath     = "/etc/ssl/certs/ca-certificates.crt"
 	stateDir   = "/var/lib/otelcol-kubetrail"
 	uid        = 10001
 	user       = "10001:10001"
 )
+
+// description is the image's org.opencontainers.image.description.
+const description = "OpenTelemetry Collector with kubetrail: traces of Kubernetes objects from the audit stream and Events; /kubetrail serve is its viewer"
 
 // env makes the default config (distribution/config.yaml, written for `make run` on loopback)
 // listen on the container's interfaces and write its trace file to the state directory.
@@ -56,12 +61,12 @@ var env = []string{
 	"KUBETRAIL_OUT=" + stateDir + "/traces.jsonl",
 }
 
-// options are one image's: one binary of one architecture.
+// options are one image's: one collector binary and one CLI of one architecture.
 type options struct {
-	binary, config, caCerts string
-	name, version, revision string
-	arch                    string
-	created                 time.Time
+	binary, cli, config, caCerts string
+	name, version, revision      string
+	arch                         string
+	created                      time.Time
 }
 
 // list is a flag given once per value.
@@ -74,9 +79,10 @@ func main() {
 	var o options
 	var out string
 	var created int64
-	var binaries, arches list
+	var binaries, clis, arches list
 	var index bool
 	flag.Var(&binaries, "binary", "a static otelcol-kubetrail binary (default bin/otelcol-kubetrail); once per architecture, in -arch's order")
+	flag.Var(&clis, "cli", "the static kubetrail CLI of the same architecture (default bin/kubetrail); once per -binary, in its order")
 	flag.StringVar(&o.config, "config", "distribution/config.yaml", "the default collector config")
 	flag.StringVar(&o.caCerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA certificate bundle (PEM)")
 	flag.StringVar(&o.name, "name", "ghcr.io/kubetrail/otelcol-kubetrail", "image name (without tag): the released image's, which the chart and the manifest run by default")
@@ -94,6 +100,13 @@ func main() {
 	if len(binaries) == 0 {
 		binaries = list{"bin/otelcol-kubetrail"}
 	}
+	if len(clis) == 0 && len(binaries) == 1 {
+		clis = list{"bin/kubetrail"}
+	}
+	if len(clis) != len(binaries) {
+		fmt.Fprintf(os.Stderr, "image: %d -binary and %d -cli: give one -cli for each -binary\n", len(binaries), len(clis))
+		os.Exit(2)
+	}
 	if len(arches) == 0 && len(binaries) == 1 {
 		arches = list{"amd64"}
 	}
@@ -105,7 +118,7 @@ func main() {
 	var images []options
 	for i, b := range binaries {
 		one := o
-		one.binary, one.arch = b, arches[i]
+		one.binary, one.cli, one.arch = b, clis[i], arches[i]
 		images = append(images, one)
 	}
 	var digest v1.Hash
@@ -131,7 +144,7 @@ func main() {
 func labels(o options) map[string]string {
 	l := map[string]string{
 		"org.opencontainers.image.title":       "otelcol-kubetrail",
-		"org.opencontainers.image.description": "OpenTelemetry Collector with kubetrail: traces of Kubernetes objects from the audit stream and Events",
+		"org.opencontainers.image.description": description,
 		"org.opencontainers.image.version":     o.version,
 		"org.opencontainers.image.created":     o.created.Format(time.RFC3339),
 		"org.opencontainers.image.base.name":   "scratch",
@@ -195,6 +208,10 @@ func rootfsTar(o options) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	cli, err := read(o.cli)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := read(o.config)
 	if err != nil {
 		return nil, err
@@ -236,6 +253,7 @@ func rootfsTar(o options) ([]byte, error) {
 		{"etc/ssl", 0o755, 0, nil, true},
 		{"etc/ssl/certs", 0o755, 0, nil, true},
 		{"etc/ssl/certs/ca-certificates.crt", 0o644, 0, ca, false},
+		{"kubetrail", 0o755, 0, cli, false},
 		{"otelcol-kubetrail", 0o755, 0, bin, false},
 		{"tmp", 0o1777, 0, nil, true},
 		{"var", 0o755, 0, nil, true},

@@ -4,9 +4,12 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,7 +425,11 @@ func TestHelmInstallGateway(t *testing.T) {
 	for _, s := range []string{full + "-tls", full + "-apiserver-kubeconfig", full + "-redis"} {
 		before[s] = rel.secretData(t, s)
 	}
-	rel.run(t, "upgrade", rel.name, "distribution/helm/kubetrail", "-n", rel.ns, "--kubeconfig", env.Kubeconfig, "--reuse-values", "--set", "ownerWait=4s")
+	// The same upgrade switches the viewer on, as the chart's README says, reading the testbed's
+	// Jaeger (its query API is where the release's otlp.endpoint delivers).
+	upgrade := rel.run(t, "upgrade", rel.name, "distribution/helm/kubetrail", "-n", rel.ns, "--kubeconfig", env.Kubeconfig, "--reuse-values", "--set", "ownerWait=4s",
+		"--set", "viewer.enabled=true", "--set", "viewer.jaegerURL="+env.Jaeger.QueryURL)
+	_, upgradeNotes, _ := strings.Cut(upgrade, "NOTES:\n")
 	for s, data := range before {
 		after := rel.secretData(t, s)
 		for _, k := range slices.Sorted(maps.Keys(data)) {
@@ -451,9 +458,75 @@ func TestHelmInstallGateway(t *testing.T) {
 		return nil
 	})
 
+	checkChartViewer(t, env, rel.ns, "deployment/"+full+"-viewer", ns, upgradeNotes)
+
 	// helm uninstall leaves what the notes say it leaves: the volume claims.
 	rel.uninstall(t, pod)
 	rel.checkLeftovers(t, "persistentvolumeclaim/state-"+full+"-", "kubectl -n "+rel.ns+" delete pvc -l app.kubernetes.io/instance="+rel.name)
+}
+
+// checkChartViewer runs the installed viewer's container as its pod would (the command is the
+// image's /kubetrail, i.e. bin/kubetrail; its arguments and environment as installed; only the
+// listen address moved to a free loopback port) and reads, through it, the story of the
+// Deployment runChartScenario wrote in ns: the search page lists the label write on its Pod, and
+// the Deployment's object page holds its ReplicaSet and Pods. The notes say how to open it.
+func checkChartViewer(t *testing.T, env *Env, releaseNS, workload, ns, notes string) {
+	t.Helper()
+	tmpl, _ := workloadTemplate(t, env, releaseNS, workload)
+	if len(tmpl.Containers) != 1 || !slices.Equal(tmpl.Containers[0].Command, []string{"/kubetrail"}) {
+		t.Fatalf("%s: containers %+v, want one running /kubetrail", workload, tmpl.Containers)
+	}
+	Check(t, "the viewer's pods get no Kubernetes token", tmpl.AutomountServiceAccountToken != nil && !*tmpl.AutomountServiceAccountToken, "%v", tmpl.AutomountServiceAccountToken)
+	c := tmpl.Containers[0]
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	var args []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--listen=") {
+			a = fmt.Sprintf("--listen=127.0.0.1:%d", port)
+		}
+		args = append(args, a)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(env.Root, "bin", "kubetrail"), args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range c.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = cmd.Wait() }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := get("/healthz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the viewer's /healthz does not answer; it said:\n%s", stderr.String())
+		}
+	}
+	code, feed := get("/?namespace=" + ns + "&object=pods&field=metadata.labels")
+	Check(t, "the installed viewer's search page, read from Jaeger, lists the label written on the Deployment's Pod",
+		code == http.StatusOK && strings.Contains(feed, "kubetrail.io/touched"), "%d, the viewer said %s\n%s", code, stderr.String(), cliHead(feed))
+	code, obj := get("/object?kind=Deployment&namespace=" + ns + "&name=web")
+	Check(t, "its object page: the Deployment's story with its ReplicaSet and Pods",
+		code == http.StatusOK && strings.Contains(obj, `data-object="ReplicaSet `+ns+`/web-`) && strings.Contains(obj, `data-object="Pod `+ns+`/web-`), "%d\n%s", code, cliHead(obj))
+	Check(t, "the notes say how to open the viewer", strings.Contains(notes, "port-forward svc/"+strings.TrimPrefix(workload, "deployment/")+" 7474:7474"), "%s", notes)
 }
 
 // runChartScenario writes, through the apiserver at server, a namespace with a Deployment of two

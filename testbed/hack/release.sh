@@ -4,7 +4,8 @@
 #   kubectl-trail_v<V>_<os>_<arch>.tar.gz      the CLI (kubectl-trail, LICENSE) for each platform
 #   otelcol-kubetrail_v<V>_linux_<arch>.tar.gz the collector (otelcol-kubetrail, LICENSE)
 #   otelcol-kubetrail_v<V>_image.tar           the multi-arch image: an OCI image layout whose tag
-#                                              is an image index over the linux architectures
+#                                              is an image index over the linux architectures;
+#                                              each image holds the collector and the CLI (/kubetrail)
 #   kubetrail-<V>.tgz                          the Helm chart
 #   trail.yaml                                 the krew plugin manifest over the CLI archives
 #   sbom.spdx.json                             SPDX 2.3 SBOM of every binary (Go modules, hashes)
@@ -95,7 +96,7 @@ for platform in $PLATFORMS; do
   fi
   "$tools/release" archive -mtime "$epoch" -out "$out/otelcol-kubetrail_v${version}_linux_$arch.tar.gz" "$dir/otelcol-kubetrail" "${licence[@]}" >/dev/null
   binaries+=("$dir/otelcol-kubetrail")
-  image_args+=(-binary "$dir/otelcol-kubetrail" -arch "$arch")
+  image_args+=(-binary "$dir/otelcol-kubetrail" -cli "$dir/kubectl-trail" -arch "$arch")   # the CLI is /kubetrail in the image (the chart's viewer)
 done
 ((${#binaries[@]} > 0)) || die "PLATFORMS is empty"
 

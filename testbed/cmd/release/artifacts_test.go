@@ -403,7 +403,8 @@ type ociDescriptor struct {
 }
 
 // TestImageIndex: the image tarball is an OCI layout whose one tag is an image index over the
-// linux platforms of the collector archives; the host's image holds the archive's collector.
+// linux platforms of the collector archives; the host's image holds the archive's collector and
+// CLI.
 func TestImageIndex(t *testing.T) {
 	r := openRelease(t)
 	files := openArchive(t, filepath.Join(r.dir, "otelcol-kubetrail_v"+r.version+"_image.tar"))
@@ -459,5 +460,10 @@ func TestImageIndex(t *testing.T) {
 	rootfs := untarFiles(t, bytes.NewReader(blob(manifest.Layers[0], nil)), true)
 	if sha(rootfs["otelcol-kubetrail"]) != sha(bins["linux/"+runtime.GOARCH]) {
 		t.Error("the image's /otelcol-kubetrail is not the collector of the archive")
+	}
+	// The chart's viewer runs /kubetrail serve from the same image: the CLI of the release.
+	cli := openArchive(t, r.matching("kubectl-trail_v")["linux/"+runtime.GOARCH])["kubectl-trail"]
+	if cli == nil || sha(rootfs["kubetrail"]) != sha(cli) {
+		t.Error("the image's /kubetrail is not the CLI of the linux/" + runtime.GOARCH + " kubectl-trail archive")
 	}
 }

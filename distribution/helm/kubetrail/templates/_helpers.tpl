@@ -34,6 +34,27 @@ app.kubernetes.io/component: processing
 {{- printf "%s-processing" (include "kubetrail.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The viewer's (viewer.enabled): a name of its own, so that no selector of the collector's (the
+webhook's StatefulSet, Services, PDB, NetworkPolicy, monitors: name and instance) matches its pods.
+*/}}
+{{- define "kubetrail.viewerName" -}}
+{{- printf "%s-viewer" (include "kubetrail.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kubetrail.viewerSelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-viewer
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kubetrail.viewerLabels" -}}
+{{ include "kubetrail.viewerSelectorLabels" . }}
+app.kubernetes.io/component: viewer
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
 {{/* "true" when the release receives the apiserver's audit webhook: modes gateway and kafka. */}}
 {{- define "kubetrail.hasWebhook" -}}
 {{- if has .Values.mode (list "gateway" "kafka") -}}true{{- end -}}
@@ -297,6 +318,12 @@ that render without it) and says what to give. */ -}}
 {{- end -}}
 {{- if and (include "kubetrail.otlpTraces" .) .Values.gateway.networkPolicy.enabled (not .Values.gateway.otlp.from) -}}
 {{- fail "gateway.otlp.from is required: who may send spans to the OTLP receiver (4317, 4318), as NetworkPolicy peers, e.g. --set-json 'gateway.otlp.from=[{\"namespaceSelector\":{\"matchLabels\":{\"kubernetes.io/metadata.name\":\"ci\"}}}]'. Whoever reaches it can put spans in any object's trace. Or set gateway.networkPolicy.enabled=false" -}}
+{{- end -}}
+{{- if and .Values.viewer.enabled (not (regexMatch "^https?://[^\\s/]+\\S*$" (toString .Values.viewer.jaegerURL))) -}}
+{{- fail (printf "viewer.jaegerURL is required with viewer.enabled: Jaeger's query service as the viewer reaches it, an http or https URL, e.g. --set viewer.jaegerURL=http://jaeger-query.observability.svc:16686 (got %q)" (toString .Values.viewer.jaegerURL)) -}}
+{{- end -}}
+{{- if and .Values.viewer.enabled .Values.viewer.jaegerUI (not (regexMatch "^https?://[^\\s/]+\\S*$" (toString .Values.viewer.jaegerUI))) -}}
+{{- fail (printf "viewer.jaegerUI %q: want an http or https URL, Jaeger's UI as your browser reaches it, or \"\" for viewer.jaegerURL" (toString .Values.viewer.jaegerUI)) -}}
 {{- end -}}
 {{- if and (include "kubetrail.hasWebhook" .) .Values.gateway.networkPolicy.enabled (not .Values.gateway.networkPolicy.controlPlaneCIDRs) -}}
 {{- fail "gateway.networkPolicy.controlPlaneCIDRs is required: the addresses the kube-apiserver reaches the webhook from, i.e. the control-plane nodes' IPs or subnet (kubectl get nodes -l node-role.kubernetes.io/control-plane -o wide), e.g. --set 'gateway.networkPolicy.controlPlaneCIDRs={10.0.0.10/32,10.0.0.11/32}'. The NetworkPolicy admits only them to the webhook port. Or set gateway.networkPolicy.enabled=false (no policy; the client certificate still authenticates)" -}}
