@@ -39,7 +39,7 @@ func freshAnnotations() (map[string]string, string, error) {
 // annotateCommand is annotate's command line; cmd is the command as the user typed it.
 func annotateCommand(cmd string, kube *kubeFlags) *command {
 	c := newCommand(cmd,
-		"Start a trace of the changes about to be made to an object: write a fresh "+objecttrace.AnnotationTraceContext+"\nannotation (a W3C traceparent, as in the Kubernetes tracing KEP 647) on it and print its trace ID.",
+		"Start a trace of the changes about to be made to an object: write a fresh "+objecttrace.AnnotationTraceparent+"\nannotation (a W3C traceparent, as KEP-5915 names it) on it and print its trace ID.",
 		"The collector links every later write of the object, and the object's window span, to that trace.\nThe annotation is printed on stderr.",
 		fmt.Sprintf(`  # Annotate a Deployment of the current context's namespace, keep the trace ID
   id=$(%[1]s deploy/web)
@@ -82,7 +82,13 @@ func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	// The fresh context replaces whatever the object carried: a trace state of another context
+	// and the older key (null deletes them in a merge patch).
+	patched := map[string]any{objecttrace.AnnotationTracestate: nil, objecttrace.AnnotationTraceContext: nil}
+	for k, v := range annotations {
+		patched[k] = v
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patched}})
 	var res dynamic.ResourceInterface = cl.dynamic.Resource(m.gvr)
 	if namespace != "" {
 		res = cl.dynamic.Resource(m.gvr).Namespace(namespace)
@@ -97,6 +103,6 @@ func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr 
 		return fmt.Errorf("annotating %s/%s: %w", m.gvr.Resource, name, err)
 	}
 	fmt.Fprintln(stdout, traceID)
-	fmt.Fprintf(stderr, "%s/%s annotated %s=%s\n", m.gvr.Resource, trail.Escape(name), objecttrace.AnnotationTraceContext, annotations[objecttrace.AnnotationTraceContext])
+	fmt.Fprintf(stderr, "%s/%s annotated %s=%s\n", m.gvr.Resource, trail.Escape(name), objecttrace.AnnotationTraceparent, annotations[objecttrace.AnnotationTraceparent])
 	return nil
 }

@@ -14,6 +14,8 @@ var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-[0-9a-f]{16}-01$`)
 
 func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
 	web := object("apps/v1", "Deployment", "shop", "web", "6f1c2f9e-0000-4000-8000-000000000001")
+	// A context of the older key and a stale trace state: the fresh context replaces both.
+	web.SetAnnotations(map[string]string{"keep": "me", objecttrace.AnnotationTraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", objecttrace.AnnotationTracestate: "old=1"})
 	fc := withFakeCluster(t, "shop", web)
 
 	var ids []string
@@ -27,12 +29,15 @@ func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := traceparentRE.FindStringSubmatch(got.GetAnnotations()[objecttrace.AnnotationTraceContext])
+		m := traceparentRE.FindStringSubmatch(got.GetAnnotations()[objecttrace.AnnotationTraceparent])
 		if m == nil {
-			t.Fatalf("annotation %q is not a W3C traceparent", got.GetAnnotations()[objecttrace.AnnotationTraceContext])
+			t.Fatalf("annotation %q is not a W3C traceparent", got.GetAnnotations()[objecttrace.AnnotationTraceparent])
 		}
 		if strings.TrimSpace(out) != m[1] {
 			t.Fatalf("printed %q, annotation's trace ID %s", out, m[1])
+		}
+		if a := got.GetAnnotations(); len(a) != 2 || a["keep"] != "me" {
+			t.Fatalf("annotations %v: want the fresh traceparent and the others kept, the older key and the stale state gone", a)
 		}
 		ids = append(ids, m[1])
 	}

@@ -60,7 +60,7 @@ type applyFlags struct {
 func applyCommand(cmd string, f *applyFlags) *command {
 	c := newCommand(cmd,
 		"Apply objects server-side inside a trace: a root span (a child of $TRACEPARENT when set) exported over OTLP,\nthe trace context on every object and every request, and with --wait the rollout followed to its end.",
-		`Every object gets the `+objecttrace.AnnotationTraceContext+` annotation (the root span's W3C traceparent) and is
+		`Every object gets the `+objecttrace.AnnotationTraceparent+` annotation (the root span's W3C traceparent) and is
 applied with server-side apply in a client span whose context the request carries (traceparent, tracestate),
 so the apiserver's spans and kubetrail's spans of the objects join the trace. The OTLP exporter is configured
 by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc,

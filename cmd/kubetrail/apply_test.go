@@ -330,7 +330,7 @@ func TestApplyTracesEachApplyUnderTheCISteps(t *testing.T) {
 		if p.contentType != "application/apply-patch+yaml" || p.fieldManager != defaultFieldManager || p.force != "false" {
 			t.Errorf("%s: %s, field manager %q, force %q: want server-side apply by %s", p.path, p.contentType, p.fieldManager, p.force, defaultFieldManager)
 		}
-		ann, _, _ := nestedString(p.body, "metadata", "annotations", objecttrace.AnnotationTraceContext)
+		ann, _, _ := nestedString(p.body, "metadata", "annotations", objecttrace.AnnotationTraceparent)
 		if want := "00-" + stepTrace + "-" + root.SpanID().String() + "-01"; ann != want {
 			t.Errorf("%s: annotation %q, want the root span's context %s", p.path, ann, want)
 		}
@@ -421,7 +421,7 @@ func TestApplyStartsANewTraceOrSamplesAnUnsampledParentOverGRPC(t *testing.T) {
 	if child.ParentSpanID().String() != "b7ad6b7169203331" {
 		t.Fatalf("under an unsampled TRACEPARENT the root was not exported as its child")
 	}
-	if ann, _, _ := nestedString(api.patches[1].body, "metadata", "annotations", objecttrace.AnnotationTraceContext); ann != "00-"+unsampled+"-"+child.SpanID().String()+"-01" {
+	if ann, _, _ := nestedString(api.patches[1].body, "metadata", "annotations", objecttrace.AnnotationTraceparent); ann != "00-"+unsampled+"-"+child.SpanID().String()+"-01" {
 		t.Errorf("annotation %q: want the root's context, sampled", ann)
 	}
 

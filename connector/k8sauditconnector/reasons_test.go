@@ -28,7 +28,7 @@ var recordedReasons = map[string][]string{
 	"input":           {inputConnector},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
-		model.TraceparentZeroID, model.TraceparentTrailing,
+		model.TraceparentZeroID, model.TraceparentTrailing, auditconv.ReasonContextTooMany, auditconv.ReasonContextTracestate,
 	},
 }
 

@@ -91,6 +91,9 @@ const (
 	ReasonEvictedCount    = reasonEvictedCount
 	ReasonEvictedBytes    = reasonEvictedBytes
 	ReasonEvictedTooLarge = reasonEvictedTooLarge
+	// otelcol_k8s_audit_trace_context_invalid, beside model.Traceparent*
+	ReasonContextTooMany    = contextTooMany
+	ReasonContextTracestate = contextTracestate
 )
 
 const (

@@ -41,11 +41,12 @@ func BenchmarkScanMeta(b *testing.B) {
 			}
 		}
 	}
+	keys := newContextKeys(model.DefaultTraceContextAnnotations())
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, raw := range bodies {
-			scanMeta(raw, model.DefaultTraceContextAnnotation)
+			scanMeta(raw, keys)
 		}
 	}
 }
@@ -138,7 +139,7 @@ func BenchmarkDiffFlat(b *testing.B) {
 		if !ok {
 			b.Fatal("a recorded object does not index")
 		}
-		uid := f.meta("").UID
+		uid := f.meta(nil).UID
 		if uid == "" {
 			continue
 		}

@@ -57,8 +57,8 @@ type Converter struct {
 	scopeName    string
 	scopeVersion string
 	tel          Telemetry
-	// traceAnnotation is the trace-context annotation key (trace_context_annotation).
-	traceAnnotation string
+	// contextKeys are the trace-context annotation keys (trace_context_annotations).
+	contextKeys *contextKeys
 	// now is the clock the event timestamps are checked against; logger reports refused
 	// events (sampled: a stream of bad events logs a few lines a minute, the metric counts all).
 	now    func() time.Time
@@ -75,14 +75,14 @@ func New(o Options) *Converter {
 			exclude:      newGRSet(o.Settings.ExcludeResources),
 			excludeUA:    o.Settings.ExcludeUserAgents,
 		},
-		redact:          newGRSet(o.Settings.RedactResources),
-		red:             newRedactor(o.Settings),
-		traceAnnotation: o.Settings.TraceContextAnnotation,
-		scopeName:       o.ScopeName,
-		scopeVersion:    o.ScopeVersion,
-		now:             time.Now,
-		logger:          zap.NewNop(),
-		tel:             o.Telemetry,
+		redact:       newGRSet(o.Settings.RedactResources),
+		red:          newRedactor(o.Settings),
+		contextKeys:  newContextKeys(o.Settings.traceContextKeys()),
+		scopeName:    o.ScopeName,
+		scopeVersion: o.ScopeVersion,
+		now:          time.Now,
+		logger:       zap.NewNop(),
+		tel:          o.Telemetry,
 	}
 	if o.Logger != nil {
 		c.logger = o.Logger
@@ -264,9 +264,10 @@ type eventSpan struct {
 	scaleBody lazyBody // the Scale a scale subresource answered with
 	// respMeta is the scanned response (the object or its Scale), reqMeta the request's.
 	respMeta, reqMeta objectMeta
-	// traceContext, nodeName and rollout come from the body that describes the object.
-	traceContext, nodeName string
-	rollout                rollout
+	// traceContexts, nodeName and rollout come from the body that describes the object.
+	traceContexts carriedList
+	nodeName      string
+	rollout       rollout
 
 	span    ptrace.Span
 	endTS   pcommon.Timestamp
@@ -369,7 +370,7 @@ func (c *Converter) readBodies(e *eventSpan) {
 	} else if (ev.Verb == "create" || ev.Verb == "update") && ref.Subresource == "" && hasBody(ev.RequestObject) {
 		// Below RequestResponse level the request body still names the owner a controller
 		// set; it cannot know a generated name or a new UID.
-		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && c.describes(ref, m) {
+		if m, ok := scanMeta(ev.RequestObject, c.contextKeys); ok && c.describes(ref, m) {
 			e.reqBody = lazyBody{raw: ev.RequestObject, red: c.red, whole: e.redact}
 			m.ResourceVersion = ""
 			fillObject(&e.obj, m)
@@ -378,13 +379,13 @@ func (c *Converter) readBodies(e *eventSpan) {
 	}
 	// The trace context and the node come from the body that describes the object: the
 	// response (the object as stored) when audited, else the request.
-	e.traceContext, e.nodeName, e.rollout = e.respMeta.TraceContext, e.respMeta.NodeName, e.respMeta.Rollout
+	e.traceContexts, e.nodeName, e.rollout = e.respMeta.TraceContexts, e.respMeta.NodeName, e.respMeta.Rollout
 	if e.resp() == nil {
-		e.traceContext, e.nodeName, e.rollout = e.reqMeta.TraceContext, e.reqMeta.NodeName, e.reqMeta.Rollout
+		e.traceContexts, e.nodeName, e.rollout = e.reqMeta.TraceContexts, e.reqMeta.NodeName, e.reqMeta.Rollout
 	}
 	if ref.Resource == "pods" && ref.APIGroup == "" && ref.Subresource == "binding" && ev.Verb == "create" && !e.failed && hasBody(ev.RequestObject) {
 		// The scheduler's binding names the node in its target.
-		if m, ok := scanMeta(ev.RequestObject, c.traceAnnotation); ok && m.Kind == "Binding" {
+		if m, ok := scanMeta(ev.RequestObject, c.contextKeys); ok && m.Kind == "Binding" {
 			e.nodeName = m.Target
 		}
 	}
@@ -400,7 +401,7 @@ func (c *Converter) responseMeta(e *eventSpan) (objectMeta, bool) {
 	pre, indexed := e.ev.takeResponseIndex()
 	if c.cache == nil || e.redact || (e.ref.Subresource != "" && e.ref.Subresource != "status") {
 		putNodes(pre.nodes)
-		return scanMeta(raw, c.traceAnnotation)
+		return scanMeta(raw, c.contextKeys)
 	}
 	e.respBody = lazyBody{raw: raw, red: c.red}
 	if indexed {
@@ -411,7 +412,7 @@ func (c *Converter) responseMeta(e *eventSpan) (objectMeta, bool) {
 	if e.respBody.state < 0 {
 		return objectMeta{}, false
 	}
-	m := e.respBody.f.meta(c.traceAnnotation)
+	m := e.respBody.f.meta(c.contextKeys)
 	e.respBody.check()
 	return m, true
 }
@@ -519,8 +520,8 @@ func (c *Converter) putAttributes(e *eventSpan, st *Stats) {
 	putAnnotations(attrs, ev.Annotations, c.red, e.redact, func(s string) string { return c.scrub(e, s) }, cut)
 	putNonEmpty(attrs, model.AttrNodeName, e.nodeName)
 	e.rollout.put(attrs)
-	if e.traceContext != "" {
-		c.linkTraceContext(e.span, e.traceContext, ev.AuditID, st)
+	if len(e.traceContexts) > 0 {
+		c.linkTraceContexts(e.span, e.traceContexts, ev.AuditID, st)
 	}
 	if len(ev.SourceIPs) > 0 {
 		attrs.PutStr(model.AttrClientAddress, cut.text(model.AttrClientAddress, ev.SourceIPs[0], maxClientAddressBytes))
@@ -962,22 +963,4 @@ func (e *cacheEntry) wrote(auditID string) bool {
 		}
 	}
 	return false
-}
-
-// linkTraceContext links the audit span to the trace context an object's trace-context
-// annotation carries (a W3C traceparent); a malformed value is counted and ignored.
-func (c *Converter) linkTraceContext(span ptrace.Span, value, auditID string, st *Stats) {
-	tc, reason := model.ParseTraceparent(value)
-	if reason != "" {
-		st.badContext(reason)
-		v, _ := clipText(value, maxShortBytes)
-		c.logger.Debug("Ignoring a malformed trace-context annotation",
-			zap.String("reason", reason), zap.String("value", v), zap.String("audit_id", LogAuditID(auditID)))
-		return
-	}
-	l := span.Links().AppendEmpty()
-	l.SetTraceID(tc.TraceID)
-	l.SetSpanID(tc.SpanID)
-	l.SetFlags(uint32(tc.Flags)) // the W3C trace flags occupy OTLP's low byte
-	l.Attributes().PutStr(model.AttrLinkType, model.LinkTypeTraceContext)
 }

@@ -342,3 +342,22 @@ func (c *decodeCost) nodesHeld(n int) error {
 	}
 	return nil
 }
+
+// contexts reads the trace-context annotations of an annotations object, as scanMetadata does
+// (a value that is not a string counts as "").
+func (f *flatBody) contexts(obj int, keys *contextKeys) carriedList {
+	var l carriedList
+	for c, end := obj+1, obj+int(f.nodes[obj].size); c < end; c += int(f.nodes[c].size) {
+		k := jsonscan.MemberKey{At: int(f.nodes[c].key), End: int(f.nodes[c].keyEnd), Plain: f.nodes[c].plainKey}
+		pos, index, state, ok := keys.match(k.Value(f.d))
+		if !ok {
+			continue
+		}
+		v := ""
+		if f.nodes[c].kind == '"' {
+			v = string(f.str(c))
+		}
+		l = l.set(pos, index, state, v)
+	}
+	return l
+}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
@@ -42,7 +43,7 @@ func (s *jtScanner) reset(raw []byte) {
 }
 
 // scanMeta reads what scanMeta reads, with the same rules (see objectmeta.go).
-func (s *jtScanner) scanMeta(raw []byte, annotation string) (objectMeta, bool) {
+func (s *jtScanner) scanMeta(raw []byte, keys *contextKeys) (objectMeta, bool) {
 	s.reset(raw)
 	var m objectMeta
 	if s.dec.PeekKind() != '{' {
@@ -64,7 +65,7 @@ func (s *jtScanner) scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 		case "metadata":
 			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target,
 				Rollout: rollout{ObservedGeneration: m.Rollout.ObservedGeneration}}
-			err = s.metadata(&m, annotation)
+			err = s.metadata(&m, keys)
 		case "status":
 			m.Rollout.ObservedGeneration = 0
 			err = s.members(func(key string) (bool, error) {
@@ -178,7 +179,7 @@ func (s *jtScanner) member(name string, dst *string) error {
 	return s.members(s.strings(name, dst, name, dst))
 }
 
-func (s *jtScanner) metadata(m *objectMeta, annotation string) error {
+func (s *jtScanner) metadata(m *objectMeta, keys *contextKeys) error {
 	return s.members(func(key string) (bool, error) {
 		var err error
 		switch key {
@@ -194,8 +195,21 @@ func (s *jtScanner) metadata(m *objectMeta, annotation string) error {
 			m.Owner = ownerRef{}
 			err = s.owners(&m.Owner)
 		case "annotations":
-			m.TraceContext, m.Rollout.Revision = "", ""
-			err = s.members(s.strings(annotation, &m.TraceContext, annotationRevision, &m.Rollout.Revision))
+			m.TraceContexts, m.Rollout.Revision = nil, ""
+			err = s.members(func(key string) (bool, error) {
+				if key == annotationRevision {
+					var err error
+					m.Rollout.Revision, err = s.str()
+					return true, err
+				}
+				pos, index, state, ok := keys.match([]byte(key))
+				if !ok {
+					return false, nil
+				}
+				v, err := s.str()
+				m.TraceContexts = m.TraceContexts.set(pos, index, state, v)
+				return true, err
+			})
 		case "labels":
 			m.Rollout.TemplateHash, m.Rollout.RevisionHash = "", ""
 			err = s.members(s.strings(labelTemplateHash, &m.Rollout.TemplateHash, labelRevisionHash, &m.Rollout.RevisionHash))
@@ -304,9 +318,10 @@ func TestJSONTextScanMetaAgrees(t *testing.T) {
 	bodies, _ := jsonBodies(t)
 	jt := newJTScanner()
 	for i, raw := range bodies {
-		want, wantOK := scanMeta(raw, model.DefaultTraceContextAnnotation)
-		got, gotOK := jt.scanMeta(raw, model.DefaultTraceContextAnnotation)
-		if got != want || gotOK != wantOK {
+		keys := newContextKeys(model.DefaultTraceContextAnnotations())
+		want, wantOK := scanMeta(raw, keys)
+		got, gotOK := jt.scanMeta(raw, keys)
+		if !reflect.DeepEqual(got, want) || gotOK != wantOK {
 			t.Fatalf("body %d: jsontext %+v %v, scanMeta %+v %v", i, got, gotOK, want, wantOK)
 		}
 	}
@@ -332,7 +347,7 @@ func BenchmarkJSON(b *testing.B) {
 			}
 		})
 	}
-	ann := model.DefaultTraceContextAnnotation
+	ann := newContextKeys(model.DefaultTraceContextAnnotations())
 	run("scan-meta/ours", func(raw []byte) bool { _, ok := scanMeta(raw, ann); return ok })
 	run("scan-meta/jsontext", func(raw []byte) bool { _, ok := jt.scanMeta(raw, ann); return ok })
 	run("validate/ours", func(raw []byte) bool { end, err := jsonscan.SkipValue(raw, 0, 0); return err == nil && end == len(raw) })

@@ -19,8 +19,8 @@ type objectMeta struct {
 	UID             string
 	ResourceVersion string
 	Owner           ownerRef
-	// TraceContext is the value of the trace-context annotation (unparsed).
-	TraceContext string
+	// TraceContexts are the values of the trace-context annotations (unparsed).
+	TraceContexts carriedList
 	// NodeName is a Pod's spec.nodeName; Target is a Binding's target.name.
 	NodeName, Target string
 	// Rollout is what the body says of the object's intended state and its revision.
@@ -49,7 +49,7 @@ type ownerRef struct {
 	APIVersion, Kind, Name, UID string
 }
 
-func metaOf(t jsonscan.Tree, annotation string) objectMeta {
+func metaOf(t jsonscan.Tree, keys *contextKeys) objectMeta {
 	md := jsonscan.Child(t, "metadata")
 	m := objectMeta{
 		Kind:            jsonscan.Str(t, "kind"),
@@ -58,7 +58,7 @@ func metaOf(t jsonscan.Tree, annotation string) objectMeta {
 		Namespace:       jsonscan.Str(md, "namespace"),
 		UID:             jsonscan.Str(md, "uid"),
 		ResourceVersion: jsonscan.Str(md, "resourceVersion"),
-		TraceContext:    jsonscan.Str(jsonscan.Child(md, "annotations"), annotation),
+		TraceContexts:   treeContexts(jsonscan.Child(md, "annotations"), keys),
 		Rollout: rollout{
 			Generation:         jsonscan.Int(md, "generation"),
 			ObservedGeneration: jsonscan.Int(jsonscan.Child(t, "status"), "observedGeneration"),
@@ -153,13 +153,25 @@ func parseMetadata(d []byte, i int) (any, int, error) {
 	}
 }
 
+// treeContexts reads the trace-context annotations of a parsed annotations object.
+func treeContexts(a jsonscan.Tree, keys *contextKeys) carriedList {
+	var l carriedList
+	for k, v := range a {
+		if pos, index, state, ok := keys.match([]byte(k)); ok {
+			s, _ := v.(string)
+			l = l.set(pos, index, state, s)
+		}
+	}
+	return l
+}
+
 // scanMeta reads what metaOf reads from a body without parsing it into a tree: most bodies
 // are only looked at to complete an identity or to find a write already seen. It returns what
-// metaOf(jsonscan.ParseTree(raw), annotation) returns, duplicate keys included (the last one counts),
+// metaOf(jsonscan.ParseTree(raw), keys) returns, duplicate keys included (the last one counts),
 // except that a Pod's node and a Binding's target are read only when no other kind precedes
 // them (the apiserver writes kind first).
-// annotation is the trace-context annotation key; the other annotations are skipped.
-func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
+// keys are the trace-context annotation keys; the other annotations are skipped.
+func scanMeta(raw []byte, keys *contextKeys) (objectMeta, bool) {
 	i := jsonscan.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return objectMeta{}, false
@@ -188,7 +200,7 @@ func scanMeta(raw []byte, annotation string) (objectMeta, bool) {
 		case "metadata":
 			m = objectMeta{Kind: m.Kind, APIVersion: m.APIVersion, NodeName: m.NodeName, Target: m.Target,
 				Rollout: rollout{ObservedGeneration: m.Rollout.ObservedGeneration}}
-			i, err = scanMetadata(raw, next, &m, annotation)
+			i, err = scanMetadata(raw, next, &m, keys)
 		case "status":
 			m.Rollout.ObservedGeneration = 0
 			i, err = jsonscan.ScanMembers(raw, next, 1, func(key []byte, d []byte, vi int) (int, bool, error) {
@@ -246,7 +258,7 @@ func scanStatusDetails(raw []byte) (name, uid string) {
 	return name, uid
 }
 
-func scanMetadata(d []byte, i int, m *objectMeta, annotation string) (int, error) {
+func scanMetadata(d []byte, i int, m *objectMeta, keys *contextKeys) (int, error) {
 	if d[i] != '{' {
 		return jsonscan.SkipValue(d, i, 1)
 	}
@@ -269,8 +281,21 @@ func scanMetadata(d []byte, i int, m *objectMeta, annotation string) (int, error
 			m.Owner = ownerRef{}
 			i, err = scanOwners(d, next, &m.Owner)
 		case "annotations":
-			m.TraceContext, m.Rollout.Revision = "", ""
-			i, err = jsonscan.ScanMembers(d, next, 2, jsonscan.StringMembers(annotation, &m.TraceContext, annotationRevision, &m.Rollout.Revision))
+			m.TraceContexts, m.Rollout.Revision = nil, ""
+			i, err = jsonscan.ScanMembers(d, next, 2, func(key, d []byte, vi int) (int, bool, error) {
+				if string(key) == annotationRevision {
+					v, end, err := jsonscan.AnyString(d, vi)
+					m.Rollout.Revision = v
+					return end, true, err
+				}
+				pos, index, state, ok := keys.match(key)
+				if !ok {
+					return 0, false, nil
+				}
+				v, end, err := jsonscan.AnyString(d, vi)
+				m.TraceContexts = m.TraceContexts.set(pos, index, state, v)
+				return end, true, err
+			})
 		case "labels":
 			m.Rollout.TemplateHash, m.Rollout.RevisionHash = "", ""
 			i, err = jsonscan.ScanMembers(d, next, 2, jsonscan.StringMembers(labelTemplateHash, &m.Rollout.TemplateHash, labelRevisionHash, &m.Rollout.RevisionHash))
@@ -344,7 +369,7 @@ func scanOwners(d []byte, i int, owner *ownerRef) (int, error) {
 // the cache or a snapshot) is not scanned a second time for its identity. Duplicate keys count
 // as in a map (the last one); a Pod's node and a Binding's target are read whatever the order of
 // kind, as metaOf reads them.
-func (f *flatBody) meta(annotation string) objectMeta {
+func (f *flatBody) meta(keys *contextKeys) objectMeta {
 	m := objectMeta{Kind: f.symMember(0, "kind"), APIVersion: f.symMember(0, "apiVersion")}
 	if md := f.objectMember(0, "metadata"); md >= 0 {
 		m.Name = f.strMember(md, "name")
@@ -352,7 +377,7 @@ func (f *flatBody) meta(annotation string) objectMeta {
 		m.UID = f.strMember(md, "uid")
 		m.ResourceVersion = f.strMember(md, "resourceVersion")
 		if a := f.objectMember(md, "annotations"); a >= 0 {
-			m.TraceContext = f.strMember(a, annotation)
+			m.TraceContexts = f.contexts(a, keys)
 			m.Rollout.Revision = f.strMember(a, annotationRevision)
 		}
 		if l := f.objectMember(md, "labels"); l >= 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,8 +43,15 @@ type Settings struct {
 	// annotation whose key one of them matches is never exported.
 	RedactAnnotations []string `mapstructure:"redact_annotations"`
 
-	// TraceContextAnnotation is the object annotation whose W3C traceparent value links a
-	// write's audit span to the trace that asked for it.
+	// TraceContextAnnotations are the object annotations whose W3C traceparent values link a
+	// write's audit span to the traces that asked for it, in the order the links are made (the
+	// first link is the context a root object's window may be placed in). For each key K, K.0
+	// to K.7 carry further contexts; a key named …/traceparent has its tracestate in
+	// …/tracestate (and …/tracestate.N). Default: KEP-5915's tracing.k8s.io/traceparent, then
+	// the older trace.kubernetes.io/context.
+	TraceContextAnnotations []string `mapstructure:"trace_context_annotations"`
+	// TraceContextAnnotation is deprecated: a key read after TraceContextAnnotations' (when not
+	// among them). It was the only key before KEP-5915.
 	TraceContextAnnotation string `mapstructure:"trace_context_annotation"`
 
 	// SharedDiffBase, when set, shares each object's last body among replicas through Redis,
@@ -85,15 +93,29 @@ func DefaultSettings() Settings {
 			{Group: "", Resource: "events"},
 			{Group: "events.k8s.io", Resource: "events"},
 		},
-		DiffCacheSize:          defaultDiffCacheSize,
-		DiffCacheMaxBytes:      defaultDiffCacheMaxBytes,
-		RedactResources:        []GroupResource{{Group: "", Resource: "secrets"}},
-		RedactEnvNames:         DefaultRedactEnvNames,
-		RedactAnnotations:      []string{DefaultRedactAnnotation},
-		Window:                 model.DefaultWindow,
-		TraceContextAnnotation: model.DefaultTraceContextAnnotation,
-		SharedDiffBase:         configoptional.Default(defaultSharedDiffBase()),
+		DiffCacheSize:           defaultDiffCacheSize,
+		DiffCacheMaxBytes:       defaultDiffCacheMaxBytes,
+		RedactResources:         []GroupResource{{Group: "", Resource: "secrets"}},
+		RedactEnvNames:          DefaultRedactEnvNames,
+		RedactAnnotations:       []string{DefaultRedactAnnotation},
+		Window:                  model.DefaultWindow,
+		TraceContextAnnotations: model.DefaultTraceContextAnnotations(),
+		SharedDiffBase:          configoptional.Default(defaultSharedDiffBase()),
 	}
+}
+
+// maxTraceContextKeys bounds trace_context_annotations: each key is matched against every
+// annotation of every body read.
+const maxTraceContextKeys = 8
+
+// traceContextKeys are the keys read, in their order: trace_context_annotations, then the
+// deprecated trace_context_annotation when it is not among them.
+func (s *Settings) traceContextKeys() []string {
+	keys := slices.Clone(s.TraceContextAnnotations)
+	if s.TraceContextAnnotation != "" && !slices.Contains(keys, s.TraceContextAnnotation) {
+		keys = append(keys, s.TraceContextAnnotation)
+	}
+	return keys
 }
 
 // Validate checks the conversion keys; each error names its key.
@@ -140,8 +162,18 @@ func (s *Settings) Validate() error {
 	if err := model.ValidateWindow(s.Window); err != nil {
 		errs = append(errs, err)
 	}
-	if msgs := validation.IsQualifiedName(s.TraceContextAnnotation); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", s.TraceContextAnnotation, strings.Join(msgs, "; ")))
+	for i, k := range s.TraceContextAnnotations {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("trace_context_annotations[%d]: %q is not an annotation key: %s", i, k, strings.Join(msgs, "; ")))
+		}
+	}
+	if len(s.TraceContextAnnotations) > maxTraceContextKeys {
+		errs = append(errs, fmt.Errorf("trace_context_annotations: %d keys, at most %d", len(s.TraceContextAnnotations), maxTraceContextKeys))
+	}
+	if s.TraceContextAnnotation != "" {
+		if msgs := validation.IsQualifiedName(s.TraceContextAnnotation); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("trace_context_annotation: %q is not an annotation key: %s", s.TraceContextAnnotation, strings.Join(msgs, "; ")))
+		}
 	}
 	return errors.Join(errs...)
 }

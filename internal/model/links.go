@@ -2,9 +2,11 @@ package model
 
 import (
 	"encoding/hex"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AttrLinkType says why a span links to another; its values are the LinkType* constants. Every
@@ -44,9 +46,47 @@ const AttrTraceContinues = "kubetrail.trace.continues"
 // is a pointer for readers that compute derived trace IDs; the object's spans are in that trace.
 const AttrTracePlacedIn = "kubetrail.trace.placed_in"
 
-// DefaultTraceContextAnnotation is the object annotation that carries a W3C traceparent, as the
-// object-lifecycle tracing KEP (sig-instrumentation) names it.
-const DefaultTraceContextAnnotation = "trace.kubernetes.io/context"
+// The object annotations that carry a trace context.
+const (
+	// AnnotationTraceparent carries a W3C traceparent as KEP-5915 ("Standardize async trace
+	// context propagation") names it: the propagator's key under tracing.k8s.io/. Its
+	// ".0", ".1", … forms carry further contexts, read as further links.
+	AnnotationTraceparent = "tracing.k8s.io/traceparent"
+	// AnnotationTracestate carries the W3C tracestate of AnnotationTraceparent's context (and
+	// ".0", ".1", … of the indexed ones).
+	AnnotationTracestate = "tracing.k8s.io/tracestate"
+	// AnnotationLegacyTraceContext is the key of the object-lifecycle tracing KEP (647) that
+	// KEP-5915 supersedes: still read, no longer written.
+	AnnotationLegacyTraceContext = "trace.kubernetes.io/context"
+)
+
+// ValidTracestate says whether v is a W3C tracestate (list members key=value, at most 32, keys
+// and values of the allowed characters): what a link may carry as its trace state. At most 512
+// bytes, the length W3C lets a propagator cut at.
+func ValidTracestate(v string) bool {
+	if len(v) > 512 {
+		return false
+	}
+	_, err := trace.ParseTraceState(v)
+	return err == nil
+}
+
+// DefaultTraceContextAnnotations are the keys read by default, in the order their contexts are
+// linked (the first one a root object's window may be placed in).
+func DefaultTraceContextAnnotations() []string {
+	return []string{AnnotationTraceparent, AnnotationLegacyTraceContext}
+}
+
+// TracestateKeyOf is the tracestate key that goes with a traceparent key: for a key
+// whose name is "traceparent" (KEP-5915's, or another prefix's), the same prefix's
+// "tracestate"; "" for others (the legacy key carries a traceparent only).
+func TracestateKeyOf(key string) string {
+	prefix, ok := strings.CutSuffix(key, "/traceparent")
+	if !ok {
+		return ""
+	}
+	return prefix + "/tracestate"
+}
 
 // AttrNodeName is the node a Pod is bound to (semantic conventions' k8s.node.name).
 const AttrNodeName = string(semconv.K8SNodeNameKey)

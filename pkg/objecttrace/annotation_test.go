@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -13,11 +14,17 @@ func TestTheContextRoundTripsThroughTheAnnotation(t *testing.T) {
 	ctx, span := New(WithTracerProvider(tp), WithCluster("c")).StartSpanFromObject(context.Background(), deployment(), deployGVK, "reconcile")
 	defer span.End()
 
-	obj := &metav1.ObjectMeta{Name: "child", Annotations: map[string]string{"keep": "me"}}
+	obj := &metav1.ObjectMeta{Name: "child", Annotations: map[string]string{"keep": "me", AnnotationTraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 	EncodeContextIntoObject(ctx, obj)
 	want := span.SpanContext()
-	if got := obj.Annotations[AnnotationTraceContext]; got != "00-"+want.TraceID().String()+"-"+want.SpanID().String()+"-01" {
+	if got := obj.Annotations[AnnotationTraceparent]; got != "00-"+want.TraceID().String()+"-"+want.SpanID().String()+"-01" {
 		t.Errorf("annotation %q", got)
+	}
+	if _, ok := obj.Annotations[AnnotationTraceContext]; ok {
+		t.Errorf("the older key stays beside KEP-5915's: %v", obj.Annotations)
+	}
+	if _, ok := obj.Annotations[AnnotationTracestate]; ok {
+		t.Errorf("the span's kubetrail member (the parent object's identity) was written: %v", obj.Annotations)
 	}
 	if obj.Annotations["keep"] != "me" {
 		t.Error("another annotation was lost")
@@ -33,7 +40,7 @@ func TestTheContextRoundTripsThroughTheAnnotation(t *testing.T) {
 	if !RemoveSpanContextFromObject(obj) {
 		t.Error("Remove found nothing")
 	}
-	if _, ok := obj.Annotations[AnnotationTraceContext]; ok || obj.Annotations["keep"] != "me" {
+	if len(obj.Annotations) != 1 || obj.Annotations["keep"] != "me" {
 		t.Errorf("annotations after Remove: %v", obj.Annotations)
 	}
 	if RemoveSpanContextFromObject(obj) {
@@ -45,8 +52,53 @@ func TestEncodeCreatesTheAnnotationsMap(t *testing.T) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}})
 	obj := &metav1.ObjectMeta{}
 	EncodeContextIntoObject(trace.ContextWithSpanContext(context.Background(), sc), obj)
-	if got := obj.Annotations[AnnotationTraceContext]; got != "00-01000000000000000000000000000000-0200000000000000-00" {
+	if got := obj.Annotations[AnnotationTraceparent]; got != "00-01000000000000000000000000000000-0200000000000000-00" {
 		t.Errorf("annotation %q", got)
+	}
+}
+
+// TestTheKEPCarrierInteroperates: a controller that injects with any text-map propagator into
+// KEP-5915's carrier is read by SpanContextFromObject, with its trace state; one that encodes
+// with this package is read by the propagator through the carrier; the older key is still read
+// when KEP-5915's is absent, and KEP-5915's wins when both are there.
+func TestTheKEPCarrierInteroperates(t *testing.T) {
+	state, err := trace.ParseTraceState("vendor=abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, TraceState: state})
+	obj := &metav1.ObjectMeta{}
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	prop.Inject(trace.ContextWithSpanContext(context.Background(), sc), AnnotationCarrier{Object: obj})
+	if obj.Annotations["tracing.k8s.io/traceparent"] != "00-01000000000000000000000000000000-0200000000000000-01" || obj.Annotations["tracing.k8s.io/tracestate"] != "vendor=abc" {
+		t.Fatalf("the propagator wrote %v", obj.Annotations)
+	}
+	if keys := (AnnotationCarrier{Object: obj}).Keys(); len(keys) != 2 {
+		t.Errorf("Keys() = %v", keys)
+	}
+	got, ok := SpanContextFromObject(obj)
+	if !ok || got.TraceID() != sc.TraceID() || got.TraceState().Get("vendor") != "abc" {
+		t.Errorf("read back %v %v", got, ok)
+	}
+
+	mine := &metav1.ObjectMeta{}
+	EncodeContextIntoObject(trace.ContextWithSpanContext(context.Background(), sc), mine)
+	back := trace.SpanContextFromContext(prop.Extract(context.Background(), AnnotationCarrier{Object: mine}))
+	if !back.IsValid() || back.SpanID() != sc.SpanID() || back.TraceState().Get("vendor") != "abc" {
+		t.Errorf("the propagator read %v from %v", back, mine.Annotations)
+	}
+
+	old := &metav1.ObjectMeta{Annotations: map[string]string{AnnotationTraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	if got, ok := SpanContextFromObject(old); !ok || got.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("the older key read as %v %v", got, ok)
+	}
+	old.Annotations[AnnotationTraceparent] = "00-01000000000000000000000000000000-0200000000000000-01"
+	if got, _ := SpanContextFromObject(old); got.TraceID() != sc.TraceID() {
+		t.Errorf("with both keys, read %v: KEP-5915's must win", got)
+	}
+	old.Annotations[AnnotationTraceparent] = "garbage"
+	if got, ok := SpanContextFromObject(old); !ok || got.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("a malformed KEP value hides the older key: %v %v", got, ok)
 	}
 }
 
@@ -76,9 +128,11 @@ func TestSpanContextFromObjectRefusesInvalidValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			obj := &metav1.ObjectMeta{Annotations: map[string]string{AnnotationTraceContext: tt.value}}
-			if sc, ok := SpanContextFromObject(obj); ok || sc.IsValid() {
-				t.Errorf("%q read as %v, %v", tt.value, sc, ok)
+			for _, key := range []string{AnnotationTraceparent, AnnotationTraceContext} {
+				obj := &metav1.ObjectMeta{Annotations: map[string]string{key: tt.value}}
+				if sc, ok := SpanContextFromObject(obj); ok || sc.IsValid() {
+					t.Errorf("%s %q read as %v, %v", key, tt.value, sc, ok)
+				}
 			}
 		})
 	}

@@ -12,9 +12,11 @@
 // whatever the object's owner chain.
 //
 // EncodeContextIntoObject, SpanContextFromObject and RemoveSpanContextFromObject read and write
-// the trace context an object carries in the annotation trace.kubernetes.io/context, as the
-// Kubernetes object-lifecycle tracing proposal describes: a controller puts its context on the
-// objects it writes and removes it once the object reached its desired state.
+// the trace context an object carries in its annotations as KEP-5915 ("Standardize async trace
+// context propagation") names them, tracing.k8s.io/traceparent and tracing.k8s.io/tracestate: a
+// controller puts its context on the objects it writes and removes it once the object reached
+// its desired state. AnnotationCarrier is the KEP's carrier for any text-map propagator. The key
+// of the older object-lifecycle proposal, trace.kubernetes.io/context, is still read.
 //
 // Stability: development. The span model kind "controller" (docs/span-model.md) and this API may
 // change in incompatible ways before kubetrail 1.0.

@@ -42,7 +42,7 @@ func Example() {
 // A controller ends the object's trace once the object reached its desired state.
 func ExampleRemoveSpanContextFromObject() {
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		objecttrace.AnnotationTraceContext: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		objecttrace.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}}}
 	sc, ok := objecttrace.SpanContextFromObject(obj)
 	fmt.Println(sc.TraceID(), ok)

@@ -332,7 +332,8 @@ func TestAttributeNamesAreTheModels(t *testing.T) {
 		{attrObjectName, model.AttrObjectName}, {attrObjectUID, model.AttrObjectUID},
 		{attrObjectGeneration, model.AttrObjectGeneration}, {attrOwnerAPIVersion, model.AttrOwnerAPIVersion},
 		{attrOwnerKind, model.AttrOwnerKind}, {attrOwnerName, model.AttrOwnerName}, {attrOwnerUID, model.AttrOwnerUID},
-		{AnnotationTraceContext, model.DefaultTraceContextAnnotation},
+		{AnnotationTraceparent, model.AnnotationTraceparent}, {AnnotationTracestate, model.AnnotationTracestate},
+		{AnnotationTraceContext, model.AnnotationLegacyTraceContext},
 	}
 	for _, p := range pairs {
 		if p[0] != p[1] {

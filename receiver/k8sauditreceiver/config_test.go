@@ -47,7 +47,7 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("compression_algorithms = %q, want only none and gzip (the decoders that hold little)", cfg.ServerConfig.CompressionAlgorithms)
 			}
 			if cfg.Conversion.DiffCacheSize != 100_000 || cfg.Conversion.Window != 30*time.Minute || cfg.StartAt != "end" || cfg.Conversion.IncludeReadVerbs ||
-				cfg.Conversion.TraceContextAnnotation != "trace.kubernetes.io/context" {
+				!slices.Equal(cfg.Conversion.TraceContextAnnotations, []string{"tracing.k8s.io/traceparent", "trace.kubernetes.io/context"}) || cfg.Conversion.TraceContextAnnotation != "" {
 				t.Errorf("defaults = %+v", cfg)
 			}
 		}},
@@ -67,7 +67,7 @@ func TestLoadConfig(t *testing.T) {
 			if len(cfg.Conversion.ExcludeResources) != 2 || cfg.Conversion.ExcludeResources[1] != (GroupResource{Resource: "pods/log"}) {
 				t.Errorf("exclude_resources = %v", cfg.Conversion.ExcludeResources)
 			}
-			if len(cfg.Conversion.ExcludeUserAgents) != 1 || cfg.Conversion.DiffCacheSize != 5000 || len(cfg.Conversion.RedactResources) != 2 || cfg.Conversion.TraceContextAnnotation != "example.com/traceparent" ||
+			if len(cfg.Conversion.ExcludeUserAgents) != 1 || cfg.Conversion.DiffCacheSize != 5000 || len(cfg.Conversion.RedactResources) != 2 || !slices.Equal(cfg.Conversion.TraceContextAnnotations, []string{"tracing.k8s.io/traceparent", "example.com/traceparent"}) || cfg.Conversion.TraceContextAnnotation != "example.com/context" ||
 				cfg.Conversion.RedactEnvNames != ".*" || len(cfg.Conversion.RedactAnnotations) != 1 || cfg.Conversion.RedactAnnotations[0] != `^vault\.hashicorp\.com/` {
 				t.Errorf("user agents/cache/redact = %+v", cfg)
 			}
@@ -130,7 +130,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "start_at accepts only end and beginning", id: component.MustNewIDWithName("k8s_audit", "bad_start_at"), wantErr: "start_at:"},
 		{name: "an empty user-agent prefix is refused", id: component.MustNewIDWithName("k8s_audit", "empty_user_agent"), wantErr: "exclude_user_agents[0]:"},
 		{name: "a file listed twice is refused", id: component.MustNewIDWithName("k8s_audit", "duplicate_file"), wantErr: "files[1]:"},
-		{name: "a trace-context annotation that is not an annotation key is refused", id: component.MustNewIDWithName("k8s_audit", "bad_trace_context_annotation"), wantErr: "trace_context_annotation:"},
+		{name: "a trace-context annotation that is not an annotation key is refused", id: component.MustNewIDWithName("k8s_audit", "bad_trace_context_annotation"), wantErr: "trace_context_annotations[1]:"},
 		{name: "a zero window is refused", id: component.MustNewIDWithName("k8s_audit", "zero_window"), wantErr: "window must be at least 1s"},
 		{name: "a write_timeout not past read_timeout (confighttp's 30 s beside the 1 min) is refused", id: component.MustNewIDWithName("k8s_audit", "write_timeout_not_past_read_timeout"), wantErr: "write_timeout: 30s must be longer than read_timeout (1m0s)"},
 		{name: "allowed client names need a client CA", id: component.MustNewIDWithName("k8s_audit", "client_names_without_ca"), wantErr: "allowed_client_names:"},

@@ -34,7 +34,7 @@ var recordedReasons = map[string][]string{
 	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
-		model.TraceparentZeroID, model.TraceparentTrailing,
+		model.TraceparentZeroID, model.TraceparentTrailing, auditconv.ReasonContextTooMany, auditconv.ReasonContextTracestate,
 	},
 }
 

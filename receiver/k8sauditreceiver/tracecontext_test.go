@@ -24,7 +24,7 @@ func TestTraceContextInvalidMetric(t *testing.T) {
 		return fmt.Sprintf(`{"level":"RequestResponse","auditID":%q,"stage":"ResponseComplete","requestURI":"/apis/apps/v1/namespaces/default/deployments","verb":"create",
 "user":{"username":"ci"},"objectRef":{"resource":"deployments","namespace":"default","name":"demo","apiGroup":"apps","apiVersion":"v1"},"responseStatus":{"code":201},
 "responseObject":%s,"requestReceivedTimestamp":"2026-11-21T10:45:54.106207Z","stageTimestamp":"2026-11-21T10:45:54.109001Z"}`,
-			id, `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"demo","namespace":"default","uid":"d-1","resourceVersion":"1","annotations":{"`+model.DefaultTraceContextAnnotation+`":"`+value+`"}},"spec":{"replicas":2}}`)
+			id, `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"demo","namespace":"default","uid":"d-1","resourceVersion":"1","annotations":{"`+model.AnnotationTraceparent+`":"`+value+`"}},"spec":{"replicas":2}}`)
 	}
 	post := func(items ...string) {
 		t.Helper()

@@ -5,13 +5,15 @@ source "$(dirname "$0")/lib.bash"
 absent deployment demo
 until_true 60 no_pods app=demo
 
-# The object-lifecycle KEP's annotation: a CI system puts its own traceparent here, a new one per
-# deploy, and so does each run (DEMO_TRACEPARENT, which e2e sets); e2e checks that the Deployment's
-# first window is placed in that trace and its window spans link to it.
+# KEP-5915's annotation (tracing.k8s.io/traceparent), written with plain kubectl: a CI system puts
+# its own traceparent here, a new one per deploy, and so does each run (DEMO_TRACEPARENT, which e2e
+# sets); e2e checks that the Deployment's first window is placed in that trace and its window spans
+# link to it. The recordings in the processor's testdata were made with the older key,
+# trace.kubernetes.io/context, which the collector still reads.
 tp=${DEMO_TRACEPARENT:-00-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')-$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')-01}
-say "create demo with 2 replicas, carrying the trace context $tp (trace.kubernetes.io/context)"
+say "create demo with 2 replicas, carrying the trace context $tp (tracing.k8s.io/traceparent)"
 k create deployment demo --image=registry.k8s.io/nginx:1.27 --replicas=2 --dry-run=client -o yaml \
-  | k annotate --local -f - "trace.kubernetes.io/context=$tp" -o yaml \
+  | k annotate --local -f - "tracing.k8s.io/traceparent=$tp" -o yaml \
   | k create -f - >/dev/null
 k rollout status deployment/demo --timeout 60s >/dev/null
 until_true 30 pods_running app=demo 2

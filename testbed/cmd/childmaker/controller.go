@@ -195,7 +195,11 @@ func (c *controller) markReady(ctx context.Context, parent *corev1.ConfigMap, n 
 		annotations[annReady] = strconv.Itoa(n)
 	}
 	if c.endTrace && objecttrace.RemoveSpanContextFromObject(parent.DeepCopy()) {
-		annotations[objecttrace.AnnotationTraceContext] = nil // null deletes it
+		for _, k := range []string{objecttrace.AnnotationTraceparent, objecttrace.AnnotationTracestate, objecttrace.AnnotationTraceContext} {
+			if _, ok := parent.Annotations[k]; ok {
+				annotations[k] = nil // null deletes it
+			}
+		}
 	}
 	if len(annotations) == 0 {
 		return nil

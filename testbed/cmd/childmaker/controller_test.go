@@ -102,7 +102,7 @@ func TestNewChildIsControlledByTheParentAndCarriesTheContext(t *testing.T) {
 
 func TestReconcileMakesTheChildrenAndMarksTheParentReady(t *testing.T) {
 	p := parent.DeepCopy()
-	p.Annotations = map[string]string{annChildren: "2", objecttrace.AnnotationTraceContext: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	p.Annotations = map[string]string{annChildren: "2", objecttrace.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	extra := child("demo-child-5", "u-demo")
 	extra.Labels = map[string]string{labelParentUID: "u-demo"}
 	client := fake.NewClientset(p, &extra)
@@ -125,7 +125,7 @@ func TestReconcileMakesTheChildrenAndMarksTheParentReady(t *testing.T) {
 	var names []string
 	for _, cm := range list.Items {
 		names = append(names, cm.Name)
-		if cm.Name == "demo" && (cm.Annotations[annReady] != "2" || cm.Annotations[objecttrace.AnnotationTraceContext] != "") {
+		if cm.Name == "demo" && (cm.Annotations[annReady] != "2" || cm.Annotations[objecttrace.AnnotationTraceparent] != "") {
 			t.Errorf("parent annotations %v", cm.Annotations)
 		}
 	}

@@ -145,7 +145,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sAuditTraceContextInvalid, err = builder.meter.Int64Counter(
 		"otelcol_k8s_audit_trace_context_invalid",
-		metric.WithDescription("Trace-context annotations ignored because their value is not a W3C traceparent, by reason (length, format, version, zero_id, trailing_data). [Alpha]"),
+		metric.WithDescription("Trace-context annotations left out, by reason (a value that is not a W3C traceparent; more than 8 contexts on one object; a tracestate that is not one). [Alpha]"),
 		metric.WithUnit("{annotations}"),
 	)
 	errs = errors.Join(errs, err)

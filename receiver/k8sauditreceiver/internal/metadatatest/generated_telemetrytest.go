@@ -215,7 +215,7 @@ func AssertEqualK8sAuditRejectedRequests(t *testing.T, tt *componenttest.Telemet
 func AssertEqualK8sAuditTraceContextInvalid(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_audit_trace_context_invalid",
-		Description: "Trace-context annotations ignored because their value is not a W3C traceparent, by reason (length, format, version, zero_id, trailing_data). [Alpha]",
+		Description: "Trace-context annotations left out, by reason (a value that is not a W3C traceparent; more than 8 contexts on one object; a tracestate that is not one). [Alpha]",
 		Unit:        "{annotations}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
