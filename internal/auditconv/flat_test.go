@@ -237,6 +237,7 @@ func FuzzFlat(f *testing.F) {
 	}
 	f.Add([]byte(`{"metadata":{"managedFields":[1],"name":"a"},"l":[{"name":"x","v":1}]}`), []byte(`{"metadata":{"name":"b"},"l":[{"name":"x","v":2},{"name":"y"}]}`))
 	f.Add([]byte(`{"a":"\ud800","a":[{"type":"t"}]}`), []byte(`{"a":[{"type":"t","x":null}]}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"tracing.k8s.io/traceparent.1":"b","tracing.k8s.io\/traceparent":"a","tracing.k8s.io/tracestate.1":1,"tracing.k8s.io/traceparent":"c"}}}`), []byte(`{"metadata":{"annotations":{"trace.kubernetes.io/context":"d"}}}`))
 	f.Add([]byte(`{"kind":"Pod","metadata":{"name":"p","ownerReferences":[1,{"controller":false,"uid":"a"},{"controller":true,"uid":"b"},{"controller":true,"uid":"c"}],"annotations":{"a":7,"a":"x"}},"spec":{"nodeName":"n"}}`), []byte(`{"kind":"Binding","target":{"name":"n","name":2}}`))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		fa, ta, okA := checkFlat(t, a)

@@ -19,6 +19,8 @@ func FuzzObjectMeta(f *testing.F) {
 	}
 	f.Add([]byte(`{"metadata":{"name":"a","ownerReferences":[{"controller":true,"uid":"u"}],"managedFields":[{}]},"kind":"Pod","metadata":{"uid":"x"}}`))
 	f.Add([]byte(`{"a":[1,2.5e-3,-0,true,false,null,"\u00e9\ud800"],"b":{}}`))
+	// KEP-5915's carrier: indexed keys out of order, a duplicate, an escaped key, a non-string.
+	f.Add([]byte(`{"metadata":{"annotations":{"tracing.k8s.io/traceparent.1":"b","tracing.k8s.io\/traceparent":"a","tracing.k8s.io/tracestate":"s","trace.kubernetes.io/context":7,"tracing.k8s.io/traceparent.9":"x","tracing.k8s.io/traceparent":"c"}}}`))
 	f.Add([]byte(`{"spec":{"nodeName":"n","x":[1]},"kind":"Pod","metadata":{"annotations":{"trace.kubernetes.io/context":"00-x","trace.kubernetes.io/context":7}},"spec":{"nodeName":"m"}}`))
 	f.Add([]byte(`{"kind":"Binding","target":{"kind":"Node","name":"n","name":"o"},"metadata":{"annotations":null}}`))
 	f.Add([]byte(` {"metadata" : {"resourceVersion":"1","labels":{"a b":"c\" d"}},"metadata":{"resourceVersion":"2"}}`))
