@@ -125,6 +125,9 @@ func TestApplyPutsTheRolloutInTheCIStepsTrace(t *testing.T) {
 	}
 	Check(t, "apply prints the tree of what it applied", strings.Contains(string(out), "ci-web") && strings.Contains(string(out), "ReplicaSet"),
 		"output:\n%s", out)
+	kep, _ := env.RunKubectl("get", "deployment", "ci-web", "-n", "default", "-o", `jsonpath={.metadata.annotations.tracing\.k8s\.io/traceparent}`)
+	Check(t, "apply wrote KEP-5915's tracing.k8s.io/traceparent on the Deployment, in the CI step's trace", strings.HasPrefix(kep, "00-"+ciTrace+"-"),
+		"annotation %q", kep)
 
 	var dep, rs, pods, bindings, apply, apiserver Spans
 	trace, err := waitTrace(t, env, ciTrace, 60*time.Second, func(ss Spans) error {
