@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kubetrail/kubetrail/cmd/kubetrail/internal/trail"
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
@@ -84,7 +85,7 @@ func runAnnotate(ctx context.Context, cmd string, args []string, stdout, stderr 
 	}
 	// The fresh context replaces whatever the object carried: a trace state of another context
 	// and the older key (null deletes them in a merge patch).
-	patched := map[string]any{objecttrace.AnnotationTracestate: nil, objecttrace.AnnotationTraceContext: nil}
+	patched := map[string]any{objecttrace.AnnotationTracestate: nil, model.AnnotationLegacyTraceContext: nil}
 	for k, v := range annotations {
 		patched[k] = v
 	}

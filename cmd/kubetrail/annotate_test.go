@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
@@ -15,7 +16,7 @@ var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-[0-9a-f]{16}-01$`)
 func TestAnnotateWritesAFreshTraceparentAndPrintsItsTraceID(t *testing.T) {
 	web := object("apps/v1", "Deployment", "shop", "web", "6f1c2f9e-0000-4000-8000-000000000001")
 	// A context of the older key and a stale trace state: the fresh context replaces both.
-	web.SetAnnotations(map[string]string{"keep": "me", objecttrace.AnnotationTraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", objecttrace.AnnotationTracestate: "old=1"})
+	web.SetAnnotations(map[string]string{"keep": "me", model.AnnotationLegacyTraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", objecttrace.AnnotationTracestate: "old=1"})
 	fc := withFakeCluster(t, "shop", web)
 
 	var ids []string

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/pkg/objecttrace"
 )
 
@@ -195,7 +196,7 @@ func (c *controller) markReady(ctx context.Context, parent *corev1.ConfigMap, n 
 		annotations[annReady] = strconv.Itoa(n)
 	}
 	if c.endTrace && objecttrace.RemoveSpanContextFromObject(parent.DeepCopy()) {
-		for _, k := range []string{objecttrace.AnnotationTraceparent, objecttrace.AnnotationTracestate, objecttrace.AnnotationTraceContext} {
+		for _, k := range []string{objecttrace.AnnotationTraceparent, objecttrace.AnnotationTracestate, model.AnnotationLegacyTraceContext} {
 			if _, ok := parent.Annotations[k]; ok {
 				annotations[k] = nil // null deletes it
 			}
