@@ -176,9 +176,10 @@ func TestImageConfig(t *testing.T) {
 	}
 }
 
-// TestImageFilesystem: the files, their owners and modes, and the binary inside runs: it prints
-// its version and validates the image's default config with the image's environment.
-func TestImageFilesystem(t *testing.T) {
+// extracted is the image's config and its filesystem, extracted into a temporary directory as a
+// runtime would, with the tar headers of its entries.
+func extracted(t *testing.T) (*v1.ConfigFile, string, map[string]*tar.Header) {
+	t.Helper()
 	img, _, _ := openImage(t)
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -187,7 +188,13 @@ func TestImageFilesystem(t *testing.T) {
 	rootfs := t.TempDir()
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	files := untar(t, rc, rootfs)
+	return cf, rootfs, untar(t, rc, rootfs)
+}
+
+// TestImageFilesystem: the files, their owners and modes, and the binary inside runs: it prints
+// its version and validates the image's default config with the image's environment.
+func TestImageFilesystem(t *testing.T) {
+	cf, rootfs, files := extracted(t)
 
 	for _, want := range []struct {
 		name string
@@ -256,15 +263,7 @@ func TestImageFilesystem(t *testing.T) {
 // as the chart's viewer runs it (loopback here; no kubeconfig, no config file, the image's
 // environment) answers its probe and serves a page, an error panel for a Jaeger that is not there.
 func TestImageRunsTheViewer(t *testing.T) {
-	img, _, _ := openImage(t)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootfs := t.TempDir()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	untar(t, rc, rootfs)
+	cf, rootfs, _ := extracted(t)
 	cli := filepath.Join(rootfs, "kubetrail")
 	env := append([]string{"HOME=" + t.TempDir()}, cf.Config.Env...)
 	version := exec.Command(cli, "version")
@@ -338,14 +337,7 @@ func dynamicELF(path string) (string, error) {
 // revision and time, gives the same image digest.
 func TestImageReproducible(t *testing.T) {
 	img, _, _ := openImage(t)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootfs := t.TempDir()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	untar(t, rc, rootfs)
+	cf, rootfs, _ := extracted(t)
 	l := cf.Config.Labels
 	created, err := time.Parse(time.RFC3339, l["org.opencontainers.image.created"])
 	if err != nil {

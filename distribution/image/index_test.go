@@ -20,7 +20,7 @@ import (
 
 // TestIndexArchive: several -binary/-arch pairs give an OCI layout whose one entry (the tag) is an
 // image index listing one image per architecture, each image's config of that architecture and
-// its binary the one given for it; the same inputs give the same digest.
+// its binary and CLI the ones given for it; the same inputs give the same digest.
 func TestIndexArchive(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -36,8 +36,8 @@ func TestIndexArchive(t *testing.T) {
 		created: time.Unix(1764000000, 0).UTC(),
 	}
 	amd, arm := base, base
-	amd.binary, amd.arch = write("amd64", "amd64 binary"), "amd64"
-	arm.binary, arm.arch = write("arm64", "arm64 binary"), "arm64"
+	amd.binary, amd.cli, amd.arch = write("amd64", "amd64 binary"), write("amd64-cli", "amd64 binary CLI"), "amd64"
+	arm.binary, arm.cli, arm.arch = write("arm64", "arm64 binary"), write("arm64-cli", "arm64 binary CLI"), "arm64"
 	out := filepath.Join(dir, "image.tar")
 	digest, err := writeIndexArchive([]options{amd, arm}, out)
 	if err != nil {
@@ -109,6 +109,9 @@ func TestIndexArchive(t *testing.T) {
 		_ = rc.Close()
 		if got, _ := os.ReadFile(filepath.Join(rootfs, "otelcol-kubetrail")); string(got) != want[m.Platform.Architecture] {
 			t.Errorf("the %s image holds the binary %q", m.Platform.Architecture, got)
+		}
+		if got, _ := os.ReadFile(filepath.Join(rootfs, "kubetrail")); string(got) != want[m.Platform.Architecture]+" CLI" {
+			t.Errorf("the %s image holds the CLI %q", m.Platform.Architecture, got)
 		}
 	}
 
