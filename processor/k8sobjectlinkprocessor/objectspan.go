@@ -110,9 +110,15 @@ func (p *objectLinkProcessor) appendObjectSpan(b *model.TracesBuilder, n *node, 
 	return s
 }
 
+// maxObjectContexts bounds the trace_context links of one object span: the first distinct
+// contexts of the batch's writes. Each write's audit span keeps its own (at most 8, KEP-5915's
+// first), so a context past the bound is still linked from the write that carried it.
+const maxObjectContexts = 8
+
 // observe takes from an activity span of n what n's object span repeats: the trace contexts
 // its trace_context links point at (each distinct one once: every write to an annotated object
-// carries the same context until it changes) and the node a Pod span names.
+// carries the same context until it changes; at most maxObjectContexts) and the node a Pod span
+// names.
 func (n *node) observe(s ptrace.Span) {
 	if v, ok := s.Attributes().Get(model.AttrNodeName); ok && v.Str() != "" {
 		n.nodeName = v.Str()
@@ -122,7 +128,7 @@ func (n *node) observe(s ptrace.Span) {
 		if !ok {
 			continue
 		}
-		if !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
+		if len(n.contexts) < maxObjectContexts && !slices.ContainsFunc(n.contexts, func(c model.TraceContext) bool { return c.TraceID == tc.TraceID && c.SpanID == tc.SpanID }) {
 			n.contexts = append(n.contexts, tc)
 		}
 	}

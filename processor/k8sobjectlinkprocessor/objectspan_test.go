@@ -1,6 +1,7 @@
 package k8sobjectlinkprocessor
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,6 +64,20 @@ func TestObjectSpansRepeatTheTraceContextsOfTheirWrites(t *testing.T) {
 			withContext(audit(deploy, "status", t0.Add(3*time.Second)), second))
 		if got := traceContextLinks(h.one("Deployment default/demo")); len(got) != 2 || got[0] == got[1] {
 			t.Fatalf("links = %v", got)
+		}
+	})
+	t.Run("the object span links to at most 8 contexts; each write keeps its own", func(t *testing.T) {
+		h := newHarness(t, linkOnlyConfig(), newFakeClock(t0))
+		var acts []activity
+		for i := range 10 {
+			acts = append(acts, withContext(audit(deploy, fmt.Sprintf("update-%d", i), t0.Add(time.Duration(i+1)*time.Second)), fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)))
+		}
+		h.consume(acts...)
+		if got := traceContextLinks(h.one("Deployment default/demo")); len(got) != 8 || got[0] != fmt.Sprintf("%032x-%016x", 1, 1) {
+			t.Fatalf("%d links %v, want the first 8", len(got), got)
+		}
+		if got := traceContextLinks(h.activitySpan("audit update-9")); len(got) != 1 {
+			t.Fatalf("the tenth write's own links = %v", got)
 		}
 	})
 	t.Run("children get no link: they nest under the linked root", func(t *testing.T) {
