@@ -682,6 +682,9 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 
 	if s.failed {
 		c.linkConflict(s, key)
+		if attemptable(s) {
+			c.attempt(s, key)
+		}
 		return ""
 	}
 	resp, scale, newRV := s.resp(), s.scale(), s.newRV()
@@ -712,7 +715,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	}
 	e := c.cache.entry(key, obj.UID)
 	if s.shared != nil && (ev.Verb == "update" || ev.Verb == "patch") {
-		c.shared.adopt(c.cache, s.shared, e, key, obj.UID, newRV)
+		c.shared.adopt(c.cache, s.shared, e, key, obj.UID, newRV, false)
 	}
 	if newRV != "" && newRV == e.rv && e.hasBody() && (resp != nil || scale != nil) && !e.wrote(ev.AuditID) {
 		// The apiserver answers a write that changes nothing with the object as it was, same

@@ -210,8 +210,9 @@ func (b *sharedBatch) touch(key string) {
 	}
 }
 
-// read fetches, in one round trip, the shared bodies of the objects the batch updates or patches
-// successfully: the only writes diffed against a previous body.
+// read fetches, in one round trip, the shared bodies of the objects the batch updates or patches:
+// the writes diffed against a previous body, a refused one's against the body it would have
+// changed (attempt).
 func (s *sharedBases) read(c *Converter, cluster string, events []Event) *sharedBatch {
 	b := &sharedBatch{}
 	if s.client == nil {
@@ -224,7 +225,7 @@ func (s *sharedBases) read(c *Converter, cluster string, events []Event) *shared
 		ev := &events[i]
 		ref := ev.ObjectRef
 		if ev.Invalid != "" || ref == nil || ref.Name == "" || (ev.Verb != "update" && ev.Verb != "patch") ||
-			(ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 400) || c.filterReason(ev) != "" {
+			(ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 400 && !hasBody(ev.RequestObject)) || c.filterReason(ev) != "" {
 			continue
 		}
 		obj := c.objectOf(cluster, ref)
@@ -263,20 +264,21 @@ func (s *sharedBases) read(c *Converter, cluster string, events []Event) *shared
 // adopt makes the shared body of the object the entry's, when it is newer than the entry's and
 // belongs to the same object, before the object's first write of the batch is diffed. newRV is
 // the version that write left: a record of that version is this very write, received by
-// another replica too, and is not a base. Callers hold the cache's lock.
-func (s *sharedBases) adopt(c *objectCache, b *sharedBatch, e *cacheEntry, key, uid, newRV string) {
+// another replica too, and is not a base. A refused write (attempt) left no version and takes
+// the record when it is newer than the entry's. Callers hold the cache's lock.
+func (s *sharedBases) adopt(c *objectCache, b *sharedBatch, e *cacheEntry, key, uid, newRV string, refused bool) {
 	rec, ok := b.records[key]
 	if !ok {
 		return
 	}
 	delete(b.records, key)
-	if newRV == "" {
+	if newRV == "" && !refused {
 		// A write whose response tells no version has nothing to judge the record by, and
 		// is diffed against nothing (remember stops before the diff).
 		return
 	}
 	rv, recUID, z, ok := parseSharedRecord(rec)
-	if !ok || farAhead(rv, newRV) {
+	if !ok || (newRV != "" && farAhead(rv, newRV)) {
 		s.count(ReasonSharedUnreadable, 1)
 		return
 	}

@@ -73,6 +73,9 @@ const (
 	EventObjectDiff     = "k8s.object.diff"
 	EventObjectSnapshot = "k8s.object.snapshot"
 	EventAuditError     = "k8s.audit.error"
+	// AttrDiffAttempted marks a diff event of a refused write: the change it tried, which the
+	// object never took (span model 1.3). Readers that rebuild an object from its diffs skip it.
+	AttrDiffAttempted = "k8s.object.diff.attempted"
 )
 
 // Event spans (docs/design.md, Spans).
