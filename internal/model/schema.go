@@ -12,7 +12,7 @@ import (
 // meaning or place (span or Resource), an ID derivation or a link type changes in a way a
 // reader of the previous version would misread; the minor version when something is added.
 const (
-	SpanModelVersion = "1.2.0"
+	SpanModelVersion = "1.3.0"
 	SpanModelMajor   = 1
 	schemaURLPrefix  = "https://kubetrail.dev/schemas/"
 	SchemaURL        = schemaURLPrefix + SpanModelVersion
