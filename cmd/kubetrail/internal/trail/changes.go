@@ -38,9 +38,12 @@ type Write struct {
 	Changes      []Change `json:"changes,omitempty"`
 	ChangedPaths int      `json:"changed_paths"`
 	NoDiff       string   `json:"no_diff,omitempty"`
-	NoOp         bool     `json:"noop,omitempty"`
-	TraceID      string   `json:"trace_id"`
-	SpanID       string   `json:"span_id"`
+	// Tried is what a refused write tried (span model 1.3), TriedPaths how many paths.
+	Tried      []Change `json:"tried,omitempty"`
+	TriedPaths int      `json:"tried_paths,omitempty"`
+	NoOp       bool     `json:"noop,omitempty"`
+	TraceID    string   `json:"trace_id"`
+	SpanID     string   `json:"span_id"`
 
 	span *Span
 }
@@ -62,6 +65,7 @@ func WriteOf(s *Span) Write {
 		w.Message = s.ErrorMessage()
 	}
 	w.Changes, w.ChangedPaths = s.Diff()
+	w.Tried, w.TriedPaths = s.Attempted()
 	if len(w.Changes) == 0 && !w.NoOp && !s.Failed() && (w.Verb == "update" || w.Verb == "patch") {
 		// Why a change has no diff: the receiver's reason, else no body was audited.
 		if w.NoDiff = s.Str(attrDiffSkipped); w.NoDiff == "" {
@@ -277,7 +281,10 @@ func (q ChangeQuery) matches(s *Span) bool {
 		return false
 	}
 	if len(q.Field) > 0 {
+		// A refused write matches by what it tried: "which writes were refused for spec.replicas?"
 		changes, _ := s.Diff()
+		tried, _ := s.Attempted()
+		changes = append(changes, tried...)
 		hit := false
 		for _, c := range changes {
 			if p, err := ParseFieldPath(c.Path); err == nil && p.Overlaps(q.Field) {

@@ -21,6 +21,8 @@ func ChangeLine(w Write, days bool, width int) string {
 	}
 	parts := []string{t, w.Cluster, w.Object(), shortUser(w.User), w.VerbText(), w.Answer()}
 	switch {
+	case w.Message != "" && len(w.Tried) > 0:
+		parts = append(parts, "✗ tried "+inlineChanges(w.Tried, w.TriedPaths)+": "+shorten(w.Message, 100))
 	case w.Message != "":
 		parts = append(parts, "✗ "+shorten(w.Message, 100))
 	case len(w.Changes) > 0:
@@ -120,6 +122,9 @@ func WriteDiff(out io.Writer, object string, ws []Write, from, to time.Time) {
 		}
 		for _, c := range w.Changes {
 			l.printf("    %s: %s → %s", c.Path, orAbsent(c.Old), orAbsent(c.New))
+		}
+		for _, c := range w.Tried {
+			l.printf("    tried %s: %s → %s", c.Path, orAbsent(c.Old), orAbsent(c.New))
 		}
 		if more := w.ChangedPaths - len(w.Changes); more > 0 {
 			l.printf("    +%d more paths the receiver did not list (its bound is 128)", more)

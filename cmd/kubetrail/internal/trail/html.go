@@ -24,7 +24,7 @@ details>summary .life{font-weight:400;color:#5a6372}
 ul.act{list-style:none;margin:0 0 2px 14px;padding:0}
 ul.act li{padding:1px 0;border-bottom:1px dotted #eceff4;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .t{color:#5a6372} .actor{color:#1f5fbf} .verb{font-weight:600} .dur{color:#5a6372}
-.diff{color:#236b2a} .diff b{font-weight:400;color:#5a6372}
+.diff{color:#236b2a} .diff b{font-weight:400;color:#5a6372} .tried,.tried .diff{color:#8a1c1c;font-style:italic}
 li.err{background:#fdecec} li.err .mark{color:#b3261e;font-weight:700}
 li.ev .verb{color:#7a4cb3}
 .controls button{font:inherit;margin-right:6px}
@@ -62,7 +62,7 @@ li.ev .verb{color:#7a4cb3}
 </script>
 </body></html>
 {{define "node"}}<details open class="obj" data-object="{{.Name}}"><summary>{{.Name}} <span class="life">{{.Life}}</span></summary>
-{{if .Spans}}<ul class="act">{{range .Spans}}<li class="{{.Class}}" title="{{.Title}}"><span class="t">{{.Time}}</span> <span class="actor">{{.Actor}}</span> <span class="verb">{{.Verb}}</span> {{.Result}} <span class="dur">{{.Dur}}</span>{{range .Diff}} <span class="diff">{{.Path}}{{if or .Old .New}} <b>{{.Old}}</b>→{{.New}}{{end}}</span>{{end}}{{if .Mark}} <span class="mark">✗ {{.Mark}}</span> {{.Msg}}{{end}}</li>
+{{if .Spans}}<ul class="act">{{range .Spans}}<li class="{{.Class}}" title="{{.Title}}"><span class="t">{{.Time}}</span> <span class="actor">{{.Actor}}</span> <span class="verb">{{.Verb}}</span> {{.Result}} <span class="dur">{{.Dur}}</span>{{range .Diff}} <span class="diff">{{.Path}}{{if or .Old .New}} <b>{{.Old}}</b>→{{.New}}{{end}}</span>{{end}}{{if .Tried}} <span class="tried">tried{{range .Tried}} <span class="diff">{{.Path}}{{if or .Old .New}} <b>{{.Old}}</b>→{{.New}}{{end}}</span>{{end}}</span>{{end}}{{if .Mark}} <span class="mark">✗ {{.Mark}}</span> {{.Msg}}{{end}}</li>
 {{end}}</ul>{{end}}{{range .Children}}{{template "node" .}}{{end}}</details>{{end}}
 `))
 
@@ -96,6 +96,8 @@ type PageSpan struct {
 	// Diff holds the changes, values cut at maxHTMLValue, and a last "+N more paths" entry (no
 	// values) when the receiver listed fewer than changed.
 	Diff []Change
+	// Tried is what a refused write tried, cut like Diff.
+	Tried []Change
 	// Link is where the line leads (the viewer's page at a write); "" for none.
 	Link string
 }
@@ -142,6 +144,19 @@ func WriteHTML(w io.Writer, n *Node, h Header) error {
 	return page.Execute(w, p)
 }
 
+// pageChanges are changes as a page shows them: values cut at maxHTMLValue, and a last
+// "+N more paths" entry (no values) when the receiver listed fewer than changed.
+func pageChanges(changes []Change, total int) []Change {
+	var out []Change
+	for _, c := range changes {
+		out = append(out, Change{Path: c.Path, Old: shorten(c.Old, maxHTMLValue), New: shorten(c.New, maxHTMLValue)})
+	}
+	if total > len(changes) {
+		out = append(out, Change{Path: fmt.Sprintf("+%d more paths", total-len(changes))})
+	}
+	return out
+}
+
 // PageTree is n's tree for a page; link, when not nil, gives each activity line its link.
 func PageTree(n *Node, link func(*Node, *Span) string) *PageNode {
 	line := objectLine(n)
@@ -158,12 +173,13 @@ func PageTree(n *Node, link func(*Node, *Span) string) *PageNode {
 			hs.Mark = m
 			hs.Msg = s.ErrorMessage()
 		}
-		changes, total := s.Diff()
-		for _, c := range changes {
-			hs.Diff = append(hs.Diff, Change{Path: c.Path, Old: shorten(c.Old, maxHTMLValue), New: shorten(c.New, maxHTMLValue)})
-		}
-		if total > len(changes) {
-			hs.Diff = append(hs.Diff, Change{Path: fmt.Sprintf("+%d more paths", total-len(changes))})
+		hs.Diff = pageChanges(s.Diff())
+		hs.Tried = pageChanges(s.Attempted())
+		if by, why := RefusedBy(s); by != "" {
+			hs.Msg = by
+			if why != "" {
+				hs.Msg += ": " + why
+			}
 		}
 		if link != nil {
 			hs.Link = link(n, s)

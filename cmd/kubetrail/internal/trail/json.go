@@ -40,24 +40,28 @@ type JSONWindow struct {
 
 // JSONSpan is one activity span.
 type JSONSpan struct {
-	TraceID      string         `json:"trace_id"`
-	SpanID       string         `json:"span_id"`
-	ParentSpanID string         `json:"parent_span_id,omitempty"`
-	Name         string         `json:"name"`
-	Type         string         `json:"type"`
-	Start        time.Time      `json:"start"`
-	End          time.Time      `json:"end"`
-	DurationMS   float64        `json:"duration_ms"`
-	Actor        string         `json:"actor"`
-	Verb         string         `json:"verb"`
-	Result       string         `json:"result,omitempty"`
-	Error        bool           `json:"error"`
-	Conflict     bool           `json:"conflict,omitempty"`
-	ErrorMessage string         `json:"error_message,omitempty"`
-	Diff         []Change       `json:"diff,omitempty"`
-	Attributes   map[string]any `json:"attributes"`
-	Events       []JSONEvent    `json:"events,omitempty"`
-	Links        []JSONLink     `json:"links,omitempty"`
+	TraceID      string    `json:"trace_id"`
+	SpanID       string    `json:"span_id"`
+	ParentSpanID string    `json:"parent_span_id,omitempty"`
+	Name         string    `json:"name"`
+	Type         string    `json:"type"`
+	Start        time.Time `json:"start"`
+	End          time.Time `json:"end"`
+	DurationMS   float64   `json:"duration_ms"`
+	Actor        string    `json:"actor"`
+	Verb         string    `json:"verb"`
+	Result       string    `json:"result,omitempty"`
+	Error        bool      `json:"error"`
+	Conflict     bool      `json:"conflict,omitempty"`
+	ErrorMessage string    `json:"error_message,omitempty"`
+	Diff         []Change  `json:"diff,omitempty"`
+	// Attempted is what a refused write tried (span model 1.3); RefusedBy names what refused
+	// it, when its message says ("denied by ValidatingAdmissionPolicy max-replicas").
+	Attempted  []Change       `json:"attempted,omitempty"`
+	RefusedBy  string         `json:"refused_by,omitempty"`
+	Attributes map[string]any `json:"attributes"`
+	Events     []JSONEvent    `json:"events,omitempty"`
+	Links      []JSONLink     `json:"links,omitempty"`
 }
 
 // JSONEvent is one span event.
@@ -96,8 +100,10 @@ func ToJSON(n *Node) *JSONNode {
 		}
 		if js.Error {
 			js.ErrorMessage = s.ErrorMessage()
+			js.RefusedBy, _ = RefusedBy(s)
 		}
 		js.Diff, _ = s.Diff()
+		js.Attempted, _ = s.Attempted()
 		for _, e := range s.Events {
 			js.Events = append(js.Events, JSONEvent{Name: e.Name, Time: e.Time, Attributes: e.Attrs})
 		}

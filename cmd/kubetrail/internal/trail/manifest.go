@@ -265,7 +265,7 @@ func snapshotOf(s *Span) (body map[string]any, ok bool, reason string) {
 
 func diffEvent(s *Span) (Event, bool) {
 	for _, e := range s.Events {
-		if e.Name == model.EventObjectDiff {
+		if e.Name == model.EventObjectDiff && !IsAttempted(e) {
 			return e, true
 		}
 	}

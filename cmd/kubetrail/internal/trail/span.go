@@ -330,10 +330,23 @@ func (s *Span) ErrorMessage() string {
 }
 
 // Diff returns the field changes of the span's diff events and the total count of changed
-// paths (more than len(changes) when the receiver cut the list).
-func (s *Span) Diff() (changes []Change, total int) {
+// paths (more than len(changes) when the receiver cut the list). A refused write's diff is
+// what it tried, not a change: Attempted returns it.
+func (s *Span) Diff() (changes []Change, total int) { return s.diff(false) }
+
+// Attempted returns what a refused write tried (span model 1.3): the diff event marked
+// k8s.object.diff.attempted, as Diff returns a change.
+func (s *Span) Attempted() (changes []Change, total int) { return s.diff(true) }
+
+// IsAttempted reports whether a diff event is a refused write's.
+func IsAttempted(e Event) bool {
+	v, _ := e.Attrs[model.AttrDiffAttempted].(bool)
+	return v
+}
+
+func (s *Span) diff(attempted bool) (changes []Change, total int) {
 	for _, e := range s.Events {
-		if e.Name != model.EventObjectDiff {
+		if e.Name != model.EventObjectDiff || IsAttempted(e) != attempted {
 			continue
 		}
 		paths, _ := e.Attrs[attrDiffPaths].([]any)

@@ -3,6 +3,7 @@ package trail
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -130,11 +131,52 @@ func activityLine(s *Span) string {
 	}
 	if m := Marks(s); m != "" {
 		parts = append(parts, "✗ "+m)
-		if msg := s.ErrorMessage(); msg != "" && !s.IsConflict() {
+		by, why := RefusedBy(s)
+		if why != "" {
+			by += ": " + shorten(why, 80)
+		}
+		if t := Tried(s); t != "" {
+			if by != "" {
+				t += ", " + by
+			}
+			parts = append(parts, t)
+		} else if by != "" {
+			parts = append(parts, by)
+		}
+		if msg := s.ErrorMessage(); msg != "" && !s.IsConflict() && by == "" {
 			parts = append(parts, shorten(msg, 80))
 		}
 	}
 	return strings.Join(nonEmpty(parts), "  ")
+}
+
+// Tried is what a refused write tried, as one line: "tried spec.replicas 2→40".
+func Tried(s *Span) string {
+	changes, total := s.Attempted()
+	if len(changes) == 0 {
+		return ""
+	}
+	return "tried " + inlineChanges(changes, total)
+}
+
+var (
+	refusedByPolicy  = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']+)' with binding '[^']*' denied request(?::\s*(.*))?`)
+	refusedByWebhook = regexp.MustCompile(`admission webhook "([^"]+)" denied the request(?::\s*(.*))?`)
+)
+
+// RefusedBy names what refused a write, read from its error message: "denied by
+// ValidatingAdmissionPolicy max-replicas", "denied by admission webhook images.example.com",
+// and why, as the message goes on ("failed expression: object.spec.replicas <= 10"); "" when
+// the message names neither.
+func RefusedBy(s *Span) (by, why string) {
+	msg := s.ErrorMessage()
+	if m := refusedByPolicy.FindStringSubmatch(msg); m != nil {
+		return "denied by ValidatingAdmissionPolicy " + m[1], m[2]
+	}
+	if m := refusedByWebhook.FindStringSubmatch(msg); m != nil {
+		return "denied by admission webhook " + m[1], m[2]
+	}
+	return "", ""
 }
 
 func nonEmpty(s []string) []string {

@@ -214,3 +214,61 @@ func TestPickUIDTakesTheObjectWithTheLatestActivity(t *testing.T) {
 		})
 	}
 }
+
+// A refused write's diff event marked attempted is what it tried: shown as "tried", with what
+// refused it, and never read as a change (the tree's diff, the manifest, readiness, the feed).
+func TestRefusedWriteShowsWhatItTried(t *testing.T) {
+	msg := `deployments.apps "demo" is forbidden: ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas' denied request: failed expression: object.spec.replicas <= 10`
+	s := &Span{Type: model.SpanTypeAudit, Name: "patch deployments/scale", Error: true, StatusMessage: "Invalid: " + msg,
+		Attrs: map[string]any{model.AttrAuditVerb: "patch", model.AttrAuditSubresource: "scale", model.AttrHTTPStatusCode: "422", model.AttrUserName: "alice"},
+		Events: []Event{
+			{Name: model.EventAuditError, Attrs: map[string]any{attrErrReason: "Invalid", attrErrMsg: msg}},
+			{Name: model.EventObjectDiff, Attrs: map[string]any{attrDiffPaths: []any{"spec.replicas"}, attrDiffOld: []any{"2"}, attrDiffNew: []any{"40"},
+				attrDiffCount: int64(1), model.AttrDiffAttempted: true}},
+		}}
+	if c, _ := s.Diff(); len(c) != 0 {
+		t.Fatalf("a refused write changed nothing: %v", c)
+	}
+	if c, n := s.Attempted(); len(c) != 1 || n != 1 || c[0] != (Change{Path: "spec.replicas", Old: "2", New: "40"}) {
+		t.Fatalf("attempted = %v %d", c, n)
+	}
+	line := activityLine(s)
+	if want := "tried spec.replicas 2→40, denied by ValidatingAdmissionPolicy max-replicas: failed expression: object.spec.replicas <= 10"; !strings.Contains(line, want) {
+		t.Fatalf("line %q lacks %q", line, want)
+	}
+	if _, ok := diffEvent(s); ok {
+		t.Fatal("the manifest must not apply an attempted diff")
+	}
+	w := WriteOf(s)
+	if len(w.Changes) != 0 || len(w.Tried) != 1 || !strings.Contains(ChangeLine(w, false, 0), "✗ tried spec.replicas 2→40: ") {
+		t.Fatalf("write %+v, line %q", w, ChangeLine(w, false, 0))
+	}
+	page := PageTree(&Node{Object: model.Object{Kind: "Deployment", Namespace: "default", Name: "demo"}, Spans: []*Span{s}}, nil)
+	if ps := page.Spans[0]; len(ps.Diff) != 0 || len(ps.Tried) != 1 || ps.Tried[0].New != "40" || !strings.HasPrefix(ps.Msg, "denied by ValidatingAdmissionPolicy max-replicas: failed expression") {
+		t.Fatalf("page span %+v", ps)
+	}
+	var html strings.Builder
+	if err := WriteHTML(&html, &Node{Object: model.Object{Kind: "Deployment", Namespace: "default", Name: "demo"}, Spans: []*Span{s}}, Header{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(html.String(), `<span class="tried">tried <span class="diff">spec.replicas <b>2</b>→40</span></span>`) {
+		t.Fatalf("the page lacks the tried change:\n%s", html.String())
+	}
+	field, err := ParseFieldPath("spec.replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(ChangeQuery{Field: field, Errors: true}).matches(s) {
+		t.Fatal("--errors --field spec.replicas finds the refused scale by what it tried")
+	}
+	if other, _ := ParseFieldPath("spec.paused"); (ChangeQuery{Field: other}).matches(s) {
+		t.Fatal("a refused write matches only the paths it tried")
+	}
+	by, why := RefusedBy(&Span{Error: true, Events: []Event{{Name: model.EventAuditError, Attrs: map[string]any{attrErrMsg: `admission webhook "images.example.com" denied the request: image b is not signed`}}}})
+	if by != "denied by admission webhook images.example.com" || why != "image b is not signed" {
+		t.Fatalf("by %q why %q", by, why)
+	}
+	if by, _ := RefusedBy(&Span{Error: true, StatusMessage: "Conflict: the object has been modified"}); by != "" {
+		t.Fatalf("a conflict names no refuser: %q", by)
+	}
+}
