@@ -218,6 +218,7 @@ func TestKubectlTrailReadsTheUIDFromTheCluster(t *testing.T) {
 		"stderr:\n%s", errOut)
 
 	checkChangesAndShow(t, env, bin, since)
+	checkRefusedScale(t, env, trail)
 
 	if out, err := env.RunKubectl("delete", "deployment", "demo", "--wait=true", "--timeout=60s"); err != nil {
 		t.Fatalf("kubectl delete deployment demo: %v: %s", err, out)
@@ -378,4 +379,87 @@ func kubetrailBinary(t *testing.T, env *Env) string {
 		return ""
 	}
 	return bin
+}
+
+// refusedScalePolicy is a ValidatingAdmissionPolicy that refuses more than 10 replicas of the
+// Deployment demo through its scale subresource, as a platform team would cap a namespace.
+const refusedScalePolicy = `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: max-replicas
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [apps]
+        apiVersions: [v1]
+        operations: [UPDATE]
+        resources: [deployments, deployments/scale]
+  matchConditions:
+    - name: demo-only
+      expression: object.metadata.name == 'demo'
+  validations:
+    - expression: object.spec.replicas <= 10
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: max-replicas
+spec:
+  policyName: max-replicas
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: default
+`
+
+// checkRefusedScale scales the kept Deployment demo (2 replicas) to 40 with plain kubectl under
+// a ValidatingAdmissionPolicy that refuses it, and reads the refused write back with kubectl
+// trail: the line says what it tried and what refused it (span model 1.3).
+func checkRefusedScale(t *testing.T, env *Env, trail func() (string, string, error)) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "max-replicas.yaml")
+	if err := os.WriteFile(file, []byte(refusedScalePolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.RunKubectl("apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply the policy: %v: %s", err, out)
+	}
+	defer func() { _, _ = env.RunKubectl("delete", "-f", file, "--ignore-not-found") }()
+	// The apiserver enforces a new policy once its informer has it: a server-side dry run (which
+	// kubetrail filters) tells when, without scaling anything.
+	denied := func(out string) bool { return strings.Contains(out, "ValidatingAdmissionPolicy 'max-replicas'") }
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := env.RunKubectl("scale", "deployment", "demo", "-n", "default", "--replicas=40", "--dry-run=server")
+		if err != nil && denied(out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy is not enforced after 30s: %v: %s", err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	out, err := env.RunKubectl("scale", "deployment", "demo", "-n", "default", "--replicas=40")
+	if !Check(t, "kubectl scale to 40 is refused by the ValidatingAdmissionPolicy", err != nil && denied(out), "%v: %s", err, out) {
+		return
+	}
+	want := "tried spec.replicas 2→40, denied by ValidatingAdmissionPolicy max-replicas: failed expression: object.spec.replicas <= 10"
+	var tree, errOut string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		tree, errOut, err = trail()
+		if (err == nil && strings.Contains(tree, want)) || time.Now().After(deadline) {
+			break
+		}
+	}
+	_ = os.WriteFile(filepath.Join(env.OutDir, "kubectl-trail-demo-refused.txt"), []byte(tree+"\n--- stderr\n"+errOut), 0o644)
+	line := ""
+	for _, l := range strings.Split(tree, "\n") {
+		if strings.Contains(l, "tried ") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	Check(t, "kubectl trail shows what the refused scale tried and what refused it",
+		strings.Contains(line, want) && strings.Contains(line, "patch scale") && strings.Contains(line, "422"), "%v: line %q\n%s", err, line, cliHead(tree))
 }
