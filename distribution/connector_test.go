@@ -141,7 +141,10 @@ func TestAuditFromFileExample(t *testing.T) {
 // audit-from-logs.yaml's OTLP receiver cost +2.97 GB before the connector had a bound. Now each
 // request is refused (400: the records past max_in_flight_bytes refused for good, or 503 when
 // the others hold the budget) and the collector's peak RSS over its warmed baseline stays under
-// 256 MiB, twice the connector's 128 MiB max_in_flight_bytes.
+// 320 MiB, 2.5 times the connector's 128 MiB max_in_flight_bytes (as the receiver's door test
+// bounds its own): the decoded budget, the three requests' inflated bodies and the garbage the
+// GC has not collected yet. Twice was too tight on a loaded 2-core machine, where the GC runs
+// late: +259 MiB was seen in a CI run beside a build. Without the bound it was +2.97 GB.
 func TestConnectorDoorStaysWithinItsBoundOnTheBinary(t *testing.T) {
 	requireBinary(t)
 	otlpPort, healthPort := freePort(t), freePort(t)
@@ -201,8 +204,8 @@ func TestConnectorDoorStaysWithinItsBoundOnTheBinary(t *testing.T) {
 	postConcurrently(t, 3, func() (int, error) { return post(attack) }, http.StatusBadRequest, http.StatusServiceUnavailable)
 	peak := procKiB(t, c.cmd.Process.Pid, "VmHWM") - base
 	t.Logf("three at once: peak RSS +%d MiB over %d MiB", peak>>20, base>>20)
-	if peak > 256<<20 {
-		t.Errorf("peak RSS %d MiB over the baseline, past 256 MiB", peak>>20)
+	if peak > 320<<20 {
+		t.Errorf("peak RSS %d MiB over the baseline, past 320 MiB", peak>>20)
 	}
 }
 
