@@ -128,7 +128,7 @@ func (c *Converter) triedBody(s *eventSpan, e *cacheEntry) (tried jsonscan.Tree,
 		return cur, base, true
 	}
 
-	var result any = req
+	result := req
 	if ev.Verb == "patch" {
 		doc, _ := e.bodyTree() // cur stays as it was, for what the apiserver keeps
 		if result, ok = applyPatch(doc, req); !ok {
