@@ -271,6 +271,29 @@ var semconvKinds = map[[2]string]semconvName{
 	{"batch", "CronJob"}:    {string(semconv.K8SCronJobNameKey), string(semconv.K8SCronJobUIDKey)},
 }
 
+// semconvUIDKeys are the semantic conventions' k8s.<kind>.uid keys, the most specific kind
+// first: a Pod's spans may carry its ReplicaSet's and Deployment's UIDs too (the k8sattributes
+// processor adds them), and the Pod is the object they are about.
+var semconvUIDKeys = []string{
+	string(semconv.K8SPodUIDKey), string(semconv.K8SJobUIDKey), string(semconv.K8SReplicaSetUIDKey),
+	string(semconv.K8SStatefulSetUIDKey), string(semconv.K8SDaemonSetUIDKey), string(semconv.K8SDeploymentUIDKey),
+	string(semconv.K8SCronJobUIDKey), string(semconv.K8SNodeUIDKey),
+}
+
+// SemconvUID returns the UID of the object a span names by the semantic conventions
+// (k8s.pod.uid, k8s.deployment.uid, …): the most specific key the span carries, else the most
+// specific its Resource carries. The UID is as sent; the caller bounds it.
+func SemconvUID(resource, attrs pcommon.Map) (uid, key string, ok bool) {
+	for _, m := range [2]pcommon.Map{attrs, resource} {
+		for _, k := range semconvUIDKeys {
+			if v, found := m.Get(k); found && v.Type() == pcommon.ValueTypeStr && v.Str() != "" {
+				return v.Str(), k, true
+			}
+		}
+	}
+	return "", "", false
+}
+
 // putSemconv writes the semantic-convention names of the object next to the generic
 // k8s.object.* ones: k8s.pod.name and k8s.pod.uid for a Pod, k8s.deployment.* for a
 // Deployment, …; a Namespace gets k8s.namespace.name (its own name). Other kinds get nothing.

@@ -149,6 +149,12 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 						} else {
 							p.countGuests(ctx, resultPassed, 1)
 						}
+					} else if p.identityServices != nil {
+						if g, ok, counted := p.identityGuestOf(s, pos-1, resAttrs, attrs, hold, now); ok {
+							gb.guests = append(gb.guests, g)
+						} else if counted {
+							p.countGuests(ctx, resultPassed, 1)
+						}
 					}
 					continue
 				}

@@ -97,6 +97,26 @@ type DoorsConfig struct {
 	// object's assignment, apart from the owner hold (max_held_spans); past it they pass as
 	// they came.
 	MaxWaitingSpans int `mapstructure:"max_waiting_spans"`
+	// Identity places the spans of other components that name an object by the semantic
+	// conventions (k8s.pod.uid, …): the kubelet's pod syncs under the Pod's span.
+	Identity IdentityConfig `mapstructure:"identity"`
+}
+
+// IdentityConfig is which spans of untrusted doors follow an object they name by the semantic
+// conventions' k8s.<kind>.uid (doors.go): see DoorsConfig.Identity.
+type IdentityConfig struct {
+	// Services are the service.name values whose spans are placed; none: off.
+	Services []string `mapstructure:"services"`
+	// Cluster is the k8s.cluster.name of spans whose span and Resource carry none: a kubelet
+	// knows no cluster name. Empty: such spans pass as they came.
+	Cluster string `mapstructure:"cluster"`
+	// MaxTraces bounds the traces remembered as moved, so that their spans of later batches
+	// follow; the oldest is forgotten first.
+	MaxTraces int `mapstructure:"max_traces"`
+	// Wait is how long such a span may wait in the guests' hold for its object's assignment or,
+	// naming no object, for its trace's root to be placed: a kubelet exports a sync's CRI calls
+	// as they end, seconds before the sync itself. 0: owner_wait. owner_wait 0 holds nothing.
+	Wait time.Duration `mapstructure:"wait"`
 }
 
 // TrustedHopConfig names the header and the secret of a trusted OTLP hop.
@@ -181,6 +201,7 @@ func createDefaultConfig() *Config {
 			TrustedHop:      TrustedHopConfig{Header: "x-kubetrail-door"},
 			FollowWindows:   2,
 			MaxWaitingSpans: 10000,
+			Identity:        IdentityConfig{Services: []string{"kubelet"}, MaxTraces: 10000, Wait: 10 * time.Second},
 		},
 		IDMap: idmap.DefaultConfig(),
 		OwnerLookup: configoptional.Default(OwnerLookupConfig{
@@ -255,6 +276,24 @@ func (d *DoorsConfig) validate() error {
 	}
 	if d.MaxWaitingSpans < 0 {
 		return fmt.Errorf("doors.max_waiting_spans must not be negative, got %d", d.MaxWaitingSpans)
+	}
+	if id := d.Identity; len(id.Services) > 0 {
+		if id.Wait < 0 {
+			return fmt.Errorf("doors.identity.wait must not be negative, got %s", id.Wait)
+		}
+		if id.MaxTraces <= 0 {
+			return fmt.Errorf("doors.identity.max_traces must be positive when doors.identity.services names any, got %d", id.MaxTraces)
+		}
+		for _, s := range id.Services {
+			if s == "" {
+				return errors.New("doors.identity.services: a service name must not be empty")
+			}
+		}
+		if id.Cluster != "" {
+			if err := model.ValidateClusterName(id.Cluster); err != nil {
+				return fmt.Errorf("doors.identity.cluster: %w", err)
+			}
+		}
 	}
 	if h := d.TrustedHop; h.Secret != "" {
 		if h.Header == "" {

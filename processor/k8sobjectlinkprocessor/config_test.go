@@ -28,7 +28,9 @@ func TestLoadConfig(t *testing.T) {
 		{name: "", check: func(t *testing.T, c *Config) {
 			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) ||
-				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true}) {
+				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true}) ||
+				!slices.Equal(c.Doors.Identity.Services, []string{"kubelet"}) || c.Doors.Identity.Cluster != "" ||
+				c.Doors.Identity.MaxTraces != 10000 || c.Doors.Identity.Wait != 10*time.Second {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
@@ -70,6 +72,18 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("trace_context: %+v", c.TraceContext)
 			}
 		}},
+		{name: "identity", check: func(t *testing.T, c *Config) {
+			id := c.Doors.Identity
+			if !slices.Equal(id.Services, []string{"kubelet", "containerd"}) || id.Cluster != "prod-eu" || id.MaxTraces != 500 || id.Wait != 20*time.Second {
+				t.Fatalf("doors.identity: %+v", id)
+			}
+		}},
+		{name: "identity_off", check: func(t *testing.T, c *Config) {
+			if len(c.Doors.Identity.Services) != 0 {
+				t.Fatalf("doors.identity.services: %v", c.Doors.Identity.Services)
+			}
+		}},
+		{name: "identity_bad_cluster", wantErr: `doors.identity.cluster: "prod/eu" is not a valid cluster name`},
 		{name: "zero_nest_for", wantErr: "trace_context.nest_for must be positive"},
 		{name: "small_trace_bound", wantErr: "max_spans_per_trace must be 0 (no bound) or at least 100, got 50"},
 		{name: "bad_window", wantErr: "window"},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/client"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -68,6 +69,12 @@ type guest struct {
 
 	asg   idmap.Assignment
 	found bool
+
+	// identity: the span names its object by the semantic conventions, not the trace-state
+	// member; descendant: it names none and follows the trace its trace's root moved to
+	// (identity.go). origTrace is the trace it came in.
+	identity, descendant bool
+	origTrace            pcommon.TraceID
 }
 
 // guestBatch is what collectItems found of the untrusted door's spans.
@@ -91,15 +98,22 @@ func (p *objectLinkProcessor) queueGuests(r *resolver, gb *guestBatch) {
 	if len(gb.guests) == 0 {
 		return
 	}
-	ops := make([]idmap.Op, len(gb.guests))
+	ops := make([]idmap.Op, 0, len(gb.guests))
+	named := make([]*guest, 0, len(gb.guests))
 	for i := range gb.guests {
 		g := &gb.guests[i]
+		if g.descendant {
+			continue // it names no object: it follows its trace (settleGuests)
+		}
 		w := time.Unix(0, g.id.window)
-		ops[i] = idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(g.id.key, w), ExpireAt: r.asgExpiry(w)}
+		ops = append(ops, idmap.Op{Kind: idmap.OpGet, Key: idmap.AssignmentKey(g.id.key, w), ExpireAt: r.asgExpiry(w)})
+		named = append(named, g)
+	}
+	if len(ops) == 0 {
+		return
 	}
 	authoritative := r.deps.store.Local(ops)
-	for i := range gb.guests {
-		g := &gb.guests[i]
+	for i, g := range named {
 		if ops[i].Found {
 			g.asg, g.found = idmap.DecodeAssignment(ops[i].Value)
 			continue
@@ -120,9 +134,16 @@ func (p *objectLinkProcessor) queueGuests(r *resolver, gb *guestBatch) {
 // assigned), marks for the guest hold those that may still wait, and leaves the rest as they came.
 // An object of the batch's own trusted spans answers first. It returns the ordinals to hold.
 func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb *guestBatch) (wait []int) {
-	followed, passed := 0, 0
+	followed, passed, byMember := 0, 0, 0
+	// moved are the traces this batch's identity guests moved (identity.go), for their
+	// descendants in the batch; earlier batches' are in p.moved.
+	var moved map[pcommon.TraceID]pcommon.TraceID
+	now := r.now
 	for i := range gb.guests {
 		g := &gb.guests[i]
+		if g.descendant {
+			continue
+		}
 		if n, ok := r.nodes[g.id]; ok {
 			if n = n.resolve(); n.state == stFinal {
 				g.asg, g.found = n.asg, true
@@ -144,17 +165,52 @@ func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb 
 		}
 		s := g.span
 		s.SetTraceID(g.asg.TraceID)
-		if g.controller && s.ParentSpanID() != g.asg.SpanID &&
-			s.ParentSpanID() == model.ObjectSpanID(g.id.key, time.Unix(0, g.tsWindow)) {
+		switch {
+		case g.identity:
+			if s.ParentSpanID().IsEmpty() {
+				s.SetParentSpanID(g.asg.SpanID)
+			}
+			if moved == nil {
+				moved = map[pcommon.TraceID]pcommon.TraceID{}
+			}
+			if _, ok := moved[g.origTrace]; !ok {
+				moved[g.origTrace] = g.asg.TraceID
+			}
+			p.moved.put(g.origTrace, g.asg.TraceID, now)
+		case g.controller && s.ParentSpanID() != g.asg.SpanID &&
+			s.ParentSpanID() == model.ObjectSpanID(g.id.key, time.Unix(0, g.tsWindow)):
 			s.SetParentSpanID(g.asg.SpanID)
+		}
+		if !g.identity {
+			byMember++
 		}
 		r.countSpans(g.asg.TraceID, 1)
 		followed++
 	}
+	for i := range gb.guests {
+		g := &gb.guests[i]
+		if !g.descendant {
+			continue
+		}
+		to, ok := moved[g.origTrace]
+		if !ok {
+			to, ok = p.moved.get(g.origTrace, now)
+		}
+		switch {
+		case !ok && !g.force && p.cfg.OwnerWait > 0:
+			wait = append(wait, i) // its root may still come
+		case !ok || p.budget.dest(to) != to:
+			passed++
+		default:
+			g.span.SetTraceID(to)
+			r.countSpans(to, 1)
+			followed++
+		}
+	}
 	p.countGuests(ctx, resultFollowed, followed)
 	p.countGuests(ctx, resultPassed, passed)
-	if followed > 0 {
-		p.tel.K8sObjectLinkTraceStateSpans.Add(ctx, int64(followed), metric.WithAttributes(attribute.String(attrResult, resultFollowed)))
+	if byMember > 0 {
+		p.tel.K8sObjectLinkTraceStateSpans.Add(ctx, int64(byMember), metric.WithAttributes(attribute.String(attrResult, resultFollowed)))
 	}
 	return wait
 }

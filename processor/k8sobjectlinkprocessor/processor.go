@@ -74,7 +74,11 @@ type objectLinkProcessor struct {
 	// waiting are spans of untrusted doors waiting for their object's assignment: a hold of
 	// their own (doors.max_waiting_spans), so that they cannot push held spans out (doors.go).
 	waiting []heldSpan
-	owed    ptrace.Traces
+	// identityServices are doors.identity.services (nil: off); moved the traces identity guests
+	// moved, for their later spans (identity.go).
+	identityServices map[string]bool
+	moved            *movedTraces
+	owed             ptrace.Traces
 	// unsent are processed spans the next consumer refused when their hold ended, or that the
 	// previous run kept in storage; they are sent as they are.
 	unsent ptrace.Traces
@@ -117,6 +121,13 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 
 		windowLogs: loglimit.New(windowMismatchLogEvery),
 		lookupLogs: loglimit.New(lookupFailedLogEvery),
+	}
+	if id := cfg.Doors.Identity; len(id.Services) > 0 {
+		p.identityServices = make(map[string]bool, len(id.Services))
+		for _, s := range id.Services {
+			p.identityServices[s] = true
+		}
+		p.moved = newMovedTraces(id.MaxTraces, cfg.Window+cfg.Grace)
 	}
 	evicted := func(reason string) {
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))

@@ -212,6 +212,8 @@ func setup() (*Env, error) {
 				cfg.SetPipeline("receivers", append(recv, "otlp")...)
 			}
 			cfg.Set("processors.k8s_object_link.apiserver_join.enabled", true)
+			// The kubelet's spans (replayed: kubelet_test.go) name their Pod without a cluster.
+			cfg.Set("processors.k8s_object_link.doors.identity.cluster", ClusterName)
 		}
 		e.Collector, err = e.StartCollector("main", cfg)
 		return err

@@ -172,6 +172,13 @@ processors:
     owner_wait: {{ .Values.ownerWait }}
     {{- end }}
     storage: file_storage/queue
+    {{- if include "kubetrail.otlpTraces" . }}
+    doors:
+      identity:
+        # The kubelet's spans (KubeletTracing to gateway.otlp) name their Pod by k8s.pod.uid and
+        # no cluster: they go under the Pod's span of this cluster (doors.identity).
+        cluster: {{ .Values.clusterName | quote }}
+    {{- end }}
 {{- if $logs }}
 connectors:
   # Audit events in the log records of logs/audit -> audit spans into traces (managed.connector).
