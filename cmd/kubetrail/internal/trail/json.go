@@ -57,8 +57,11 @@ type JSONSpan struct {
 	Diff         []Change  `json:"diff,omitempty"`
 	// Attempted is what a refused write tried (span model 1.3); RefusedBy names what refused
 	// it, when its message says ("denied by ValidatingAdmissionPolicy max-replicas").
-	Attempted  []Change       `json:"attempted,omitempty"`
-	RefusedBy  string         `json:"refused_by,omitempty"`
+	Attempted []Change `json:"attempted,omitempty"`
+	RefusedBy string   `json:"refused_by,omitempty"`
+	// Parts are the spans under another component's span in its trace (the kubelet's CRI
+	// calls under its syncPod), same shape.
+	Parts      []JSONSpan     `json:"parts,omitempty"`
 	Attributes map[string]any `json:"attributes"`
 	Events     []JSONEvent    `json:"events,omitempty"`
 	Links      []JSONLink     `json:"links,omitempty"`
@@ -92,25 +95,7 @@ func ToJSON(n *Node) *JSONNode {
 		j.Windows = append(j.Windows, jw)
 	}
 	for _, s := range n.Spans {
-		js := JSONSpan{TraceID: s.TraceID.String(), SpanID: s.SpanID.String(), Name: s.Name, Type: s.Type, Start: s.Start, End: s.End,
-			DurationMS: float64(s.Duration().Microseconds()) / 1000, Actor: s.Actor(), Verb: s.Verb(), Result: s.Result(),
-			Error: s.Failed(), Conflict: s.IsConflict(), Attributes: s.Attrs}
-		if !s.ParentID.IsEmpty() {
-			js.ParentSpanID = s.ParentID.String()
-		}
-		if js.Error {
-			js.ErrorMessage = s.ErrorMessage()
-			js.RefusedBy, _ = RefusedBy(s)
-		}
-		js.Diff, _ = s.Diff()
-		js.Attempted, _ = s.Attempted()
-		for _, e := range s.Events {
-			js.Events = append(js.Events, JSONEvent{Name: e.Name, Time: e.Time, Attributes: e.Attrs})
-		}
-		for _, l := range s.Links {
-			js.Links = append(js.Links, JSONLink{TraceID: l.TraceID.String(), SpanID: l.SpanID.String(), Attributes: l.Attrs})
-		}
-		j.Spans = append(j.Spans, js)
+		j.Spans = append(j.Spans, jsonSpan(s))
 	}
 	for _, c := range n.Children {
 		j.Children = append(j.Children, ToJSON(c))
@@ -129,4 +114,29 @@ func WriteJSON(w io.Writer, n *Node, h Header) error {
 		root.Generations = []Generation{*h.Generation}
 	}
 	return enc.Encode(root)
+}
+
+func jsonSpan(s *Span) JSONSpan {
+	js := JSONSpan{TraceID: s.TraceID.String(), SpanID: s.SpanID.String(), Name: s.Name, Type: s.Type, Start: s.Start, End: s.End,
+		DurationMS: float64(s.Duration().Microseconds()) / 1000, Actor: s.Actor(), Verb: s.Verb(), Result: s.Result(),
+		Error: s.Failed(), Conflict: s.IsConflict(), Attributes: s.Attrs}
+	if !s.ParentID.IsEmpty() {
+		js.ParentSpanID = s.ParentID.String()
+	}
+	if js.Error {
+		js.ErrorMessage = s.ErrorMessage()
+		js.RefusedBy, _ = RefusedBy(s)
+	}
+	js.Diff, _ = s.Diff()
+	js.Attempted, _ = s.Attempted()
+	for _, e := range s.Events {
+		js.Events = append(js.Events, JSONEvent{Name: e.Name, Time: e.Time, Attributes: e.Attrs})
+	}
+	for _, l := range s.Links {
+		js.Links = append(js.Links, JSONLink{TraceID: l.TraceID.String(), SpanID: l.SpanID.String(), Attributes: l.Attrs})
+	}
+	for _, p := range s.Parts {
+		js.Parts = append(js.Parts, jsonSpan(p))
+	}
+	return js
 }

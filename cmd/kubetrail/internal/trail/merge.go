@@ -146,8 +146,27 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 		return nil, fmt.Errorf("%w: %s: no object span in the traces read", ErrUnknownObject, t)
 	}
 	for _, s := range uniq {
+		s.Parts = nil // built afresh: a span may be merged again
+	}
+	for _, s := range uniq {
 		if s.IsObject() || !f.keep(s) {
 			continue
+		}
+		if s.IsComponent() {
+			// Under another component's span (the kubelet's CRI calls under its syncPod): a part
+			// of the topmost one, which is the activity.
+			top := s
+			for i := 0; i < 256; i++ {
+				p := byRef[ref{top.TraceID, top.ParentID}]
+				if p == nil || !p.IsComponent() {
+					break
+				}
+				top = p
+			}
+			if top != s {
+				top.Parts = append(top.Parts, s)
+				continue
+			}
 		}
 		o := objectOf(byRef[ref{s.TraceID, s.ParentID}])
 		var n *Node
@@ -169,6 +188,9 @@ func Merge(spans []*Span, t Target, uid string, f Filter) (*Node, error) {
 		n.Depth = depth
 		sortSpans(n.Windows)
 		sortSpans(n.Spans)
+		for _, s := range n.Spans {
+			sortSpans(s.Parts)
+		}
 		if f.Depth >= 0 && depth >= f.Depth {
 			return n
 		}

@@ -55,6 +55,11 @@ type Span struct {
 	// is the resource's schema URL, which names the span model (model.SchemaURL).
 	Resource map[string]any
 	Schema   string
+	// Parts are, for another component's span placed under an object's span (the kubelet's
+	// syncPod: k8s_object_link's doors.identity), the spans under it in its trace (the CRI
+	// calls), in time order: the tree shows them through it (Detail), not as activities of
+	// their own.
+	Parts []*Span
 }
 
 // Event is one span event.
@@ -202,6 +207,29 @@ func (s *Span) Str(key string) string {
 // IsObject reports whether s is an object span.
 func (s *Span) IsObject() bool { return s.Type == model.SpanTypeObject }
 
+// IsComponent reports whether s is another component's span (no kubetrail.span.type): the
+// kubelet's syncPod and its CRI calls, placed in an object's trace by k8s_object_link.
+func (s *Span) IsComponent() bool { return s.Type == "" }
+
+// Detail says what took longest under a component's span: "PullImage 1.77s" (the last part of
+// a gRPC method's name); "" without parts.
+func (s *Span) Detail() string {
+	var longest *Span
+	for _, p := range s.Parts {
+		if longest == nil || p.Duration() > longest.Duration() {
+			longest = p
+		}
+	}
+	if longest == nil {
+		return ""
+	}
+	name := longest.Name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 && i < len(name)-1 {
+		name = name[i+1:]
+	}
+	return name + " " + FormatDuration(longest.Duration())
+}
+
 // Duration is the span's length.
 func (s *Span) Duration() time.Duration { return s.End.Sub(s.Start) }
 
@@ -228,7 +256,7 @@ func (s *Span) Verb() string {
 	switch s.Type {
 	case model.SpanTypeEvent:
 		return "event"
-	case model.SpanTypeController:
+	case model.SpanTypeController, "":
 		return s.Name
 	}
 	v := s.Str(model.AttrAuditVerb)
@@ -265,6 +293,17 @@ func (s *Span) Actor() string {
 			return c
 		}
 		return "?" // an Event without a reporting controller (deprecated core/v1 writers)
+	}
+	if s.IsComponent() {
+		// The component as its Resource names it; a kubelet as the audit log names it.
+		svc, _ := s.Resource[model.AttrServiceName].(string)
+		if host, _ := s.Resource["host.name"].(string); svc == "kubelet" && host != "" {
+			return "kubelet/" + host
+		}
+		if svc == "" {
+			return "?"
+		}
+		return svc
 	}
 	return model.ShortUser(s.Str(model.AttrUserName))
 }

@@ -235,3 +235,63 @@ func TestAPointerSpanLeadsToThePlacedWindowShownOnce(t *testing.T) {
 		t.Fatalf("the pointer alone: %v, want the window and no activity (ErrNoSpans)", err)
 	}
 }
+
+// The kubelet's spans placed in an object's trace (k8s_object_link, doors.identity): syncPod is
+// one activity of the object, its CRI calls are its parts (the tree names the longest), the
+// summary counts the sync as the node agent's, and -o json keeps every span once.
+func TestKubeletSyncIsAnActivityWithItsCRICallsAsParts(t *testing.T) {
+	b := &spanBuilder{td: ptrace.NewTraces()}
+	tid := pcommon.TraceID{2}
+	obj := pcommon.SpanID{0xb}
+	deploy := b.objectResource("Deployment", "apps", "deployments", "web", "uid-web")
+	addSpan(deploy, tid, obj, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, t0, 30*time.Minute)
+	audit(deploy, tid, pcommon.SpanID{1}, obj, "create", "ci", t0.Add(time.Second))
+	audit(deploy, tid, pcommon.SpanID{5}, obj, "update", "system:serviceaccount:kube-system:deployment-controller", t0.Add(5*time.Second))
+	kubelet := b.foreignResource("kubelet", "https://opentelemetry.io/schemas/1.26.0")
+	b.td.ResourceSpans().At(1).Resource().Attributes().PutStr("host.name", "node-1")
+	sync := pcommon.SpanID{9}
+	addSpan(kubelet, tid, sync, obj, "syncPod", "", t0.Add(2*time.Second), 2400*time.Millisecond)
+	addSpan(kubelet, tid, pcommon.SpanID{0x21}, sync, "runtime.v1.RuntimeService/RunPodSandbox", "", t0.Add(2040*time.Millisecond), 270*time.Millisecond)
+	addSpan(kubelet, tid, pcommon.SpanID{0x22}, sync, "runtime.v1.ImageService/PullImage", "", t0.Add(2335*time.Millisecond), 1765*time.Millisecond)
+	addSpan(kubelet, tid, pcommon.SpanID{0x23}, pcommon.SpanID{0x22}, "blob fetch", "", t0.Add(2400*time.Millisecond), time.Second)
+
+	var un Unreadable
+	spans := readable(SpansFromTraces(b.td), &un)
+	root, err := Merge(spans, webTarget(), "uid-web", Filter{Depth: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(root.Spans) != 3 {
+		t.Fatalf("activities %d, want the two writes and the sync", len(root.Spans))
+	}
+	var tree bytes.Buffer
+	WriteTree(&tree, root, Header{})
+	for _, want := range []string{
+		"10:40:02.000  kubelet/node-1  syncPod  2.4s  longest: PullImage 1.77s\n",
+		"node agent ",
+	} {
+		if !strings.Contains(tree.String(), want) {
+			t.Errorf("the tree lacks %q:\n%s", want, tree.String())
+		}
+	}
+	if strings.Contains(tree.String(), "RunPodSandbox") {
+		t.Errorf("a part is not a line of its own:\n%s", tree.String())
+	}
+	j := ToJSON(root)
+	var sync0 *JSONSpan
+	for i := range j.Spans {
+		if j.Spans[i].Name == "syncPod" {
+			sync0 = &j.Spans[i]
+		}
+	}
+	if sync0 == nil || len(sync0.Parts) != 3 || sync0.Actor != "kubelet/node-1" || sync0.Parts[0].Name != "runtime.v1.RuntimeService/RunPodSandbox" {
+		t.Fatalf("json sync: %+v", sync0)
+	}
+	// Merged again (the viewer rebuilds trees from the same spans): parts are not doubled.
+	root, _ = Merge(spans, webTarget(), "uid-web", Filter{Depth: -1})
+	for _, s := range root.Spans {
+		if s.Name == "syncPod" && len(s.Parts) != 3 {
+			t.Fatalf("parts after a second merge: %d", len(s.Parts))
+		}
+	}
+}

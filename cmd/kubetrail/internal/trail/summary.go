@@ -82,6 +82,13 @@ func roleOf(s *Span, nodeAgents map[string]bool) string {
 	if s.Type == model.SpanTypeController {
 		return RoleTracedController
 	}
+	if s.IsComponent() {
+		// Another component's span in the object's trace: the kubelet's syncs are the node's.
+		if svc, _ := s.Resource[model.AttrServiceName].(string); svc == "kubelet" {
+			return RoleNodeAgent
+		}
+		return RoleOther
+	}
 	if s.Type == model.SpanTypeEvent {
 		c := s.Actor()
 		switch {

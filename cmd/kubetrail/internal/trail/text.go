@@ -126,6 +126,9 @@ func activityLine(s *Span) string {
 	} else {
 		parts = append(parts, s.Result(), FormatDuration(s.Duration()))
 	}
+	if d := s.Detail(); d != "" {
+		parts = append(parts, "longest: "+d)
+	}
 	if d := InlineDiff(s); d != "" {
 		parts = append(parts, d)
 	}
@@ -190,7 +193,11 @@ func nonEmpty(s []string) []string {
 }
 
 func activityLabel(a Activity) string {
-	return a.Span.Actor() + " " + a.Span.Verb() + " (" + a.Node.Object.DisplayName() + ")"
+	label := a.Span.Actor() + " " + a.Span.Verb()
+	if d := a.Span.Detail(); d != "" {
+		label += ", longest " + d // the kubelet's sync: which CRI call took its time
+	}
+	return label + " (" + a.Node.Object.DisplayName() + ")"
 }
 
 // SummaryHeadline is the first line of the summary, without "Why is it slow: ": how long, from
