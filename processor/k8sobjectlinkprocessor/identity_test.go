@@ -71,6 +71,14 @@ func identityConfig(cfg *Config) *Config {
 	return cfg
 }
 
+// consumeUntrusted hands td to the processor as an otlp receiver would: an untrusted door.
+func (h *harness) consumeUntrusted(td ptrace.Traces) {
+	h.t.Helper()
+	if err := h.p.ConsumeTraces(untrusted, td); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // outByName returns the output spans of the given name.
 func (h *harness) outByName(name string) []ptrace.Span {
 	var out []ptrace.Span
@@ -112,9 +120,7 @@ func TestKubeletSyncsGoUnderThePodsSpanWithTheirCRICalls(t *testing.T) {
 		td := kubeletBatch(tid, "kubelet", w.Add(4*time.Second),
 			kubeletSpan{name: "PullImage", parent: "syncPod"}, kubeletSpan{name: "CreateContainer", parent: "syncPod"},
 			kubeletSpan{name: "syncPod", pod: &podA1})
-		if err := h.p.ConsumeTraces(untrusted, td); err != nil {
-			t.Fatal(err)
-		}
+		h.consumeUntrusted(td)
 		root := onlyOut(t, h, "syncPod")
 		assertChild(t, pod, root)
 		for _, name := range []string{"PullImage", "CreateContainer"} {
@@ -125,12 +131,8 @@ func TestKubeletSyncsGoUnderThePodsSpanWithTheirCRICalls(t *testing.T) {
 		}
 		// A later sync's spans in later batches: the root first, a child after it.
 		tid2 := newTraceID()
-		if err := h.p.ConsumeTraces(untrusted, kubeletBatch(tid2, "kubelet", w.Add(9*time.Second), kubeletSpan{name: "syncPod2", pod: &podA1})); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.p.ConsumeTraces(untrusted, kubeletBatch(tid2, "kubelet", w.Add(9*time.Second), kubeletSpan{name: "StartContainer2", parent: "syncPod2"})); err != nil {
-			t.Fatal(err)
-		}
+		h.consumeUntrusted(kubeletBatch(tid2, "kubelet", w.Add(9*time.Second), kubeletSpan{name: "syncPod2", pod: &podA1}))
+		h.consumeUntrusted(kubeletBatch(tid2, "kubelet", w.Add(9*time.Second), kubeletSpan{name: "StartContainer2", parent: "syncPod2"}))
 		root2 := onlyOut(t, h, "syncPod2")
 		assertChild(t, pod, root2)
 		assertChild(t, root2, onlyOut(t, h, "StartContainer2"))
@@ -144,9 +146,7 @@ func TestAKubeletChildBeforeItsSyncWaitsForIt(t *testing.T) {
 	h := newHarness(t, identityConfig(memoryConfig()), clk)
 	pod := placePod(h, w)
 	tid := newTraceID()
-	if err := h.p.ConsumeTraces(untrusted, kubeletBatch(tid, "kubelet", w.Add(4*time.Second), kubeletSpan{name: "PullImage", parent: "syncPod"})); err != nil {
-		t.Fatal(err)
-	}
+	h.consumeUntrusted(kubeletBatch(tid, "kubelet", w.Add(4*time.Second), kubeletSpan{name: "PullImage", parent: "syncPod"}))
 	if n := len(h.outByName("PullImage")); n != 0 {
 		t.Fatal("a child whose sync is not placed yet waits for it")
 	}
@@ -157,9 +157,7 @@ func TestAKubeletChildBeforeItsSyncWaitsForIt(t *testing.T) {
 	if n := len(h.outByName("PullImage")); n != 0 {
 		t.Fatal("it waits doors.identity.wait, not owner_wait")
 	}
-	if err := h.p.ConsumeTraces(untrusted, kubeletBatch(tid, "kubelet", w.Add(4*time.Second), kubeletSpan{name: "syncPod", pod: &podA1})); err != nil {
-		t.Fatal(err)
-	}
+	h.consumeUntrusted(kubeletBatch(tid, "kubelet", w.Add(4*time.Second), kubeletSpan{name: "syncPod", pod: &podA1}))
 	if err := h.p.release(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +210,7 @@ func TestSpansIdentityCannotPlacePassAsTheyCame(t *testing.T) {
 			for _, s := range in.ResourceSpans().At(0).ScopeSpans().At(0).Spans().All() {
 				want[s.Name()] = s.ParentSpanID()
 			}
-			if err := h.p.ConsumeTraces(untrusted, in); err != nil {
-				t.Fatal(err)
-			}
+			h.consumeUntrusted(in)
 			clk.Advance(11 * time.Second)
 			if err := h.p.release(context.Background(), false); err != nil {
 				t.Fatal(err)
