@@ -23,7 +23,9 @@
 #                (same byte length); fresh = new UIDs and names each pass (new object spans)
 #   REPEAT       runs per binary and workload (default 1; use 3 and take the median for figures to quote)
 #   BASELINE     a git revision: its collector is built with ocb from a temporary git worktree
-#                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one
+#                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one, run
+#                for run on the same input; the table ends with current / baseline per workload
+#                (medians of the REPEAT runs) for CPU per event, bytes allocated per event, peak RSS
 #   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
 #   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10), a heap profile HEAP_AT seconds in
 #                (default 3) and a heap-allocation profile at the end of each collector that has the
@@ -225,5 +227,32 @@ done
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
 } | tee "$OUT/table.md"
+if [[ -n ${BASELINE:-} ]]; then
+  # Current over baseline, per workload, of the medians of the REPEAT runs: the cost of the change.
+  echo
+  echo "current / baseline (medians of $REPEAT run(s) each; below 1 is better):"
+  awk -F'\t' '
+    function median(list,   n, v, i, j, t) {
+      n = split(list, v, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    {
+      side = ($1 ~ /^baseline/) ? "b" : "c"
+      key = side SUBSEP $2
+      cpu[key] = cpu[key] " " $6; alloc[key] = alloc[key] " " $9; rss[key] = rss[key] " " $10
+      workloads[$2] = 1
+    }
+    END {
+      for (w in workloads) {
+        b = "b" SUBSEP w; c = "c" SUBSEP w
+        if (!(b in cpu) || !(c in cpu)) continue
+        printf "  %-7s CPU per event %.2f× (%s → %s µs), bytes allocated per event %.2f× (%s → %s), peak RSS %.2f× (%s → %s MiB)\n", w,
+          median(cpu[c]) / median(cpu[b]), median(cpu[b]), median(cpu[c]),
+          median(alloc[c]) / median(alloc[b]), median(alloc[b]), median(alloc[c]),
+          median(rss[c]) / median(rss[b]), median(rss[b]), median(rss[c])
+      }
+    }' "$ROWS" | tee -a "$OUT/table.md"
+fi
 ((FAILED == 0)) || die "a run failed"
 awk -F'\t' '{ split($11, a, " / "); if (a[3] != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost audit spans"
