@@ -136,7 +136,8 @@ func (p *objectLinkProcessor) queueGuests(r *resolver, gb *guestBatch) {
 func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb *guestBatch) (wait []int) {
 	followed, passed, byMember := 0, 0, 0
 	// moved are the traces this batch's identity guests moved (identity.go), for their
-	// descendants in the batch; earlier batches' are in p.moved.
+	// descendants in the batch; earlier batches' are in p.moved, and the traces that stay in
+	// p.stays.
 	var moved map[pcommon.TraceID]pcommon.TraceID
 	now := r.now
 	for i := range gb.guests {
@@ -154,6 +155,9 @@ func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb 
 				wait = append(wait, i)
 			} else {
 				passed++
+				if g.identity {
+					p.unplaced(g.span, now)
+				}
 			}
 			continue
 		}
@@ -161,6 +165,9 @@ func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb 
 			// The object's trace is full: a guest makes no continuation span, so it stays where
 			// its sender put it rather than pass the bound.
 			passed++
+			if g.identity {
+				p.unplaced(g.span, now)
+			}
 			continue
 		}
 		s := g.span
@@ -196,11 +203,14 @@ func (p *objectLinkProcessor) settleGuests(ctx context.Context, r *resolver, gb 
 		if !ok {
 			to, ok = p.moved.get(g.origTrace, now)
 		}
+		if !ok {
+			_, ok = p.stays.get(g.origTrace, now) // to stays zero: it passes
+		}
 		switch {
 		case !ok && !g.force && p.cfg.OwnerWait > 0:
 			wait = append(wait, i) // its root may still come
-		case !ok || p.budget.dest(to) != to:
-			passed++
+		case !ok || to.IsEmpty() || p.budget.dest(to) != to:
+			passed++ // no root came, its root stays where it is, or the trace is full
 		default:
 			g.span.SetTraceID(to)
 			r.countSpans(to, 1)

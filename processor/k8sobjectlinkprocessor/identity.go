@@ -22,8 +22,9 @@ import (
 //   - the other spans of its trace (its descendants, which name no object: the CRI calls) follow
 //     it: in the same batch, and in later batches through movedTraces (doors.identity.max_traces
 //     traces, for a window and its grace). A descendant seen before its root waits, as a guest
-//     waits for an assignment, up to owner_wait in the guests' hold (doors.max_waiting_spans),
-//     then passes as it came;
+//     waits for an assignment, up to doors.identity.wait in the guests' hold
+//     (doors.max_waiting_spans), then passes as it came; one whose root is known to stay (it
+//     names nothing, or an object that cannot be followed) passes at once;
 //   - it never creates or changes an assignment: an object kubetrail never saw, a window far from
 //     now (doors.follow_windows), a trace past max_spans_per_trace, or a span without a cluster
 //     (no k8s.cluster.name and no doors.identity.cluster) leaves it as it came, counted.
@@ -44,7 +45,10 @@ func (p *objectLinkProcessor) identityGuestOf(s ptrace.Span, pos int, resAttrs, 
 	uid, _, named := model.SemconvUID(resAttrs, attrs)
 	if !named {
 		if s.ParentSpanID().IsEmpty() {
-			return guest{}, false, false // a root naming nothing: not about an object
+			// A root naming nothing (the kubelet's image garbage collection): not about an
+			// object, and neither are the spans of its trace, which need not wait for it.
+			p.stays.put(s.TraceID(), pcommon.TraceID{}, now)
+			return guest{}, false, false
 		}
 		g = guest{span: s, pos: pos, descendant: true, origTrace: s.TraceID()}
 		g.deadline, g.force = p.identityHold(hold, pos)
@@ -59,15 +63,25 @@ func (p *objectLinkProcessor) identityGuestOf(s ptrace.Span, pos int, resAttrs, 
 	}
 	// The UID and the cluster become an ID-map key: bounded as the receivers bound them.
 	if cluster == "" || len(uid) > model.MaxTokenBytes || model.ValidateClusterName(cluster) != nil {
+		p.unplaced(s, now)
 		return guest{}, false, true
 	}
 	w := model.WindowStart(s.StartTimestamp().AsTime(), p.cfg.Window)
 	if !p.followable(w, now) {
+		p.unplaced(s, now)
 		return guest{}, false, true
 	}
 	g = guest{span: s, pos: pos, id: nodeID{key: model.UIDKey(cluster, uid), window: w.UnixNano()}, identity: true, origTrace: s.TraceID()}
 	g.deadline, g.force = p.identityHold(hold, pos)
 	return g, true, true
+}
+
+// unplaced records that a root's trace stays where it is, so that its other spans pass at once
+// rather than wait for it.
+func (p *objectLinkProcessor) unplaced(s ptrace.Span, now time.Time) {
+	if s.ParentSpanID().IsEmpty() {
+		p.stays.put(s.TraceID(), pcommon.TraceID{}, now)
+	}
 }
 
 // identityHold is until when a span placed by identity may wait: doors.identity.wait from now
@@ -81,8 +95,11 @@ func (p *objectLinkProcessor) identityHold(hold holdPolicy, pos int) (time.Time,
 }
 
 // movedTraces remembers the traces identity guests moved: original trace ID → the object's
-// window trace. At most max entries; the oldest goes first (a ring of keys), and an entry older
-// than ttl is not followed.
+// window trace (p.moved); and, apart, so that the kubelet's many other roots (its HTTP server's,
+// image garbage collection) cannot push those out, the traces whose root stays where it is, as
+// the zero trace ID (p.stays: it names no object, or one that cannot be followed). At most max
+// entries each; the oldest goes first (a ring of keys), and an entry older than ttl is not
+// followed.
 type movedTraces struct {
 	mu   sync.Mutex
 	ttl  time.Duration

@@ -273,3 +273,25 @@ func TestIdentityConfigIsChecked(t *testing.T) {
 		t.Fatalf("identity placement off: %v", err)
 	}
 }
+
+// A kubelet root that names no object (image garbage collection, its HTTP server) stays where it
+// is, and so do the spans of its trace: they pass at once, in its batch and after it, without
+// waiting in the hold.
+func TestSpansUnderARootThatStaysPassAtOnce(t *testing.T) {
+	now := time.Now()
+	w := model.WindowStart(now, model.DefaultWindow)
+	h := newHarness(t, identityConfig(memoryConfig()), newFakeClock(now))
+	placePod(h, w)
+	tid := newTraceID()
+	h.consumeUntrusted(kubeletBatch(tid, "kubelet", w.Add(4*time.Second),
+		kubeletSpan{name: "ListImages", parent: "Containers/GarbageCollect"}, kubeletSpan{name: "Containers/GarbageCollect"}))
+	h.consumeUntrusted(kubeletBatch(tid, "kubelet", w.Add(4*time.Second), kubeletSpan{name: "RemoveImage", parent: "Containers/GarbageCollect"}))
+	for _, name := range []string{"Containers/GarbageCollect", "ListImages", "RemoveImage"} {
+		if s := onlyOut(t, h, name); s.TraceID() != tid {
+			t.Fatalf("%s moved to %s", name, s.TraceID())
+		}
+	}
+	if n := len(h.p.waiting); n != 0 {
+		t.Fatalf("%d spans wait", n)
+	}
+}

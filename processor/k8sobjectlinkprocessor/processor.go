@@ -77,7 +77,7 @@ type objectLinkProcessor struct {
 	// identityServices are doors.identity.services (nil: off); moved the traces identity guests
 	// moved, for their later spans (identity.go).
 	identityServices map[string]bool
-	moved            *movedTraces
+	moved, stays     *movedTraces
 	owed             ptrace.Traces
 	// unsent are processed spans the next consumer refused when their hold ended, or that the
 	// previous run kept in storage; they are sent as they are.
@@ -128,6 +128,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 			p.identityServices[s] = true
 		}
 		p.moved = newMovedTraces(id.MaxTraces, cfg.Window+cfg.Grace)
+		p.stays = newMovedTraces(id.MaxTraces, cfg.Window+cfg.Grace)
 	}
 	evicted := func(reason string) {
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
