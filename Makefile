@@ -26,7 +26,7 @@ GO_SOURCES    := $(shell find . -name '*.go' -not -path './build/*' -not -path '
 # deadline under CPU contention (golang/go#75804, fixed in Go 1.27), which is a flake, not a finding.
 FUZZTIME      ?= 100000x
 
-.PHONY: build run image image-test test unit fuzz dist-test e2e helm lint bench bench-json bench-audit bench-kafka loadtest redis binaries cluster-up cluster-down record help
+.PHONY: build run image image-test test unit fuzz dist-test e2e helm lint bench bench-json bench-audit bench-kafka soak loadtest redis binaries cluster-up cluster-down record help
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -125,6 +125,9 @@ bench-json: ## the hand-written JSON scanner and index against encoding/json/jso
 
 bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector; testbed/hack/bench-audit.sh)
 	OCB=$(OCB) testbed/hack/bench-audit.sh
+
+soak: build ## the single tier at a steady RATE (default 1000 events/s) for SOAK_MINUTES (default 10): RSS, Go heap, goroutines and open fds every SAMPLE seconds (60), the RSS slope at the end (bench-audit.sh with SAMPLE)
+	RATE=$${RATE:-1000} SAMPLE=$${SAMPLE:-60} WORKLOADS=$${WORKLOADS:-replay} BENCH_EVENTS=$$(( $${RATE:-1000} * 60 * $${SOAK_MINUTES:-10} )) OCB=$(OCB) testbed/hack/bench-audit.sh
 
 bench-kafka: build redis ## the Kafka edge and processing tiers through bin/otelcol-kubetrail: CPU per event of each, lag p50/p99 at 1,000 and 5,000 events/s with 1 and 2 replicas, catch-up after OUTAGE (default 5m) without a processing tier (testbed/hack/bench-kafka.sh)
 	testbed/hack/bench-kafka.sh

@@ -39,6 +39,10 @@
 #                consumers, 1,000 requests, refusing when full, behind its persistent queue, a
 #                file_storage bbolt file under build/bench-audit/queue written with fsync)
 #   BENCH_FSYNC  with BENCH_BATCH=shipped: false turns the queue's fsync off (default true, as shipped)
+#   SAMPLE       seconds: while the load runs, every SAMPLE seconds print the collector's RSS, Go heap,
+#                goroutines and open file descriptors, and at the end the RSS slope and the last
+#                sample against the one at SAMPLE_FROM seconds (default 120): `make soak` (a steady
+#                RATE for SOAK_MINUTES) is this with one binary and workload
 # Everything it starts is stopped by PID; logs and configs in build/bench-audit/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,6 +59,8 @@ BENCH_EVENTS=${BENCH_EVENTS:-250000}
 BENCH_BATCH=${BENCH_BATCH:-processor}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+SAMPLE=${SAMPLE:-}
+SAMPLE_FROM=${SAMPLE_FROM:-120}
 
 die() { echo "bench-audit: $*" >&2; exit 1; }
 # shellcheck source=testbed/hack/lib.bash
@@ -69,8 +75,13 @@ esac
 mkdir -p "$OUT" "$CACHE/bench-audit"
 go build -o "$OUT/benchaudit" ./testbed/cmd/benchaudit
 
-COL_PID="" WORKTREE=""
+COL_PID="" WORKTREE="" SAMPLER_PID=""
 cleanup() {
+  if [[ -n $SAMPLER_PID ]]; then
+    kill "$SAMPLER_PID" 2>/dev/null || true
+    wait "$SAMPLER_PID" 2>/dev/null || true
+    SAMPLER_PID=""
+  fi
   if [[ -n $COL_PID ]]; then
     kill "$COL_PID" 2>/dev/null || true
     wait "$COL_PID" 2>/dev/null || true
@@ -165,6 +176,42 @@ $service_ext
 EOF
 }
 
+# sample_loop PID FILE: every SAMPLE seconds, one row: seconds since start, RSS (MiB, VmRSS), Go heap
+# in use (MiB, the collector's otelcol_process_runtime_heap_alloc_bytes), goroutines (the pprof
+# extension's count; "-" without it) and open file descriptors.
+sample_loop() {
+  local pid=$1 file=$2 t0=$SECONDS
+  : >"$file"
+  printf '   %8s %9s %9s %11s %5s\n' seconds "RSS MiB" "heap MiB" goroutines fds
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep "$SAMPLE"
+    kill -0 "$pid" 2>/dev/null || break
+    local rss heap gor fds
+    rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+    heap=$(curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null |
+      awk '/^otelcol_process_runtime_heap_alloc_bytes/ { printf "%.1f", $NF / 1048576; exit }')
+    gor=-
+    [[ -n $PPROF_PORT ]] && gor=$(curl -fsS "http://127.0.0.1:$PPROF_PORT/debug/pprof/goroutine?debug=1" 2>/dev/null | sed -n '1s/.*total \([0-9]*\).*/\1/p')
+    fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+    printf '%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" >>"$file"
+    printf '   %8s %9s %9s %11s %5s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds"
+  done
+}
+
+# sample_summary FILE: the RSS slope (least squares, MiB per minute) over the samples from
+# SAMPLE_FROM seconds on, and the last sample's RSS against the first of them.
+sample_summary() {
+  awk -F'\t' -v from="$SAMPLE_FROM" '
+    $1 >= from { n++; x[n] = $1 / 60; y[n] = $2; sx += x[n]; sy += y[n] }
+    END {
+      if (n < 2) { print "   soak: fewer than two samples after " from " s: no slope"; exit }
+      mx = sx / n; my = sy / n
+      for (i = 1; i <= n; i++) { num += (x[i] - mx) * (y[i] - my); den += (x[i] - mx) ^ 2 }
+      printf "   soak: RSS slope %+.2f MiB/min over %d samples from %d s; last %.1f MiB, %+.1f%% of %.1f MiB at %d s\n",
+        num / den, n, from, y[n], (y[n] - y[1]) / y[1] * 100, y[1], x[1] * 60
+    }' "$1"
+}
+
 ROWS=$OUT/rows.tsv
 : >"$ROWS"
 FAILED=0
@@ -175,7 +222,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   free_port METRICS_PORT
   free_port SINK_PORT
   PPROF_PORT=""
-  if [[ $PROFILE == 1 ]] && "$bin" components 2>/dev/null | grep -q 'name: pprof$'; then free_port PPROF_PORT; fi
+  if [[ $PROFILE == 1 || -n $SAMPLE ]] && "$bin" components 2>/dev/null | grep -q 'name: pprof$'; then free_port PPROF_PORT; fi
   write_config "$OUT/$name.yaml" "$PPROF_PORT"
   "$bin" --config "$OUT/$name.yaml" >"$OUT/$name.collector.log" 2>&1 &
   COL_PID=$!
@@ -188,7 +235,11 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   local size=(-events "$BENCH_EVENTS")
   [[ -n ${PASSES:-} ]] && size=(-passes "$PASSES")
   local prof_pid=""
-  if [[ -n $PPROF_PORT ]]; then
+  if [[ -n $SAMPLE ]]; then
+    sample_loop "$COL_PID" "$OUT/$name.samples.tsv" &
+    SAMPLER_PID=$!
+  fi
+  if [[ $PROFILE == 1 && -n $PPROF_PORT ]]; then
     # One second in, the webhook is at full speed; the allocation profile is taken at the end.
     (sleep 1 && curl -fsS -o "$OUT/$name.cpu.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
     prof_pid=$!
@@ -198,6 +249,12 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
     -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
     -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" -rate "${RATE:-0}" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
+  if [[ -n $SAMPLER_PID ]]; then
+    kill "$SAMPLER_PID" 2>/dev/null || true
+    wait "$SAMPLER_PID" 2>/dev/null || true
+    SAMPLER_PID=""
+    sample_summary "$OUT/$name.samples.tsv"
+  fi
   if [[ -n $prof_pid ]]; then
     wait "$prof_pid" || echo "   the CPU profile failed (a run shorter than PROFILE_SECONDS + 1 s?)"
     curl -fsS -o "$OUT/$name.allocs.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/allocs" || true
