@@ -49,6 +49,10 @@ const (
 	// SpanTypeController is a controller's span of work on an object, started with
 	// pkg/objecttrace: its identity is on the span (the Resource is the controller's).
 	SpanTypeController = "controller"
+	// SpanTypeLinked is k8s_object_link's span, under an object's span, for a span of another
+	// component that links to a trace context the object carries (KEP-5915's semantics: the
+	// scheduler's SchedulePod): it has that span's name, times and service, and links to it.
+	SpanTypeLinked = "linked"
 )
 
 // AttrControllerName is, on a controller span, the controller that did the work.

@@ -23,6 +23,9 @@ const (
 	// LinkTypeTraceContext links an audit span, and its object's span, to the trace context the
 	// object carried in its trace-context annotation.
 	LinkTypeTraceContext = "trace_context"
+	// LinkTypeLinkedSpan links a linked span (SpanTypeLinked) to the span of another component
+	// that links to the object's trace context.
+	LinkTypeLinkedSpan = "linked_span"
 	// LinkTypeAPIServerRequest links an audit span and the apiserver's own request span of the
 	// same audit ID (the later one to the earlier one).
 	LinkTypeAPIServerRequest = "apiserver_request"

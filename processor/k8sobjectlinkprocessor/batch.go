@@ -52,15 +52,17 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 		p.joinRequests(r, &jb, len(items) > 0 || len(gb.guests) > 0)
 	}
 	p.queueGuests(r, &gb)
+	p.queueLinkers(r, &gb)
 	if len(items) == 0 {
 		if len(r.ops) > 0 || len(r.writes) > 0 {
 			r.flush()
 		}
-		if len(gb.guests) == 0 && len(gb.refused) == 0 {
+		if len(gb.guests) == 0 && len(gb.refused) == 0 && len(gb.linkers) == 0 {
 			return res
 		}
 		remove := make([]bool, spans)
 		p.finishGuests(ctx, td, r, &gb, remove, dedup)
+		p.emitLinked(ctx, td, r, &gb, remove)
 		if p.join != nil {
 			p.joinAfter(ctx, nil, remove, &jb, now)
 		}
@@ -74,8 +76,10 @@ func (p *objectLinkProcessor) process(ctx context.Context, td ptrace.Traces, now
 	}
 	p.resolveItems(r, items, &jb, now)
 	p.continueItems(r, items, now)
+	p.indexContexts(r, items)
 	remove, toHold := p.rewriteActivitySpans(ctx, r, items, spans)
 	p.finishGuests(ctx, td, r, &gb, remove, dedup)
+	p.emitLinked(ctx, td, r, &gb, remove)
 	if p.join != nil {
 		p.joinAfter(ctx, items, remove, &jb, now)
 	}
@@ -154,6 +158,11 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 							gb.guests = append(gb.guests, g)
 						} else if counted {
 							p.countGuests(ctx, resultPassed, 1)
+						}
+					}
+					if p.cfg.TraceContext.LinkSpans {
+						if lk, ok := linkerOf(s, pos-1, resAttrs); ok {
+							gb.linkers = append(gb.linkers, lk)
 						}
 					}
 					continue

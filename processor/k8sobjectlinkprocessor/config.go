@@ -127,6 +127,9 @@ type TrustedHopConfig struct {
 
 // TraceContextConfig is what trace contexts do to spans: see Config.TraceContext.
 type TraceContextConfig struct {
+	// LinkSpans gives a span of another door that links to a trace context an object carries
+	// (KEP-5915's semantics) a linked span under the object's span (linked.go).
+	LinkSpans bool `mapstructure:"link_spans"`
 	// Nest places the window of a root object whose write carries a trace-context annotation in
 	// that trace, under the annotated span, instead of a trace of its own that links to it.
 	Nest bool `mapstructure:"nest"`
@@ -196,7 +199,7 @@ func createDefaultConfig() *Config {
 		// room for the overshoot of one webhook batch per replica, and a trace Jaeger's UI draws.
 		MaxSpansPerTrace: defaultMaxSpansPerTrace,
 		APIServerJoin:    APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50_000, MaxBytes: 16 << 20},
-		TraceContext:     TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true},
+		TraceContext:     TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true, LinkSpans: true},
 		Doors: DoorsConfig{
 			TrustedHop:      TrustedHopConfig{Header: "x-kubetrail-door"},
 			FollowWindows:   2,

@@ -28,7 +28,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "", check: func(t *testing.T, c *Config) {
 			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) ||
-				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true}) ||
+				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true, LinkSpans: true}) ||
 				!slices.Equal(c.Doors.Identity.Services, []string{"kubelet"}) || c.Doors.Identity.Cluster != "" ||
 				c.Doors.Identity.MaxTraces != 10000 || c.Doors.Identity.Wait != 10*time.Second {
 				t.Fatalf("defaults: %+v", c)
@@ -68,7 +68,7 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "trace_context", check: func(t *testing.T, c *Config) {
-			if c.TraceContext != (TraceContextConfig{Nest: false, NestFor: time.Hour, FollowTraceState: false}) {
+			if c.TraceContext != (TraceContextConfig{Nest: false, NestFor: time.Hour, FollowTraceState: false, LinkSpans: false}) {
 				t.Fatalf("trace_context: %+v", c.TraceContext)
 			}
 		}},

@@ -52,9 +52,10 @@ func (p *objectLinkProcessor) trusted(ctx context.Context) bool {
 	return false
 }
 
-// claimsKubetrail reports whether a span's type is one only kubetrail's own doors emit.
+// claimsKubetrail reports whether a span's type is one only kubetrail's own doors emit, or this
+// processor (linked.go).
 func claimsKubetrail(typ string) bool {
-	return typ == model.SpanTypeAudit || typ == model.SpanTypeEvent || typ == model.SpanTypeObject
+	return typ == model.SpanTypeAudit || typ == model.SpanTypeEvent || typ == model.SpanTypeObject || typ == model.SpanTypeLinked
 }
 
 // guest is a span of an untrusted door that names an object (the trace-state member).
@@ -81,6 +82,8 @@ type guest struct {
 type guestBatch struct {
 	guests  []guest
 	refused []int // span ordinals of spans claiming to be kubetrail's
+	// linkers are spans with links that may name a trace context an object carries (linked.go).
+	linkers []linker
 }
 
 // followable reports whether a guest may follow its object in window w: from

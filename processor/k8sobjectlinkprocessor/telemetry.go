@@ -58,6 +58,7 @@ const (
 	// untrusted_result (otelcol_k8s_object_link_untrusted_spans)
 	resultPassed  = "passed"
 	resultWaiting = "waiting"
+	resultLinked  = "linked" // a linked span was emitted for it (linked.go)
 
 	// release_reason (otelcol_k8s_object_link_spans_released)
 	reasonOwnerFound  = "owner_found"

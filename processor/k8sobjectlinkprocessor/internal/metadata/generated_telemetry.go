@@ -217,7 +217,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkUntrustedSpans, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_untrusted_spans",
-		metric.WithDescription("Spans of an untrusted door that name an object (the kubetrail trace-state member), by result: followed, passed, waiting. They never write the ID map. [Development]"),
+		metric.WithDescription("Spans of an untrusted door that name an object (the kubetrail trace-state member; k8s.<kind>.uid for doors.identity.services) or link to a trace context an object carries, by result: followed, passed, waiting, linked. They never write the ID map. [Development]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)

@@ -375,7 +375,7 @@ func AssertEqualK8sObjectLinkTraceStateSpans(t *testing.T, tt *componenttest.Tel
 func AssertEqualK8sObjectLinkUntrustedSpans(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_untrusted_spans",
-		Description: "Spans of an untrusted door that name an object (the kubetrail trace-state member), by result: followed, passed, waiting. They never write the ID map. [Development]",
+		Description: "Spans of an untrusted door that name an object (the kubetrail trace-state member; k8s.<kind>.uid for doors.identity.services) or link to a trace context an object carries, by result: followed, passed, waiting, linked. They never write the ID map. [Development]",
 		Unit:        "{span}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
