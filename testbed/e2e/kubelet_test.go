@@ -48,20 +48,8 @@ func TestKubeletSyncSpansJoinThePodsTrace(t *testing.T) {
 	var tid pcommon.TraceID
 	_, _ = rand.Read(tid[:])
 
-	conn, err := grpc.NewClient(env.TracingAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := ptraceotlp.NewGRPCClient(conn)
 	for i, file := range []string{"syncpod-cri.json", "syncpod.json"} {
-		td := kubeletExport(t, file, tid, create.Start, pod.uid, pod.name, pod.namespace, pod.node)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := client.Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
-		cancel()
-		if err != nil {
-			t.Fatalf("export %s: %v", file, err)
-		}
+		exportOTLP(t, env, kubeletExport(t, file, tid, create.Start, pod.uid, pod.name, pod.namespace, pod.node))
 		if i == 0 {
 			time.Sleep(time.Second) // the sync comes in a later export, as the kubelet sends it
 		}
@@ -138,4 +126,82 @@ func kubeletExport(t *testing.T, file string, tid pcommon.TraceID, start time.Ti
 		}
 	}
 	return td
+}
+
+// exportOTLP sends td to the main collector's otlp receiver, an untrusted door.
+func exportOTLP(t *testing.T, env *Env, td ptrace.Traces) {
+	t.Helper()
+	conn, err := grpc.NewClient(env.TracingAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := ptraceotlp.NewGRPCClient(conn).Export(ctx, ptraceotlp.NewExportRequestFromTraces(td)); err != nil {
+		t.Fatalf("OTLP export: %v", err)
+	}
+}
+
+// A span of another component that links to the trace context the deployment scenario's
+// Deployment carried (KEP-5915's consumers start their own trace and link) reaches the main
+// collector's otlp receiver; in Jaeger, the Deployment's window trace holds a linked span under
+// the Deployment's object span, linking to it, and the span itself stays in its own trace.
+func TestASpanLinkingToTheDeploymentsContextIsFoundFromIt(t *testing.T) {
+	env := otlpTestbed(t)
+	if env == nil {
+		return
+	}
+	run := env.Runs["deployment"]
+	if !Check(t, "the deployment scenario ran with a trace context", run != nil && run.Traceparent != "", "no run, or no traceparent") {
+		return
+	}
+	creates := env.Spans(t, run).OfType(model.SpanTypeAudit).WithAttr(model.AttrAuditVerb, "create").
+		WithAttr(model.AttrHTTPStatusCode, "201").ForObject("Deployment", "default", "demo")
+	if !Check(t, "the run created the Deployment", len(creates) == 1, "%d creates", len(creates)) {
+		return
+	}
+	create := creates[0]
+	tc, reason := model.ParseTraceparent(run.Traceparent)
+	if reason != "" {
+		t.Fatalf("traceparent %q: %s", run.Traceparent, reason)
+	}
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr(model.AttrServiceName, "rollout-checker")
+	s := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	var tid pcommon.TraceID
+	var sid pcommon.SpanID
+	_, _ = rand.Read(tid[:])
+	_, _ = rand.Read(sid[:])
+	s.SetTraceID(tid)
+	s.SetSpanID(sid)
+	s.SetName("CheckRollout")
+	s.SetStartTimestamp(pcommon.NewTimestampFromTime(create.Start.Add(time.Second)))
+	s.SetEndTimestamp(pcommon.NewTimestampFromTime(create.Start.Add(1200 * time.Millisecond)))
+	l := s.Links().AppendEmpty()
+	l.SetTraceID(tc.TraceID)
+	l.SetSpanID(tc.SpanID)
+	exportOTLP(t, env, td)
+
+	_, err := waitTrace(t, env, create.TraceID, 60*time.Second, func(ss Spans) error {
+		linked := ss.Named("CheckRollout").OfType(model.SpanTypeLinked)
+		if len(linked) != 1 {
+			return fmt.Errorf("%d linked spans named CheckRollout in the Deployment's trace", len(linked))
+		}
+		ls := linked[0]
+		switch {
+		case ls.ParentSpanID != create.ParentSpanID:
+			return fmt.Errorf("the linked span's parent is %s, the Deployment's object span %s", ls.ParentSpanID, create.ParentSpanID)
+		case len(ls.Links) != 1 || ls.Links[0].TraceID != hex.EncodeToString(tid[:]) || ls.Links[0].SpanID != hex.EncodeToString(sid[:]):
+			return fmt.Errorf("the linked span's links: %+v", ls.Links)
+		case ls.Service != "rollout-checker":
+			return fmt.Errorf("the linked span's service %q", ls.Service)
+		}
+		return nil
+	})
+	Check(t, "a span linking to the Deployment's trace context has a linked span under the Deployment's object span",
+		err == nil, "trace %s: %v", create.TraceID, err)
+	own, _, _ := env.Jaeger.Trace(context.Background(), hex.EncodeToString(tid[:]))
+	Check(t, "the linking span stays in its own trace", len(own.Named("CheckRollout")) == 1, "%d spans in its trace", len(own))
 }

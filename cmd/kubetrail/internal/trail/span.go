@@ -99,9 +99,10 @@ type Unreadable struct {
 func readable(spans []*Span, u *Unreadable) []*Span {
 	out := spans[:0]
 	for _, s := range spans {
-		if s.Type == model.SpanTypeController {
-			// Its Resource, and the schema URL on it, are the controller's own: the span type
-			// (span model 1.2 and later) tells the span is kubetrail's.
+		if s.Type == model.SpanTypeController || s.Type == model.SpanTypeLinked {
+			// Its Resource, and the schema URL on it, are the controller's own (a linked span's
+			// is the linking component's, and a backend may drop the URL): the span type (span
+			// model 1.2, 1.3 and later) tells the span is kubetrail's.
 			out = append(out, s)
 			continue
 		}
@@ -256,7 +257,7 @@ func (s *Span) Verb() string {
 	switch s.Type {
 	case model.SpanTypeEvent:
 		return "event"
-	case model.SpanTypeController, "":
+	case model.SpanTypeController, model.SpanTypeLinked, "":
 		return s.Name
 	}
 	v := s.Str(model.AttrAuditVerb)
@@ -294,7 +295,7 @@ func (s *Span) Actor() string {
 		}
 		return "?" // an Event without a reporting controller (deprecated core/v1 writers)
 	}
-	if s.IsComponent() {
+	if s.IsComponent() || s.Type == model.SpanTypeLinked {
 		// The component as its Resource names it; a kubelet as the audit log names it.
 		svc, _ := s.Resource[model.AttrServiceName].(string)
 		if host, _ := s.Resource["host.name"].(string); svc == "kubelet" && host != "" {

@@ -295,3 +295,43 @@ func TestKubeletSyncIsAnActivityWithItsCRICallsAsParts(t *testing.T) {
 		}
 	}
 }
+
+// A linked span (k8s_object_link, span model 1.3) stands under an object's span for a span of
+// another component that links to the object's trace context: it is read without a schema URL
+// (Jaeger keeps none), shown as the object's activity with the component as actor, and the
+// scheduler's counts as the scheduler's.
+func TestLinkedSpansAreTheObjectsActivity(t *testing.T) {
+	b := &spanBuilder{td: ptrace.NewTraces()}
+	tid := pcommon.TraceID{3}
+	obj := pcommon.SpanID{0xc}
+	deploy := b.objectResource("Deployment", "apps", "deployments", "web", "uid-web")
+	addSpan(deploy, tid, obj, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, t0, 30*time.Minute)
+	audit(deploy, tid, pcommon.SpanID{1}, obj, "create", "ci", t0.Add(time.Second))
+	audit(deploy, tid, pcommon.SpanID{5}, obj, "update", "system:serviceaccount:kube-system:deployment-controller", t0.Add(5*time.Second))
+	sched := b.foreignResource("kube-scheduler", "")
+	l := addSpan(sched, tid, pcommon.SpanID{7}, obj, "SchedulePod", model.SpanTypeLinked, t0.Add(2*time.Second), 3*time.Millisecond)
+	link := l.Links().AppendEmpty()
+	link.SetTraceID(pcommon.TraceID{9})
+	link.SetSpanID(pcommon.SpanID{9})
+	link.Attributes().PutStr(model.AttrLinkType, model.LinkTypeLinkedSpan)
+
+	var un Unreadable
+	spans := readable(SpansFromTraces(b.td), &un)
+	if un.Spans != 0 || len(spans) != 4 {
+		t.Fatalf("read %d spans, left out %d (%v)", len(spans), un.Spans, un.Err)
+	}
+	root, err := Merge(spans, webTarget(), "uid-web", Filter{Depth: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tree bytes.Buffer
+	WriteTree(&tree, root, Header{})
+	for _, want := range []string{
+		"10:40:02.000  kube-scheduler  SchedulePod  3ms  (links to the object's trace context)\n",
+		"scheduler ",
+	} {
+		if !strings.Contains(tree.String(), want) {
+			t.Errorf("the tree lacks %q:\n%s", want, tree.String())
+		}
+	}
+}

@@ -82,10 +82,15 @@ func roleOf(s *Span, nodeAgents map[string]bool) string {
 	if s.Type == model.SpanTypeController {
 		return RoleTracedController
 	}
-	if s.IsComponent() {
-		// Another component's span in the object's trace: the kubelet's syncs are the node's.
-		if svc, _ := s.Resource[model.AttrServiceName].(string); svc == "kubelet" {
+	if s.IsComponent() || s.Type == model.SpanTypeLinked {
+		// Another component's span in the object's trace (or one that links to its context):
+		// the kubelet's syncs are the node's, the scheduler's attempts the scheduler's.
+		svc, _ := s.Resource[model.AttrServiceName].(string)
+		switch {
+		case svc == "kubelet":
 			return RoleNodeAgent
+		case strings.Contains(svc, "scheduler"):
+			return RoleScheduler
 		}
 		return RoleOther
 	}

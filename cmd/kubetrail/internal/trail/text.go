@@ -129,6 +129,9 @@ func activityLine(s *Span) string {
 	if d := s.Detail(); d != "" {
 		parts = append(parts, "longest: "+d)
 	}
+	if s.Type == model.SpanTypeLinked {
+		parts = append(parts, "(links to the object's trace context)")
+	}
 	if d := InlineDiff(s); d != "" {
 		parts = append(parts, d)
 	}
