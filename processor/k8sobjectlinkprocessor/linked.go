@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"crypto/sha256"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -85,14 +86,15 @@ func (p *objectLinkProcessor) indexContexts(r *resolver, items []item) {
 				continue
 			}
 			k := linkedKey(tc)
-			if seen[k] {
-				continue
+			if seen[k] || p.indexed.has(k, n.asg.SpanID, r.now) {
+				continue // written already: an object's context is on every write until it changes
 			}
 			if seen == nil {
 				seen = map[string]bool{}
 			}
 			seen[k] = true
 			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: k, Value: n.asg.Encode(), ExpireAt: r.asgExpiry(time.Unix(0, n.id.window))})
+			p.indexed.put(k, n.asg.SpanID, r.now)
 		}
 	}
 	if len(r.writes) > 0 {
@@ -204,6 +206,49 @@ func (p *objectLinkProcessor) emitLinked(ctx context.Context, td ptrace.Traces, 
 	if full > 0 {
 		p.tel.K8sObjectLinkUntrustedSpans.Add(ctx, int64(full), metric.WithAttributes(attribute.String(attrResult, resultPassed)))
 	}
+}
+
+// indexedContexts remembers the linked-context records this process wrote, for a window (the
+// records live longer), so that the writes of an object that keeps its context do not write
+// the same record each batch: at most max, the oldest forgotten first.
+type indexedContexts struct {
+	mu   sync.Mutex
+	ttl  time.Duration
+	m    map[string]indexedContext
+	ring []string
+	next int
+}
+
+type indexedContext struct {
+	span pcommon.SpanID
+	at   time.Time
+}
+
+// maxIndexedContexts bounds indexedContexts: about 100 bytes an entry.
+const maxIndexedContexts = 16384
+
+func newIndexedContexts(ttl time.Duration) *indexedContexts {
+	return &indexedContexts{ttl: ttl, m: map[string]indexedContext{}, ring: make([]string, maxIndexedContexts)}
+}
+
+func (c *indexedContexts) has(k string, span pcommon.SpanID, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	return ok && e.span == span && now.Sub(e.at) < c.ttl
+}
+
+func (c *indexedContexts) put(k string, span pcommon.SpanID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; !ok {
+		if victim := c.ring[c.next]; victim != "" {
+			delete(c.m, victim)
+		}
+		c.ring[c.next] = k
+		c.next = (c.next + 1) % len(c.ring)
+	}
+	c.m[k] = indexedContext{span: span, at: now}
 }
 
 func containsSpanID(ids []pcommon.SpanID, id pcommon.SpanID) bool {

@@ -78,7 +78,9 @@ type objectLinkProcessor struct {
 	// moved, for their later spans (identity.go).
 	identityServices map[string]bool
 	moved, stays     *movedTraces
-	owed             ptrace.Traces
+	// indexed are the linked-context records written lately (linked.go).
+	indexed *indexedContexts
+	owed    ptrace.Traces
 	// unsent are processed spans the next consumer refused when their hold ended, or that the
 	// previous run kept in storage; they are sent as they are.
 	unsent ptrace.Traces
@@ -122,6 +124,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		windowLogs: loglimit.New(windowMismatchLogEvery),
 		lookupLogs: loglimit.New(lookupFailedLogEvery),
 	}
+	p.indexed = newIndexedContexts(cfg.Window)
 	if id := cfg.Doors.Identity; len(id.Services) > 0 {
 		p.identityServices = make(map[string]bool, len(id.Services))
 		for _, s := range id.Services {
