@@ -153,6 +153,9 @@ func (p *objectLinkProcessor) queueLinkers(r *resolver, gb *guestBatch) {
 // this batch (not removed: one that waits is looked at again when it is released), a linked span
 // under each such object's span.
 func (p *objectLinkProcessor) emitLinked(ctx context.Context, td ptrace.Traces, r *resolver, gb *guestBatch, remove []bool) {
+	if len(gb.linkers) == 0 {
+		return // the receivers' batches: no allocation on the hot path
+	}
 	emitted, full := 0, 0
 	bySvc := map[string]ptrace.SpanSlice{}
 	for i := range gb.linkers {
