@@ -24,7 +24,8 @@ import (
 //
 //   - every trace context a trusted audit span links to (the receivers' trace_context links) is
 //     recorded in the ID map with the assignment of the span's object window ("k:" + trace ID +
-//     span ID, the assignment's life);
+//     span ID, the assignment's life), the first object's: a Deployment's context is copied to
+//     its ReplicaSets with its annotations;
 //   - a span of an untrusted door that links to such a context (its first maxLinksRead links are
 //     read) gets, in that object's window trace, under the object's span, a span of its own:
 //     kubetrail.span.type linked, the linking span's name, times and service.name, and a link
@@ -93,7 +94,10 @@ func (p *objectLinkProcessor) indexContexts(r *resolver, items []item) {
 				seen = map[string]bool{}
 			}
 			seen[k] = true
-			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: k, Value: n.asg.Encode(), ExpireAt: r.asgExpiry(time.Unix(0, n.id.window))})
+			// First writer wins: a context passes from an object to the ones it makes (a
+			// Deployment's annotations are copied to its ReplicaSets), and the object that
+			// carried it first is the one its users worked for.
+			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: k, Value: n.asg.Encode(), ExpireAt: r.asgExpiry(time.Unix(0, n.id.window))})
 			p.indexed.put(k, n.asg.SpanID, r.now)
 		}
 	}

@@ -116,3 +116,32 @@ func TestLinkSpansOff(t *testing.T) {
 		}
 	}
 }
+
+// A context that passes from an object to the ones it makes (a Deployment's annotations are
+// copied to its ReplicaSets) stays the first object's: the linked span goes under the Deployment.
+func TestASharedContextStaysWithTheFirstObject(t *testing.T) {
+	backends(t, func(t *testing.T, cfg func() *Config) {
+		now := time.Now()
+		w := model.WindowStart(now, model.DefaultWindow)
+		c := cfg()
+		c.TraceContext.Nest = false
+		h := newHarness(t, c, newFakeClock(now))
+		root := deploy
+		root.NoOwner = true
+		ctx := "00-0af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01"
+		h.consume(withContext(audit(root, "create", w.Add(time.Second)), ctx))
+		h.consume(withContext(audit(rsA, "rs", w.Add(2*time.Second)), ctx))
+		tc, _ := model.ParseTraceparent(ctx)
+		h.consumeUntrusted(linkingBatch("rollout-checker", "CheckRollout", w.Add(3*time.Second), tc))
+		var linked []ptrace.Span
+		for _, o := range h.spans() {
+			if spanType(o.span) == model.SpanTypeLinked {
+				linked = append(linked, o.span)
+			}
+		}
+		if len(linked) != 1 {
+			t.Fatalf("%d linked spans", len(linked))
+		}
+		assertChild(t, h.one("Deployment default/demo"), linked[0])
+	})
+}
