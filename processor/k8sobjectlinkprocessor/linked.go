@@ -39,13 +39,7 @@ import (
 const maxLinksRead = 8
 
 // linkedKey is the ID map record of a trace context an object's audit span linked to.
-func linkedKey(tc model.TraceContext) string {
-	var b [2 + 16 + 8]byte
-	b[0], b[1] = 'k', ':'
-	copy(b[2:18], tc.TraceID[:])
-	copy(b[18:], tc.SpanID[:])
-	return string(b[:])
-}
+func linkedKey(tc model.TraceContext) string { return contextRecordKey('k', tc) }
 
 // linker is a guest span with links that may name an object's trace context.
 type linker struct {

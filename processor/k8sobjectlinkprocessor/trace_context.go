@@ -33,9 +33,13 @@ import (
 
 // contextKey is the ID map record of a trace context's first sight: its value is the start of
 // the first span seen carrying it, in Unix nanoseconds.
-func contextKey(tc model.TraceContext) string {
+func contextKey(tc model.TraceContext) string { return contextRecordKey('t', tc) }
+
+// contextRecordKey is the key of a record about a trace context: the kind's letter, ':', the
+// trace ID and the span ID.
+func contextRecordKey(kind byte, tc model.TraceContext) string {
 	var b [2 + 16 + 8]byte
-	b[0], b[1] = 't', ':'
+	b[0], b[1] = kind, ':'
 	copy(b[2:18], tc.TraceID[:])
 	copy(b[18:], tc.SpanID[:])
 	return string(b[:])

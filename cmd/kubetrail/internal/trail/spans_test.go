@@ -240,13 +240,8 @@ func TestAPointerSpanLeadsToThePlacedWindowShownOnce(t *testing.T) {
 // one activity of the object, its CRI calls are its parts (the tree names the longest), the
 // summary counts the sync as the node agent's, and -o json keeps every span once.
 func TestKubeletSyncIsAnActivityWithItsCRICallsAsParts(t *testing.T) {
-	b := &spanBuilder{td: ptrace.NewTraces()}
-	tid := pcommon.TraceID{2}
-	obj := pcommon.SpanID{0xb}
-	deploy := b.objectResource("Deployment", "apps", "deployments", "web", "uid-web")
-	addSpan(deploy, tid, obj, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, t0, 30*time.Minute)
-	audit(deploy, tid, pcommon.SpanID{1}, obj, "create", "ci", t0.Add(time.Second))
-	audit(deploy, tid, pcommon.SpanID{5}, obj, "update", "system:serviceaccount:kube-system:deployment-controller", t0.Add(5*time.Second))
+	tid, obj := pcommon.TraceID{2}, pcommon.SpanID{0xb}
+	b := webWindow(tid, obj)
 	kubelet := b.foreignResource("kubelet", "https://opentelemetry.io/schemas/1.26.0")
 	b.td.ResourceSpans().At(1).Resource().Attributes().PutStr("host.name", "node-1")
 	sync := pcommon.SpanID{9}
@@ -301,13 +296,8 @@ func TestKubeletSyncIsAnActivityWithItsCRICallsAsParts(t *testing.T) {
 // (Jaeger keeps none), shown as the object's activity with the component as actor, and the
 // scheduler's counts as the scheduler's.
 func TestLinkedSpansAreTheObjectsActivity(t *testing.T) {
-	b := &spanBuilder{td: ptrace.NewTraces()}
-	tid := pcommon.TraceID{3}
-	obj := pcommon.SpanID{0xc}
-	deploy := b.objectResource("Deployment", "apps", "deployments", "web", "uid-web")
-	addSpan(deploy, tid, obj, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, t0, 30*time.Minute)
-	audit(deploy, tid, pcommon.SpanID{1}, obj, "create", "ci", t0.Add(time.Second))
-	audit(deploy, tid, pcommon.SpanID{5}, obj, "update", "system:serviceaccount:kube-system:deployment-controller", t0.Add(5*time.Second))
+	tid, obj := pcommon.TraceID{3}, pcommon.SpanID{0xc}
+	b := webWindow(tid, obj)
 	sched := b.foreignResource("kube-scheduler", "")
 	l := addSpan(sched, tid, pcommon.SpanID{7}, obj, "SchedulePod", model.SpanTypeLinked, t0.Add(2*time.Second), 3*time.Millisecond)
 	link := l.Links().AppendEmpty()
@@ -334,4 +324,15 @@ func TestLinkedSpansAreTheObjectsActivity(t *testing.T) {
 			t.Errorf("the tree lacks %q:\n%s", want, tree.String())
 		}
 	}
+}
+
+// webWindow is a window of the Deployment shop/web, object span obj in trace tid: its create by
+// ci at 1 s and the deployment controller's update at 5 s.
+func webWindow(tid pcommon.TraceID, obj pcommon.SpanID) *spanBuilder {
+	b := &spanBuilder{td: ptrace.NewTraces()}
+	deploy := b.objectResource("Deployment", "apps", "deployments", "web", "uid-web")
+	addSpan(deploy, tid, obj, pcommon.SpanID{}, "Deployment", model.SpanTypeObject, t0, 30*time.Minute)
+	audit(deploy, tid, pcommon.SpanID{1}, obj, "create", "ci", t0.Add(time.Second))
+	audit(deploy, tid, pcommon.SpanID{5}, obj, "update", "system:serviceaccount:kube-system:deployment-controller", t0.Add(5*time.Second))
+	return b
 }
