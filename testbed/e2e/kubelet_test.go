@@ -37,9 +37,18 @@ func TestKubeletSyncSpansJoinThePodsTrace(t *testing.T) {
 	if !Check(t, "the deployment scenario ran", run != nil, "no run of the deployment scenario") {
 		return
 	}
-	creates := env.Spans(t, run).OfType(model.SpanTypeAudit).WithAttr(model.AttrAuditVerb, "create").
-		WithAttr(model.AttrHTTPStatusCode, "201").WithAttr(model.AttrObjectKind, "Pod")
-	if !Check(t, "the run created Pods", len(creates) > 0, "no Pod create in the run") {
+	// A Pod of the run's Deployment demo (in its trace): the run's window may hold the next
+	// scenario's objects too.
+	ss := env.Spans(t, run)
+	uids := createdUIDs(ss, run.Window(), "Deployment", "default", "demo")
+	if !Check(t, "the run created Deployment demo once", len(uids) == 1, "uids %v", uids) {
+		return
+	}
+	demo := ss.OfType(model.SpanTypeAudit).WithAttr(model.AttrAuditVerb, "create").WithAttr(model.AttrObjectUID, uids[0])
+	creates := ss.OfType(model.SpanTypeAudit).WithAttr(model.AttrAuditVerb, "create").
+		WithAttr(model.AttrHTTPStatusCode, "201").WithAttr(model.AttrObjectKind, "Pod").
+		Where(func(s *Span) bool { return len(demo) == 1 && s.TraceID == demo[0].TraceID })
+	if !Check(t, "the run created Pods of demo", len(creates) > 0, "no Pod create in demo's trace") {
 		return
 	}
 	create := creates[0]
@@ -83,8 +92,7 @@ func TestKubeletSyncSpansJoinThePodsTrace(t *testing.T) {
 		err == nil, "Pod %s/%s (uid %s), trace %s: %v", pod.namespace, pod.name, pod.uid, create.TraceID, err)
 	// kubetrail trace shows the sync as the Pod's activity, naming the CRI call that took longest.
 	if bin := kubetrailBinary(t, env); bin != "" {
-		uids := createdUIDs(env.Spans(t, run), run.Window(), "Deployment", "default", "demo")
-		if len(uids) == 1 {
+		{
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			out, cerr := exec.CommandContext(ctx, bin, "trace", "deployment/demo", "-n", "default", "--cluster", ClusterName,
 				"--uid", uids[0], "--source", "jaeger="+env.Jaeger.QueryURL, "--since", run.Start.Add(-time.Second).UTC().Format(time.RFC3339Nano)).CombinedOutput()

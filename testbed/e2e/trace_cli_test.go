@@ -454,9 +454,10 @@ func checkRefusedScale(t *testing.T, env *Env, trail func() (string, string, err
 		}
 	}
 	_ = os.WriteFile(filepath.Join(env.OutDir, "kubectl-trail-demo-refused.txt"), []byte(tree+"\n--- stderr\n"+errOut), 0o644)
+	// The refused scale's line (a controller's 409 at a held base tries something too).
 	line := ""
 	for _, l := range strings.Split(tree, "\n") {
-		if strings.Contains(l, "tried ") {
+		if strings.Contains(l, "tried ") && strings.Contains(l, "patch scale") {
 			line = strings.TrimSpace(l)
 		}
 	}
