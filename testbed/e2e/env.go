@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,14 +186,25 @@ func setup() (*Env, error) {
 	if e.Router, err = startAuditRouter(); err != nil {
 		return e, err
 	}
+	// The port stays held while the cluster comes up: cluster-up.sh picks its ports in the same
+	// range by its own free_port, which takes a port nobody listens on (a CI run lost the
+	// collector's start to etcd or kwok taking this one).
+	var tracingHold net.Listener
 	if e.Components.Has("receivers", "otlp") {
 		port, err := FreePort()
 		if err != nil {
 			return e, err
 		}
 		e.TracingAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		if tracingHold, err = net.Listen("tcp", e.TracingAddr); err != nil {
+			return e, err
+		}
 	}
-	if err := e.step("cluster up", e.clusterUp); err != nil {
+	err = e.step("cluster up", e.clusterUp)
+	if tracingHold != nil {
+		_ = tracingHold.Close()
+	}
+	if err != nil {
 		return e, err
 	}
 	if err := e.step("start jaeger", func() (err error) {
