@@ -80,10 +80,12 @@ func (p *objectLinkProcessor) indexContexts(r *resolver, items []item) {
 			if !ok {
 				continue
 			}
-			k := linkedKey(tc)
-			if seen[k] || p.indexed.has(k, n.asg.SpanID, r.now) {
+			var buf [contextKeyBytes]byte
+			kb := appendContextRecordKey(buf[:0], 'k', tc)
+			if seen[string(kb)] || p.indexed.has(kb, n.asg.SpanID, r.now) {
 				continue // written already: an object's context is on every write until it changes
 			}
+			k := string(kb)
 			if seen == nil {
 				seen = map[string]bool{}
 			}
@@ -232,10 +234,12 @@ func newIndexedContexts(ttl time.Duration) *indexedContexts {
 	return &indexedContexts{ttl: ttl, m: map[string]indexedContext{}, ring: make([]string, maxIndexedContexts)}
 }
 
-func (c *indexedContexts) has(k string, span pcommon.SpanID, now time.Time) bool {
+// has takes the key as bytes: the look-up of every audit span that carries a context allocates
+// nothing.
+func (c *indexedContexts) has(k []byte, span pcommon.SpanID, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[k]
+	e, ok := c.m[string(k)]
 	return ok && e.span == span && now.Sub(e.at) < c.ttl
 }
 

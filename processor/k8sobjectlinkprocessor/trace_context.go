@@ -38,11 +38,17 @@ func contextKey(tc model.TraceContext) string { return contextRecordKey('t', tc)
 // contextRecordKey is the key of a record about a trace context: the kind's letter, ':', the
 // trace ID and the span ID.
 func contextRecordKey(kind byte, tc model.TraceContext) string {
-	var b [2 + 16 + 8]byte
-	b[0], b[1] = kind, ':'
-	copy(b[2:18], tc.TraceID[:])
-	copy(b[18:], tc.SpanID[:])
-	return string(b[:])
+	var b [contextKeyBytes]byte
+	return string(appendContextRecordKey(b[:0], kind, tc))
+}
+
+// contextKeyBytes is the length of a trace-context record's key.
+const contextKeyBytes = 2 + 16 + 8
+
+func appendContextRecordKey(dst []byte, kind byte, tc model.TraceContext) []byte {
+	dst = append(dst, kind, ':')
+	dst = append(dst, tc.TraceID[:]...)
+	return append(dst, tc.SpanID[:]...)
 }
 
 func encodeFirstSeen(t time.Time) string {
