@@ -98,6 +98,10 @@ func TestSpansClaimingToBeKubetrailsThroughAnUntrustedDoorAreRefusedAndCounted(t
 		obj := batch(audit(podA1, "object", t0.Add(time.Second)))
 		obj.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().PutStr(model.AttrSpanType, model.SpanTypeObject)
 		obj.ResourceSpans().MoveAndAppendTo(claims.ResourceSpans())
+		// A forged linked span (only k8s_object_link emits them, linked.go) is refused too.
+		linked := batch(audit(podA1, "linked", t0.Add(time.Second)))
+		linked.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().PutStr(model.AttrSpanType, model.SpanTypeLinked)
+		linked.ResourceSpans().MoveAndAppendTo(claims.ResourceSpans())
 		other := claims.ResourceSpans().AppendEmpty()
 		other.Resource().Attributes().PutStr("service.name", "ci")
 		other.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("deploy step")
@@ -118,8 +122,8 @@ func TestSpansClaimingToBeKubetrailsThroughAnUntrustedDoorAreRefusedAndCounted(t
 		if err := reader.Collect(context.Background(), &rm); err != nil {
 			t.Fatal(err)
 		}
-		if got := sumOf(rm, "otelcol_k8s_object_link_spans_dropped", attribute.String(attrReason, reasonUntrustedClaim)); got != 3 {
-			t.Fatalf("spans_dropped{untrusted_claim} = %d, want 3", got)
+		if got := sumOf(rm, "otelcol_k8s_object_link_spans_dropped", attribute.String(attrReason, reasonUntrustedClaim)); got != 4 {
+			t.Fatalf("spans_dropped{untrusted_claim} = %d, want 4", got)
 		}
 		// The same spans through kubetrail's own door are placed, as always.
 		h.consume(audit(deploy, "real", t0.Add(time.Second)))
