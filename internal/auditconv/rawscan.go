@@ -104,16 +104,60 @@ func scanItems(d []byte, i, maxItems int, items []RawEvent) ([]RawEvent, int, er
 }
 
 // scanEventKey reads the objectRef of the event object at d[i], skipping every other member.
+// A create that names no object (a generateName create: the apiserver writes objectRef before
+// it picks the name) takes the name of its responseObject, where the level recorded it, so that
+// the object's first event is keyed as its later ones are (one Kafka partition, in order).
 func scanEventKey(d []byte, i, depth int, key *ObjectKey) (int, error) {
+	i++
+	created := ""
+	for first := true; ; first = false {
+		k, next, done, err := jsonscan.ObjectNext(d, i, first)
+		if err != nil || done {
+			if err == nil && key.Name == "" && key.Resource != "" {
+				key.Name = created
+			}
+			return next, err
+		}
+		switch {
+		case string(k) == "objectRef":
+			i, err = scanObjectRef(d, next, depth+1, key)
+		case string(k) == "responseObject" && key.Name == "":
+			i, err = scanMetadataName(d, next, depth+1, false, &created)
+		default:
+			i, err = jsonscan.SkipValue(d, next, depth+1)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// scanMetadataName reads metadata.name of the object at d[i] into name (left as it is when the
+// value is not an object, or has none), skipping everything else; inMetadata says d[i] is the
+// metadata object itself.
+func scanMetadataName(d []byte, i, depth int, inMetadata bool, name *string) (int, error) {
+	if d[i] != '{' {
+		return jsonscan.SkipValue(d, i, depth)
+	}
 	i++
 	for first := true; ; first = false {
 		k, next, done, err := jsonscan.ObjectNext(d, i, first)
 		if err != nil || done {
 			return next, err
 		}
-		if string(k) == "objectRef" {
-			i, err = scanObjectRef(d, next, depth+1, key)
-		} else {
+		switch {
+		case !inMetadata && string(k) == "metadata":
+			i, err = scanMetadataName(d, next, depth+1, true, name)
+		case inMetadata && string(k) == "name" && d[next] == '"':
+			var plain bool
+			if i, plain, err = jsonscan.ScanString(d, next); err == nil {
+				if plain {
+					*name = string(d[next+1 : i-1])
+				} else {
+					*name = string(jsonscan.Unquote(d[next+1 : i-1]))
+				}
+			}
+		default:
 			i, err = jsonscan.SkipValue(d, next, depth+1)
 		}
 		if err != nil {

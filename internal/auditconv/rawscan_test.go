@@ -36,6 +36,17 @@ func scanMatchesDecode(t *testing.T, data []byte) {
 		var want ObjectKey
 		if ref := decoded[i].ObjectRef; ref != nil {
 			want = ObjectKey{APIGroup: ref.APIGroup, Resource: ref.Resource, Namespace: ref.Namespace, Name: ref.Name}
+			// A generateName create is keyed by the name its response gave the object.
+			var resp struct {
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if want.Name == "" && want.Resource != "" && hasBody(decoded[i].ResponseObject) {
+				if err := json.Unmarshal(decoded[i].ResponseObject, &resp); err == nil {
+					want.Name = resp.Metadata.Name
+				}
+			}
 		}
 		if r.Key != want {
 			t.Fatalf("event %d: key %+v, the decoder's objectRef %+v", i, r.Key, want)
@@ -64,6 +75,36 @@ func TestScanEventListAgreesWithTheDecoderOnTheRecordedBodies(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no events scanned")
+	}
+}
+
+// A generateName create names no object in its objectRef: it is keyed by the name the
+// apiserver gave the object (its responseObject's), as the object's later writes are, so the
+// edge puts them in one Kafka partition. Without a response body, or for a list, the key stays
+// nameless.
+func TestACreatedObjectIsKeyedByItsGivenName(t *testing.T) {
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[
+		{"verb":"create","objectRef":{"resource":"pods","namespace":"demo","apiVersion":"v1"},
+		 "responseObject":{"kind":"Pod","apiVersion":"v1","metadata":{"generateName":"web-","labels":{"name":"x"},"name":"web-\u0061bc","namespace":"demo"},"spec":{"containers":[{"name":"c"}]}}},
+		{"verb":"create","objectRef":{"resource":"pods","namespace":"demo","apiVersion":"v1"}},
+		{"verb":"list","objectRef":{"resource":"pods","namespace":"demo","apiVersion":"v1"},
+		 "responseObject":{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"web-abc"}}]}},
+		{"verb":"patch","objectRef":{"resource":"pods","namespace":"demo","name":"web-abc","subresource":"status"},
+		 "responseObject":{"metadata":{"name":"other"}}},
+		{"verb":"get","requestURI":"/healthz","responseObject":{"metadata":{"name":"n"}}}
+	]}`)
+	raws, err := ScanEventList(body, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"web-abc", "", "", "web-abc", ""}
+	if len(raws) != len(want) {
+		t.Fatalf("%d events", len(raws))
+	}
+	for i, r := range raws {
+		if r.Key.Name != want[i] {
+			t.Errorf("event %d: keyed by name %q, want %q", i, r.Key.Name, want[i])
+		}
 	}
 }
 
