@@ -47,10 +47,28 @@ type Config struct {
 	// spent by others is refused whole with a retryable error.
 	MaxInFlightBytes int64 `mapstructure:"max_in_flight_bytes"`
 
+	// Merge hands on the spans of concurrent calls together: one call of the next consumer
+	// (one export, one ID-map round trip) for the calls that arrive while another is in flight.
+	Merge MergeConfig `mapstructure:"merge"`
+
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
 	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
 	// redact_annotations, trace_context_annotation, window), shared with the k8s_audit receiver.
 	Conversion auditconv.Settings `mapstructure:",squash"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// MergeConfig configures how the spans of concurrent calls are handed on together.
+type MergeConfig struct {
+	// Enabled turns merging on. No call waits for others: only the calls that arrive while a
+	// hand-off is in flight go on together, in the next one.
+	Enabled bool `mapstructure:"enabled"`
+	// MaxBytes bounds one merged hand-off by the calls' decoded estimate (as
+	// max_in_flight_bytes counts it), so that an export stays within a backend's message
+	// limit; a call over it goes on alone.
+	MaxBytes int64 `mapstructure:"max_bytes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -78,6 +96,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.MaxInFlightBytes < minInFlightBytes {
 		errs = append(errs, fmt.Errorf("max_in_flight_bytes: must be at least %d (a few events), got %d", minInFlightBytes, cfg.MaxInFlightBytes))
+	}
+	if cfg.Merge.Enabled && cfg.Merge.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("merge::max_bytes: must be positive while merge::enabled is true, got %d", cfg.Merge.MaxBytes))
 	}
 	if err := cfg.Conversion.Validate(); err != nil {
 		errs = append(errs, err)

@@ -62,6 +62,12 @@ func TestConfigFromTestdata(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "bad_cluster"), wantErr: "cluster:"},
 		{id: component.NewIDWithName(metadata.Type, "no_cluster"), wantErr: "cluster: required"},
 		{id: component.NewIDWithName(metadata.Type, "bad_format"), wantErr: "format:"},
+		{id: component.NewIDWithName(metadata.Type, "no_merge"), check: func(t *testing.T, c *Config) {
+			if c.Merge.Enabled || c.Merge.MaxBytes != defaultMergeMaxBytes {
+				t.Fatalf("merge %+v", c.Merge)
+			}
+		}},
+		{id: component.NewIDWithName(metadata.Type, "bad_merge"), wantErr: "merge::max_bytes: must be positive"},
 		{id: component.NewIDWithName(metadata.Type, "bad_in_flight"), wantErr: "max_in_flight_bytes: must be at least"},
 		{id: component.NewIDWithName(metadata.Type, "in_flight"), check: func(t *testing.T, c *Config) {
 			if c.MaxInFlightBytes != 32<<20 {

@@ -53,6 +53,7 @@ type auditConnector struct {
 	rd        reader
 	dedup     *dedup // nil when dedup_window is 0
 	inFlight  *bytebudget.Budget
+	merger    *merger // nil when merge is off
 	now       func() time.Time
 	formats   map[string]metric.MeasurementOption
 
@@ -87,6 +88,10 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 		Telemetry:    c.inst.conv,
 	})
 	c.rd = reader{conv: c.conv, format: cfg.Format}
+	if cfg.Merge.Enabled {
+		c.merger = newMerger(next, cfg.Merge.MaxBytes, func() time.Time { return c.now() },
+			func(ctx context.Context, calls int) { c.inst.mergedCalls.Add(ctx, int64(calls)) })
+	}
 	if cfg.DedupWindow > 0 {
 		c.dedup = newDedup(cfg.DedupWindow, cfg.DedupMaxBytes, func() time.Time { return c.now() },
 			func(d int64) { c.inst.dedupBytes.Add(context.Background(), d) })
@@ -206,7 +211,7 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 	}
 	if n = td.SpanCount(); n > 0 {
 		// Marked as kubetrail's own door: k8s_object_link lets only such spans write the trail.
-		if err := c.next.ConsumeTraces(door.Trusted(ctx), td); err != nil {
+		if err := c.handOn(door.Trusted(ctx), td, cb.held); err != nil {
 			if consumererror.IsPermanent(err) {
 				st.Drop(auditconv.ReasonConsumerPermanent, n)
 			}
@@ -225,6 +230,15 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 			"k8s_audit connector: %d log records past max_in_flight_bytes (%d bytes decoded) refused", refused, c.inFlight.Max()))
 	}
 	return nil
+}
+
+// handOn gives the spans of a call to the next consumer, merged with concurrent calls' when
+// merge is on; held is the call's decoded estimate.
+func (c *auditConnector) handOn(ctx context.Context, td ptrace.Traces, held int64) error {
+	if c.merger == nil {
+		return c.next.ConsumeTraces(ctx, td)
+	}
+	return c.merger.consume(ctx, td, held)
 }
 
 // read decodes one record into the batch and returns how many of its events were duplicates,

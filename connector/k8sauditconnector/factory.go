@@ -23,6 +23,9 @@ const (
 	// flight: sixteen CloudWatch pages of 4,000 events, or an OTLP batch of 8,192 records of
 	// EventLists eight events long, while a request of tiny events cannot reach gigabytes.
 	defaultMaxInFlightBytes = 128 << 20
+	// 2 MiB of decoded events in one merged hand-off: about a thousand events, whose spans
+	// (diffs, not bodies) stay well under the 4 MiB a gRPC server takes by default.
+	defaultMergeMaxBytes = 2 << 20
 )
 
 // NewFactory returns the factory of the k8s_audit connector.
@@ -39,6 +42,7 @@ func createDefaultConfig() component.Config {
 		DedupWindow:      defaultDedupWindow,
 		DedupMaxBytes:    defaultDedupMaxBytes,
 		MaxInFlightBytes: defaultMaxInFlightBytes,
+		Merge:            MergeConfig{Enabled: true, MaxBytes: defaultMergeMaxBytes},
 		Conversion:       auditconv.DefaultSettings(),
 	}
 }

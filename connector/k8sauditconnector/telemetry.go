@@ -19,6 +19,7 @@ import (
 type instruments struct {
 	dedupBytes, inFlightBytes                    metric.Int64UpDownCounter
 	duplicateEvents, inFlightRefused, logRecords metric.Int64Counter
+	mergedCalls                                  metric.Int64Counter
 	conv                                         auditconv.Telemetry
 }
 
@@ -29,6 +30,7 @@ func newInstruments(tb *metadata.TelemetryBuilder) instruments {
 		duplicateEvents: counter{tb.K8sAuditDuplicateEvents},
 		inFlightRefused: counter{tb.K8sAuditInFlightRefused},
 		logRecords:      counter{tb.K8sAuditLogRecords},
+		mergedCalls:     counter{tb.K8sAuditMergedCalls},
 		conv: auditconv.Telemetry{
 			FilteredEvents:      counter{tb.K8sAuditFilteredEvents},
 			DroppedEvents:       counter{tb.K8sAuditDroppedEvents},

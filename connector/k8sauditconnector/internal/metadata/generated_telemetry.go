@@ -38,6 +38,7 @@ type TelemetryBuilder struct {
 	K8sAuditInFlightBytes       metric.Int64UpDownCounter
 	K8sAuditInFlightRefused     metric.Int64Counter
 	K8sAuditLogRecords          metric.Int64Counter
+	K8sAuditMergedCalls         metric.Int64Counter
 	K8sAuditReceiveLag          metric.Float64Histogram
 	K8sAuditTraceContextInvalid metric.Int64Counter
 }
@@ -141,6 +142,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_k8s_audit_log_records",
 		metric.WithDescription("Log records read as audit events, by the format they were read as. [Alpha]"),
 		metric.WithUnit("{records}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditMergedCalls, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_merged_calls",
+		metric.WithDescription("ConsumeLogs calls whose spans were handed on together with other calls' (merge): with one call of the next consumer for all of them, one export and one ID-map round trip. [Alpha]"),
+		metric.WithUnit("{calls}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sAuditReceiveLag, err = builder.meter.Float64Histogram(

@@ -213,6 +213,22 @@ func AssertEqualK8sAuditLogRecords(t *testing.T, tt *componenttest.Telemetry, dp
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualK8sAuditMergedCalls(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_audit_merged_calls",
+		Description: "ConsumeLogs calls whose spans were handed on together with other calls' (merge): with one call of the next consumer for all of them, one export and one ID-map round trip. [Alpha]",
+		Unit:        "{calls}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_audit_merged_calls")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualK8sAuditReceiveLag(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.HistogramDataPoint[float64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_audit_receive_lag",
