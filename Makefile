@@ -126,8 +126,12 @@ bench-json: ## the hand-written JSON scanner and index against encoding/json/jso
 bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector; testbed/hack/bench-audit.sh)
 	OCB=$(OCB) testbed/hack/bench-audit.sh
 
-soak: build ## the single tier at a steady RATE (default 1000 events/s) for SOAK_MINUTES (default 10): RSS, Go heap, goroutines and open fds every SAMPLE seconds (60), the RSS slope at the end (bench-audit.sh with SAMPLE)
-	RATE=$${RATE:-1000} SAMPLE=$${SAMPLE:-60} WORKLOADS=$${WORKLOADS:-replay} BENCH_EVENTS=$$(( $${RATE:-1000} * 60 * $${SOAK_MINUTES:-10} )) OCB=$(OCB) testbed/hack/bench-audit.sh
+soak: build redis ## the single tier, then the Kafka tiers (edge and one processing replica), each at a steady RATE (default 1000 events/s) for SOAK_MINUTES (default 10): RSS, Go heap, goroutines and open fds every SAMPLE seconds (60), the RSS slope at the end (bench-audit.sh and bench-kafka.sh with SAMPLE; SOAK_TIERS="single kafka" picks)
+	@for tier in $${SOAK_TIERS:-single kafka}; do case $$tier in \
+	  single) RATE=$${RATE:-1000} SAMPLE=$${SAMPLE:-60} WORKLOADS=$${WORKLOADS:-replay} BENCH_EVENTS=$$(( $${RATE:-1000} * 60 * $${SOAK_MINUTES:-10} )) OCB=$(OCB) testbed/hack/bench-audit.sh || exit 1 ;; \
+	  kafka) RUNS=lag RATES=$${RATE:-1000} REPLICAS=1 SAMPLE=$${SAMPLE:-60} RUN_SECONDS=$$(( 60 * $${SOAK_MINUTES:-10} )) testbed/hack/bench-kafka.sh || exit 1 ;; \
+	  *) echo "SOAK_TIERS: $$tier is neither single nor kafka" >&2; exit 2 ;; \
+	esac; done
 
 bench-kafka: build redis ## the Kafka edge and processing tiers through bin/otelcol-kubetrail: CPU per event of each, lag p50/p99 at 1,000 and 5,000 events/s with 1 and 2 replicas, catch-up after OUTAGE (default 5m) without a processing tier (testbed/hack/bench-kafka.sh)
 	testbed/hack/bench-kafka.sh

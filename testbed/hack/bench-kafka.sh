@@ -35,6 +35,9 @@
 #                     kafka: no sending_queue, so a message is committed once the backend took its
 #                     spans) and/or memory-batch (the in-memory sending_queue with batching, flush
 #                     200 ms: committed once queued, lost with the process); a list runs each
+#   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
+#                     the partition workers' concurrent calls go on together, merge::enabled) and/or
+#                     off (each message's spans in a call of their own); a list runs each
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
@@ -49,6 +52,9 @@
 #   WORKLOAD          fresh (default: new objects every pass) or replay
 #   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
+#   SAMPLE            seconds: in each lag run, every SAMPLE seconds print the edge's and the first
+#                     processing replica's RSS, Go heap, goroutines and open fds, and at the end the
+#                     RSS slope of each from SAMPLE_FROM seconds (default 120) on: `make soak`
 #   PROFILE           1: in each lag run, a CPU profile of the edge and of the first processing replica
 #                     (PROFILE_SECONDS, default 20, from 5 s after the first request), and where
 #                     their CPU goes (build/bench-kafka/<run>.{edge,processing}.cpu.pprof)
@@ -66,6 +72,9 @@ RATES=${RATES:-1000 5000}
 REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
+MERGE=${MERGE:-on}
+SAMPLE=${SAMPLE:-}
+SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
 OUTAGE=${OUTAGE:-5m}
 RATE=${RATE:-1000}
@@ -95,12 +104,15 @@ seconds_of() { # seconds_of 90 | 20s | 5m | 1h
 }
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
 OUTAGE_S=$(seconds_of "$OUTAGE")
-for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS; do
+for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS SAMPLE_FROM ${SAMPLE:+SAMPLE}; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
 done
 [[ $PARTITION_WORKERS == 0 || $PARTITION_WORKERS == 1 ]] || die "PARTITION_WORKERS=$PARTITION_WORKERS: want 0 or 1"
 for q in $PROCESSING_QUEUE; do
   [[ $q == off || $q == memory-batch ]] || die "PROCESSING_QUEUE=$q: want off or memory-batch"
+done
+for m in $MERGE; do
+  [[ $m == on || $m == off ]] || die "MERGE=$m: want on and/or off"
 done
 for r in $RUNS; do
   [[ $r == lag || $r == catchup ]] || die "RUNS=$r: want lag and/or catchup"
@@ -229,6 +241,7 @@ receivers:
 connectors:
   k8s_audit:
     cluster_attribute: k8s.cluster.name
+    merge: {enabled: $([[ $MERGE_NOW == on ]] && echo true || echo false)}
 processors:
   k8s_object_link:
     owner_wait: 0s
@@ -407,12 +420,13 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="lag-$1-$2-$3"
-  label="$1/s, $(replicas "$2"), queue $3"
+  name="lag-$1-$2-$3-merge-$MERGE_NOW"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
-  local profile="" prof_pids=() what pid
-  [[ $PROFILE == 1 ]] && profile=profile
+  local profile="" prof_pids=() samplers=() what pid
+  # The pprof extension: for the CPU profiles, and for the samplers' goroutine counts.
+  [[ $PROFILE == 1 || -n $SAMPLE ]] && profile=profile
   start_broker "$name"
   start_edge "$name" "$profile"
   echo "== $label (load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -429,7 +443,13 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   wait_settled
   machine_mark
   rm -f "$OUT/$name.ready"
-  if [[ -n $profile ]]; then
+  if [[ -n $SAMPLE ]]; then
+    sample_loop "$EDGE_PID" "$OUT/$name.edge.samples.tsv" "$EDGE_METRICS" "$EDGE_PPROF" edge &
+    samplers+=("$!")
+    sample_loop "${PROC_PIDS[0]}" "$OUT/$name.processing.samples.tsv" "${PROC_PORTS[0]}" "$PROC_PPROF" processing &
+    samplers+=("$!")
+  fi
+  if [[ $PROFILE == 1 ]]; then
     # Five seconds in, both tiers are at the run's pace.
     (sleep 5 && curl -fsS -o "$OUT/$name.edge.cpu.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
     prof_pids+=("$!")
@@ -438,6 +458,14 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   fi
   if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
   BA_PID=""
+  for pid in "${samplers[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [[ -n $SAMPLE ]]; then
+    sample_summary "$OUT/$name.edge.samples.tsv" " (edge)"
+    sample_summary "$OUT/$name.processing.samples.tsv" " (processing)"
+  fi
   sed 's/^/   /' "$OUT/$name.out"
   for pid in "${prof_pids[@]}"; do
     wait "$pid" || echo "   a CPU profile failed (a run shorter than PROFILE_SECONDS + 5 s?)"
@@ -455,8 +483,8 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
 catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="catchup-$OUTAGE_S-$1-$2"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2"
+  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
@@ -483,15 +511,17 @@ catchup_run() { # catchup_run REPLICAS QUEUE
 echo "bench-kafka: $(nproc) cores, capture $CAPTURE, $WORKLOAD workload, $PARTITIONS partitions, $CONNS connections"
 for run in $RUNS; do
   for queue in $PROCESSING_QUEUE; do
-    if [[ $run == lag ]]; then
-      for rate in $RATES; do
-        for replicas in $REPLICAS; do
-          lag_run "$rate" "$replicas" "$queue"
+    for MERGE_NOW in $MERGE; do
+      if [[ $run == lag ]]; then
+        for rate in $RATES; do
+          for replicas in $REPLICAS; do
+            lag_run "$rate" "$replicas" "$queue"
+          done
         done
-      done
-    else
-      catchup_run "$CATCHUP_REPLICAS" "$queue"
-    fi
+      else
+        catchup_run "$CATCHUP_REPLICAS" "$queue"
+      fi
+    done
   done
 done
 

@@ -30,3 +30,40 @@ default_capture() {
     find testbed/fixtures -mindepth 2 -maxdepth 2 -type d -name audit-webhook -printf '%h\n' | sort | paste -sd, -
   fi
 }
+
+# sample_loop PID FILE METRICS_PORT [PPROF_PORT [LABEL]]: every SAMPLE seconds while PID lives, one
+# row into FILE and on stdout (there after LABEL, which tells concurrent samplers apart): seconds since start, RSS (MiB, VmRSS), Go heap in use (MiB, the
+# collector's otelcol_process_runtime_heap_alloc_bytes), goroutines (the pprof extension's count;
+# "-" without it) and open file descriptors. `make soak` (bench-audit.sh, bench-kafka.sh).
+sample_loop() {
+  local pid=$1 file=$2 metrics=$3 pprof=${4:-} label=${5:-} t0=$SECONDS
+  : >"$file"
+  printf '   %s%8s %9s %9s %11s %5s\n' "${label:+$label }" seconds "RSS MiB" "heap MiB" goroutines fds
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep "$SAMPLE"
+    kill -0 "$pid" 2>/dev/null || break
+    local rss heap gor fds
+    rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+    heap=$(curl -fsS "http://127.0.0.1:$metrics/metrics" 2>/dev/null |
+      awk '/^otelcol_process_runtime_heap_alloc_bytes/ { printf "%.1f", $NF / 1048576; exit }')
+    gor=-
+    [[ -n $pprof ]] && gor=$(curl -fsS "http://127.0.0.1:$pprof/debug/pprof/goroutine?debug=1" 2>/dev/null | sed -n '1s/.*total \([0-9]*\).*/\1/p')
+    fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+    printf '%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" >>"$file"
+    printf '   %s%8s %9s %9s %11s %5s\n' "${label:+$label }" "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds"
+  done
+}
+
+# sample_summary FILE [WHAT]: the RSS slope (least squares, MiB per minute) over the samples from
+# SAMPLE_FROM seconds on, and the last sample's RSS against the first of them.
+sample_summary() {
+  awk -F'\t' -v from="$SAMPLE_FROM" -v what="${2:-}" '
+    $1 >= from { n++; x[n] = $1 / 60; y[n] = $2; sx += x[n]; sy += y[n] }
+    END {
+      if (n < 2) { print "   soak" what ": fewer than two samples after " from " s: no slope"; exit }
+      mx = sx / n; my = sy / n
+      for (i = 1; i <= n; i++) { num += (x[i] - mx) * (y[i] - my); den += (x[i] - mx) ^ 2 }
+      printf "   soak%s: RSS slope %+.2f MiB/min over %d samples from %d s; last %.1f MiB, %+.1f%% of %.1f MiB at %d s\n",
+        what, num / den, n, from, y[n], (y[n] - y[1]) / y[1] * 100, y[1], x[1] * 60
+    }' "$1"
+}
