@@ -417,6 +417,18 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
   rm -f "$OUT/row.tsv"
 }
 
+# merged_line: how many of the messages the replicas consumed went downstream with others
+# (the connector's merge), summed over the replicas.
+merged_line() {
+  local port merged=0 messages=0 m
+  for port in "${PROC_PORTS[@]}"; do
+    m=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null || true)
+    merged=$((merged + $(awk '/^otelcol_k8s_audit_merged_calls/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+    messages=$((messages + $(awk '/^otelcol_kafka_receiver_messages/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+  done
+  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge)"
+}
+
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
@@ -462,6 +474,7 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
+  merged_line
   if [[ -n $SAMPLE ]]; then
     sample_summary "$OUT/$name.edge.samples.tsv" " (edge)"
     sample_summary "$OUT/$name.processing.samples.tsv" " (processing)"
@@ -503,6 +516,7 @@ catchup_run() { # catchup_run REPLICAS QUEUE
   rm -f "$OUT/$name.pause"
   if wait "$BA_PID"; then :; else echo "   benchaudit failed"; FAILED=1; fi
   BA_PID=""
+  merged_line
   sed 's/^/   /' "$OUT/$name.out"
   finish_row "processing tier's start"
   stop_all
