@@ -67,7 +67,7 @@ func (m *merger) consume(ctx context.Context, td ptrace.Traces, bytes int64) err
 	m.mu.Lock()
 	if m.now().Before(m.soloUntil) {
 		m.mu.Unlock()
-		return m.next.ConsumeTraces(ctx, td)
+		return m.consumeNext(ctx, td)
 	}
 	m.queue = append(m.queue, h)
 	if m.busy {
@@ -101,7 +101,7 @@ func (m *merger) lead() error {
 	own := batch[0]
 	var err error
 	if n == 1 {
-		err = m.next.ConsumeTraces(own.ctx, own.td)
+		err = m.consumeNext(own.ctx, own.td)
 	} else {
 		td := own.td
 		for _, h := range batch[1:] {
@@ -109,7 +109,7 @@ func (m *merger) lead() error {
 		}
 		m.onMerged(own.ctx, n)
 		// Not cancelled with the leader's call: the other calls' spans ride on it.
-		err = m.next.ConsumeTraces(context.WithoutCancel(own.ctx), td)
+		err = m.consumeNext(context.WithoutCancel(own.ctx), td)
 		if consumererror.IsPermanent(err) {
 			m.mu.Lock()
 			m.soloUntil = m.now().Add(soloAfterRefusal)
@@ -129,4 +129,15 @@ func (m *merger) lead() error {
 	}
 	m.mu.Unlock()
 	return err
+}
+
+// consumeNext calls the next consumer; a panic there becomes a permanent error, so that the
+// calls waiting on the hand-off are answered and the lead passes on.
+func (m *merger) consumeNext(ctx context.Context, td ptrace.Traces) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = consumererror.NewPermanent(fmt.Errorf("k8s_audit connector: the next consumer panicked: %v", p))
+		}
+	}()
+	return m.next.ConsumeTraces(ctx, td)
 }

@@ -217,6 +217,48 @@ func TestAMergedRefusalForGoodIsRetriedAlone(t *testing.T) {
 	}
 }
 
+// panicking is a next consumer that panics on the calls named in panics.
+type panicking struct {
+	*gate
+	panics map[int]bool
+	n      int
+}
+
+func (p *panicking) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	err := p.gate.ConsumeTraces(ctx, td)
+	p.n++
+	if p.panics[p.n] {
+		panic("exporter bug")
+	}
+	return err
+}
+
+// A panic downstream answers every call of the hand-off and leaves the merger free: no call
+// waits forever behind it.
+func TestAPanicDownstreamAnswersEveryMergedCall(t *testing.T) {
+	g := newGate()
+	next := &panicking{gate: g, panics: map[int]bool{2: true}}
+	m := newMerger(next, 1<<20, time.Now, func(context.Context, int) {})
+	answers := mergeRun(t, m, g, []string{"a", "b", "c"}, nil)
+	if answers["a"] != nil {
+		t.Errorf("a: %v", answers["a"])
+	}
+	for _, name := range []string{"b", "c"} {
+		if answers[name] == nil || consumererror.IsPermanent(answers[name]) {
+			t.Errorf("%s: %v, want a retryable error (merged, the fault may be the other call's)", name, answers[name])
+		}
+	}
+	if m.busy || len(m.queue) != 0 {
+		t.Fatalf("merger left busy=%v with %d queued", m.busy, len(m.queue))
+	}
+	// Alone now (the solo minute), a panic is that call's own permanent error.
+	next.panics[3] = true
+	go func() { g.release <- struct{}{} }()
+	if err := m.consume(context.Background(), tracesNamed("b"), 1000); !consumererror.IsPermanent(err) {
+		t.Errorf("alone, a call whose hand-off panicked: %v, want a permanent error", err)
+	}
+}
+
 func TestAMergedHandOffOutlivesTheLeadersCancellation(t *testing.T) {
 	g := newGate()
 	m := newMerger(g, 1<<20, time.Now, func(context.Context, int) {})
