@@ -32,25 +32,31 @@ default_capture() {
 }
 
 # sample_loop PID FILE METRICS_PORT [PPROF_PORT [LABEL]]: every SAMPLE seconds while PID lives, one
-# row into FILE and on stdout (there after LABEL, which tells concurrent samplers apart): seconds since start, RSS (MiB, VmRSS), Go heap in use (MiB, the
-# collector's otelcol_process_runtime_heap_alloc_bytes), goroutines (the pprof extension's count;
-# "-" without it) and open file descriptors. `make soak` (bench-audit.sh, bench-kafka.sh).
+# row into FILE and on stdout (there after LABEL, which tells concurrent samplers apart): seconds
+# since start, RSS (MiB, VmRSS), Go heap in use (MiB, the collector's
+# otelcol_process_runtime_heap_alloc_bytes), goroutines (the pprof extension's count; "-" without
+# it), open file descriptors, then where the RSS is: anonymous memory (RssAnon), pages of mapped
+# files such as the binary's code (RssFile), and what the Go runtime holds from the OS (MiB,
+# otelcol_process_runtime_total_sys_memory_bytes). `make soak` (bench-audit.sh, bench-kafka.sh).
 sample_loop() {
   local pid=$1 file=$2 metrics=$3 pprof=${4:-} label=${5:-} t0=$SECONDS
   : >"$file"
-  printf '   %s%8s %9s %9s %11s %5s\n' "${label:+$label }" seconds "RSS MiB" "heap MiB" goroutines fds
+  printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s\n' "${label:+$label }" seconds "RSS MiB" "heap MiB" goroutines fds "anon MiB" "file MiB" "Go sys"
   while kill -0 "$pid" 2>/dev/null; do
     sleep "$SAMPLE"
     kill -0 "$pid" 2>/dev/null || break
-    local rss heap gor fds
+    local rss heap gor fds anon filemap sys m
     rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
-    heap=$(curl -fsS "http://127.0.0.1:$metrics/metrics" 2>/dev/null |
-      awk '/^otelcol_process_runtime_heap_alloc_bytes/ { printf "%.1f", $NF / 1048576; exit }')
+    anon=$(awk '/^RssAnon:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+    filemap=$(awk '/^RssFile:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+    m=$(curl -fsS "http://127.0.0.1:$metrics/metrics" 2>/dev/null || true)
+    heap=$(awk '/^otelcol_process_runtime_heap_alloc_bytes/ { printf "%.1f", $NF / 1048576; exit }' <<<"$m")
+    sys=$(awk '/^otelcol_process_runtime_total_sys_memory_bytes/ { printf "%.1f", $NF / 1048576; exit }' <<<"$m")
     gor=-
     [[ -n $pprof ]] && gor=$(curl -fsS "http://127.0.0.1:$pprof/debug/pprof/goroutine?debug=1" 2>/dev/null | sed -n '1s/.*total \([0-9]*\).*/\1/p')
     fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
-    printf '%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" >>"$file"
-    printf '   %s%8s %9s %9s %11s %5s\n' "${label:+$label }" "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}" >>"$file"
+    printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s\n' "${label:+$label }" "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}"
   done
 }
 
