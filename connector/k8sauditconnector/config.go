@@ -98,7 +98,7 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max_in_flight_bytes: must be at least %d (a few events), got %d", minInFlightBytes, cfg.MaxInFlightBytes))
 	}
 	if cfg.Merge.Enabled && cfg.Merge.MaxBytes <= 0 {
-		errs = append(errs, fmt.Errorf("merge::max_bytes: must be positive while merge::enabled is true, got %d", cfg.Merge.MaxBytes))
+		errs = append(errs, fmt.Errorf("merge.max_bytes: must be positive while merge.enabled is true, got %d", cfg.Merge.MaxBytes))
 	}
 	if err := cfg.Conversion.Validate(); err != nil {
 		errs = append(errs, err)

@@ -67,7 +67,7 @@ func TestConfigFromTestdata(t *testing.T) {
 				t.Fatalf("merge %+v", c.Merge)
 			}
 		}},
-		{id: component.NewIDWithName(metadata.Type, "bad_merge"), wantErr: "merge::max_bytes: must be positive"},
+		{id: component.NewIDWithName(metadata.Type, "bad_merge"), wantErr: "merge.max_bytes: must be positive"},
 		{id: component.NewIDWithName(metadata.Type, "bad_in_flight"), wantErr: "max_in_flight_bytes: must be at least"},
 		{id: component.NewIDWithName(metadata.Type, "in_flight"), check: func(t *testing.T, c *Config) {
 			if c.MaxInFlightBytes != 32<<20 {

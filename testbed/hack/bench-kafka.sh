@@ -36,7 +36,7 @@
 #                     spans) and/or memory-batch (the in-memory sending_queue with batching, flush
 #                     200 ms: committed once queued, lost with the process); a list runs each
 #   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
-#                     the partition workers' concurrent calls go on together, merge::enabled) and/or
+#                     the partition workers' concurrent calls go on together, merge.enabled) and/or
 #                     off (each message's spans in a call of their own); a list runs each
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
