@@ -227,6 +227,29 @@ func goldenByID(t *testing.T, scenario string) map[pcommon.SpanID]ptrace.Span {
 	return byID
 }
 
+// checkWebhookSpans checks that got are the webhook's spans of scenario (its golden file): each
+// in the webhook's trace under its parent (a 404's aside: it names no object) and, with diffs,
+// with the same diff paths.
+func checkWebhookSpans(t *testing.T, scenario string, got []ptrace.Span, diffs bool) {
+	t.Helper()
+	wantByID := goldenByID(t, scenario)
+	if len(got) != len(wantByID) {
+		t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))
+	}
+	for _, s := range got {
+		w, ok := wantByID[s.SpanID()]
+		switch {
+		case !ok:
+			t.Fatalf("span %q (%s) is not the webhook's", s.Name(), s.SpanID())
+		case strings.HasPrefix(w.Status().Message(), "NotFound"):
+		case s.TraceID() != w.TraceID() || s.ParentSpanID() != w.ParentSpanID():
+			t.Errorf("span %q: trace %s parent %s, the webhook's %s %s", s.Name(), s.TraceID(), s.ParentSpanID(), w.TraceID(), w.ParentSpanID())
+		case diffs && !slices.Equal(diffPaths(s), diffPaths(w)):
+			t.Errorf("span %q: diff %v, the webhook's %v", s.Name(), diffPaths(s), diffPaths(w))
+		}
+	}
+}
+
 func diffPaths(s ptrace.Span) []string {
 	for _, e := range s.Events().All() {
 		if v, ok := e.Attributes().Get("k8s.object.diff.paths"); ok {
@@ -304,21 +327,7 @@ func TestShuffledCaptureWithDuplicates(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			wantByID := goldenByID(t, scenario)
-			got := spansOf(sink)
-			if len(got) != len(wantByID) {
-				t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))
-			}
-			for _, s := range got {
-				w, ok := wantByID[s.SpanID()]
-				switch {
-				case !ok:
-					t.Fatalf("span %q (%s) is not the webhook's", s.Name(), s.SpanID())
-				case strings.HasPrefix(w.Status().Message(), "NotFound"):
-				case s.TraceID() != w.TraceID() || s.ParentSpanID() != w.ParentSpanID():
-					t.Errorf("span %q: trace %s parent %s, the webhook's %s %s", s.Name(), s.TraceID(), s.ParentSpanID(), w.TraceID(), w.ParentSpanID())
-				}
-			}
+			checkWebhookSpans(t, scenario, spansOf(sink), false)
 		})
 	}
 }

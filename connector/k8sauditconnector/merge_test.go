@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -334,23 +332,7 @@ func TestPartitionWorkersMergedGiveTheWebhookSpans(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			wantByID := goldenByID(t, scenario)
-			got := spansOf(&sink.TracesSink)
-			if len(got) != len(wantByID) {
-				t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))
-			}
-			for _, s := range got {
-				w, ok := wantByID[s.SpanID()]
-				switch {
-				case !ok:
-					t.Fatalf("span %q (%s) is not the webhook's", s.Name(), s.SpanID())
-				case strings.HasPrefix(w.Status().Message(), "NotFound"):
-				case s.TraceID() != w.TraceID() || s.ParentSpanID() != w.ParentSpanID():
-					t.Errorf("span %q: trace %s parent %s, the webhook's %s %s", s.Name(), s.TraceID(), s.ParentSpanID(), w.TraceID(), w.ParentSpanID())
-				case !slices.Equal(diffPaths(s), diffPaths(w)):
-					t.Errorf("span %q: diff %v, the webhook's %v", s.Name(), diffPaths(s), diffPaths(w))
-				}
-			}
+			checkWebhookSpans(t, scenario, spansOf(&sink.TracesSink), true)
 			merged += auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_merged_calls", "")
 			handOffs += int64(len(sink.AllTraces()))
 			messages += int64(messagesOf(queues[:]))

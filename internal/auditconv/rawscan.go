@@ -136,6 +136,30 @@ func scanEventKey(d []byte, i, depth int, key *ObjectKey) (int, error) {
 // value is not an object, or has none), skipping everything else; inMetadata says d[i] is the
 // metadata object itself.
 func scanMetadataName(d []byte, i, depth int, inMetadata bool, name *string) (int, error) {
+	return eachMember(d, i, depth, func(k []byte, next int) (int, error) {
+		switch {
+		case !inMetadata && string(k) == "metadata":
+			return scanMetadataName(d, next, depth+1, true, name)
+		case inMetadata && string(k) == "name" && d[next] == '"':
+			end, plain, err := jsonscan.ScanString(d, next)
+			if err == nil {
+				if plain {
+					*name = string(d[next+1 : end-1])
+				} else {
+					*name = string(jsonscan.Unquote(d[next+1 : end-1]))
+				}
+			}
+			return end, err
+		default:
+			return jsonscan.SkipValue(d, next, depth+1)
+		}
+	})
+}
+
+// eachMember calls member with the key and the value's offset of each member of the object at
+// d[i], which returns where the value ends; a value that is not an object is skipped whole. It
+// returns where the object ends.
+func eachMember(d []byte, i, depth int, member func(k []byte, next int) (int, error)) (int, error) {
 	if d[i] != '{' {
 		return jsonscan.SkipValue(d, i, depth)
 	}
@@ -145,22 +169,7 @@ func scanMetadataName(d []byte, i, depth int, inMetadata bool, name *string) (in
 		if err != nil || done {
 			return next, err
 		}
-		switch {
-		case !inMetadata && string(k) == "metadata":
-			i, err = scanMetadataName(d, next, depth+1, true, name)
-		case inMetadata && string(k) == "name" && d[next] == '"':
-			var plain bool
-			if i, plain, err = jsonscan.ScanString(d, next); err == nil {
-				if plain {
-					*name = string(d[next+1 : i-1])
-				} else {
-					*name = string(jsonscan.Unquote(d[next+1 : i-1]))
-				}
-			}
-		default:
-			i, err = jsonscan.SkipValue(d, next, depth+1)
-		}
-		if err != nil {
+		if i, err = member(k, next); err != nil {
 			return 0, err
 		}
 	}
@@ -169,15 +178,7 @@ func scanMetadataName(d []byte, i, depth int, inMetadata bool, name *string) (in
 // scanObjectRef reads apiGroup, resource, namespace and name of the objectRef at d[i]; a value
 // that is not a string counts as empty (the converter downstream refuses such an event).
 func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
-	if d[i] != '{' {
-		return jsonscan.SkipValue(d, i, depth)
-	}
-	i++
-	for first := true; ; first = false {
-		k, next, done, err := jsonscan.ObjectNext(d, i, first)
-		if err != nil || done {
-			return next, err
-		}
+	return eachMember(d, i, depth, func(k []byte, next int) (int, error) {
 		var dst *string
 		recurs := true
 		switch string(k) {
@@ -191,22 +192,20 @@ func scanObjectRef(d []byte, i, depth int, key *ObjectKey) (int, error) {
 			dst, recurs = &key.Name, false
 		}
 		if dst == nil || d[next] != '"' {
-			if i, err = jsonscan.SkipValue(d, next, depth+1); err != nil {
-				return 0, err
-			}
-			continue
+			return jsonscan.SkipValue(d, next, depth+1)
 		}
 		end, plain, err := jsonscan.ScanString(d, next)
 		if err != nil {
 			return 0, err
 		}
-		if recurs {
+		switch {
+		case recurs:
 			*dst = symbols.ofQuoted(d[next+1:end-1], plain)
-		} else if plain {
+		case plain:
 			*dst = string(d[next+1 : end-1])
-		} else {
+		default:
 			*dst = string(jsonscan.Unquote(d[next+1 : end-1]))
 		}
-		i = end
-	}
+		return end, nil
+	})
 }
