@@ -187,16 +187,8 @@ func TestGKEEntriesGiveTheWebhookSpans(t *testing.T) {
 			if err := c.ConsumeLogs(context.Background(), logsOf(bodies...)); err != nil {
 				t.Fatal(err)
 			}
-			wantByID := goldenByID(t, scenario)
-			got := spansOf(sink)
-			if len(got) != len(wantByID) {
-				t.Fatalf("%d spans, the webhook made %d", len(got), len(wantByID))
-			}
-			for _, s := range got {
-				w, ok := wantByID[s.SpanID()]
+			eachWebhookSpan(t, scenario, spansOf(sink), func(s, w ptrace.Span) {
 				switch {
-				case !ok:
-					t.Fatalf("span %q (%s) is not the webhook's", s.Name(), s.SpanID())
 				case s.Name() != w.Name():
 					t.Errorf("span %s: name %q, the webhook's %q", s.SpanID(), s.Name(), w.Name())
 				case s.StartTimestamp() != w.StartTimestamp():
@@ -208,7 +200,7 @@ func TestGKEEntriesGiveTheWebhookSpans(t *testing.T) {
 				case !slices.Equal(diffPaths(s), diffPaths(w)):
 					t.Errorf("span %q: diff %v, the webhook's %v", s.Name(), diffPaths(s), diffPaths(w))
 				}
-			}
+			})
 		})
 	}
 }
@@ -227,10 +219,9 @@ func goldenByID(t *testing.T, scenario string) map[pcommon.SpanID]ptrace.Span {
 	return byID
 }
 
-// checkWebhookSpans checks that got are the webhook's spans of scenario (its golden file): each
-// in the webhook's trace under its parent (a 404's aside: it names no object) and, with diffs,
-// with the same diff paths.
-func checkWebhookSpans(t *testing.T, scenario string, got []ptrace.Span, diffs bool) {
+// eachWebhookSpan checks that got are as many spans as the webhook made of scenario (its golden
+// file), each one of them by span ID, and calls check with each and the webhook's.
+func eachWebhookSpan(t *testing.T, scenario string, got []ptrace.Span, check func(s, w ptrace.Span)) {
 	t.Helper()
 	wantByID := goldenByID(t, scenario)
 	if len(got) != len(wantByID) {
@@ -238,16 +229,27 @@ func checkWebhookSpans(t *testing.T, scenario string, got []ptrace.Span, diffs b
 	}
 	for _, s := range got {
 		w, ok := wantByID[s.SpanID()]
-		switch {
-		case !ok:
+		if !ok {
 			t.Fatalf("span %q (%s) is not the webhook's", s.Name(), s.SpanID())
+		}
+		check(s, w)
+	}
+}
+
+// checkWebhookSpans checks that got are the webhook's spans of scenario: each in the webhook's
+// trace under its parent (a 404's aside: it names no object) and, with diffs, with the same
+// diff paths.
+func checkWebhookSpans(t *testing.T, scenario string, got []ptrace.Span, diffs bool) {
+	t.Helper()
+	eachWebhookSpan(t, scenario, got, func(s, w ptrace.Span) {
+		switch {
 		case strings.HasPrefix(w.Status().Message(), "NotFound"):
 		case s.TraceID() != w.TraceID() || s.ParentSpanID() != w.ParentSpanID():
 			t.Errorf("span %q: trace %s parent %s, the webhook's %s %s", s.Name(), s.TraceID(), s.ParentSpanID(), w.TraceID(), w.ParentSpanID())
 		case diffs && !slices.Equal(diffPaths(s), diffPaths(w)):
 			t.Errorf("span %q: diff %v, the webhook's %v", s.Name(), diffPaths(s), diffPaths(w))
 		}
-	}
+	})
 }
 
 func diffPaths(s ptrace.Span) []string {
