@@ -90,7 +90,11 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 	c.rd = reader{conv: c.conv, format: cfg.Format}
 	if cfg.Merge.Enabled {
 		c.merger = newMerger(next, cfg.Merge.MaxBytes, func() time.Time { return c.now() },
-			func(ctx context.Context, calls int) { c.inst.mergedCalls.Add(ctx, int64(calls)) })
+			func(ctx context.Context, calls int) { c.inst.mergedCalls.Add(ctx, int64(calls)) },
+			func(calls int, err error) {
+				c.logger.Warn("Spans of several calls, handed on together, were refused for good: each call is refused with a retryable error and goes on alone for a minute, so that the one at fault gets its own answer",
+					zap.Int("calls", calls), zap.Error(err))
+			})
 	}
 	if cfg.DedupWindow > 0 {
 		c.dedup = newDedup(cfg.DedupWindow, cfg.DedupMaxBytes, func() time.Time { return c.now() },

@@ -35,6 +35,8 @@ type merger struct {
 	maxBytes int64
 	now      func() time.Time
 	onMerged func(ctx context.Context, calls int)
+	// onRefused is told of a merged hand-off refused for good, before its calls go on alone.
+	onRefused func(calls int, err error)
 
 	mu        sync.Mutex
 	queue     []*handoff // waiting calls, oldest first
@@ -56,8 +58,8 @@ type handoffResult struct {
 	lead bool
 }
 
-func newMerger(next consumer.Traces, maxBytes int64, now func() time.Time, onMerged func(context.Context, int)) *merger {
-	return &merger{next: next, maxBytes: maxBytes, now: now, onMerged: onMerged}
+func newMerger(next consumer.Traces, maxBytes int64, now func() time.Time, onMerged func(context.Context, int), onRefused func(int, error)) *merger {
+	return &merger{next: next, maxBytes: maxBytes, now: now, onMerged: onMerged, onRefused: onRefused}
 }
 
 // consume hands td on, alone or merged with the spans of the calls waiting beside it, and
@@ -114,6 +116,7 @@ func (m *merger) lead() error {
 			m.mu.Lock()
 			m.soloUntil = m.now().Add(soloAfterRefusal)
 			m.mu.Unlock()
+			m.onRefused(n, err)
 			err = fmt.Errorf("k8s_audit connector: the spans of %d calls, handed on together, were refused for good (%v); each goes on alone when sent again", n, err)
 		}
 	}

@@ -137,7 +137,7 @@ func mergeRun(t *testing.T, m *merger, g *gate, names []string, ctxs map[string]
 func TestConcurrentCallsGoOnTogetherInTheNextHandOff(t *testing.T) {
 	g := newGate()
 	merged := 0
-	m := newMerger(g, 1<<20, time.Now, func(_ context.Context, n int) { merged += n })
+	m := newMerger(g, 1<<20, time.Now, func(_ context.Context, n int) { merged += n }, func(int, error) {})
 	answers := mergeRun(t, m, g, []string{"a", "b", "c", "d"}, nil)
 	calls := g.recorded()
 	if len(calls) != 2 || len(calls[0]) != 1 || calls[0][0] != "a" || len(calls[1]) != 3 {
@@ -159,7 +159,7 @@ func TestConcurrentCallsGoOnTogetherInTheNextHandOff(t *testing.T) {
 func TestAMergedHandOffStaysWithinMaxBytes(t *testing.T) {
 	g := newGate()
 	// Each call is 1000 bytes: two fit in 2500, the third goes on in a hand-off of its own.
-	m := newMerger(g, 2500, time.Now, func(context.Context, int) {})
+	m := newMerger(g, 2500, time.Now, func(context.Context, int) {}, func(int, error) {})
 	mergeRun(t, m, g, []string{"a", "b", "c", "d"}, nil)
 	calls := g.recorded()
 	// The three queue in the order they arrive: any two, then the third.
@@ -171,7 +171,7 @@ func TestAMergedHandOffStaysWithinMaxBytes(t *testing.T) {
 func TestEachMergedCallHearsTheNextConsumersAnswer(t *testing.T) {
 	busy := errors.New("backend busy")
 	g := newGate(nil, busy)
-	m := newMerger(g, 1<<20, time.Now, func(context.Context, int) {})
+	m := newMerger(g, 1<<20, time.Now, func(context.Context, int) {}, func(int, error) {})
 	answers := mergeRun(t, m, g, []string{"a", "b", "c"}, nil)
 	if answers["a"] != nil {
 		t.Errorf("a: %v, want nil", answers["a"])
@@ -188,8 +188,16 @@ func TestAMergedRefusalForGoodIsRetriedAlone(t *testing.T) {
 	clock := func() time.Time { return now }
 	refused := consumererror.NewPermanent(errors.New("too large"))
 	g := newGate(nil, refused, refused)
-	m := newMerger(g, 1<<20, clock, func(context.Context, int) {})
+	var told []int
+	m := newMerger(g, 1<<20, clock, func(context.Context, int) {}, func(n int, err error) {
+		if consumererror.IsPermanent(err) {
+			told = append(told, n)
+		}
+	})
 	answers := mergeRun(t, m, g, []string{"a", "b", "c"}, nil)
+	if len(told) != 1 || told[0] != 2 {
+		t.Errorf("refusals told: %v, want one of the two merged calls (logged by the connector)", told)
+	}
 	for _, name := range []string{"b", "c"} {
 		if answers[name] == nil || consumererror.IsPermanent(answers[name]) {
 			t.Errorf("%s: %v, want a retryable error: the refusal may be another call's", name, answers[name])
@@ -236,7 +244,7 @@ func (p *panicking) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 func TestAPanicDownstreamAnswersEveryMergedCall(t *testing.T) {
 	g := newGate()
 	next := &panicking{gate: g, panics: map[int]bool{2: true}}
-	m := newMerger(next, 1<<20, time.Now, func(context.Context, int) {})
+	m := newMerger(next, 1<<20, time.Now, func(context.Context, int) {}, func(int, error) {})
 	answers := mergeRun(t, m, g, []string{"a", "b", "c"}, nil)
 	if answers["a"] != nil {
 		t.Errorf("a: %v", answers["a"])
@@ -259,7 +267,7 @@ func TestAPanicDownstreamAnswersEveryMergedCall(t *testing.T) {
 
 func TestAMergedHandOffOutlivesTheLeadersCancellation(t *testing.T) {
 	g := newGate()
-	m := newMerger(g, 1<<20, time.Now, func(context.Context, int) {})
+	m := newMerger(g, 1<<20, time.Now, func(context.Context, int) {}, func(int, error) {})
 	ctx, cancel := context.WithCancel(door.Trusted(context.Background()))
 	cancel()
 	// b leads the second hand-off with a cancelled context: c's spans ride on it.
