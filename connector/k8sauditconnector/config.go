@@ -36,8 +36,8 @@ type Config struct {
 	// remembered, so that a redelivery (Kafka without a committed offset, an unacked Pub/Sub
 	// message, an overlapping CloudWatch poll) becomes no second span. Zero turns it off.
 	DedupWindow time.Duration `mapstructure:"dedup_window"`
-	// DedupMaxBytes bounds the estimated bytes of the remembered auditIDs; the oldest leave
-	// first.
+	// DedupMaxBytes bounds the bytes of the remembered events (56 each, measured); the oldest
+	// leave first.
 	DedupMaxBytes int64 `mapstructure:"dedup_max_bytes"`
 
 	// MaxInFlightBytes bounds the estimated memory of the audit events that the ConsumeLogs calls in

@@ -118,8 +118,8 @@ func (*auditConnector) Capabilities() consumer.Capabilities {
 type batch struct {
 	clusters []string
 	events   map[string][]auditconv.Event
-	ids      []string // the auditIDs to remember once the spans are accepted
-	pending  map[string]bool
+	ids      []dedupKey // the events to remember once the spans are accepted
+	pending  map[dedupKey]bool
 }
 
 // errInFlightSpent refuses a call while other calls hold max_in_flight_bytes: retryable, so
@@ -158,7 +158,7 @@ func (cb *callBudget) charge(n int64) bool {
 func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err error) {
 	received := c.now()
 	var st auditconv.Stats
-	b := batch{events: map[string][]auditconv.Event{}, pending: map[string]bool{}}
+	b := batch{events: map[string][]auditconv.Event{}, pending: map[dedupKey]bool{}}
 	cb := &callBudget{budget: c.inFlight}
 	rd := c.rd
 	rd.charge = func(n int64) bool {
@@ -266,7 +266,7 @@ func (c *auditConnector) read(ctx context.Context, rd *reader, b *batch, st *aud
 	}
 	for _, ev := range d.events {
 		if c.dedup != nil && auditconv.DedupAuditID(ev.AuditID) && becomesSpan(&ev) {
-			key := cluster + "/" + ev.AuditID
+			key := c.dedup.key(cluster, ev.AuditID)
 			if b.pending[key] || c.dedup.seen(key) {
 				dups++
 				continue
