@@ -103,7 +103,8 @@ func TestDedupByteBound(t *testing.T) {
 // The seeds are each connector's own.
 func TestDedupKeys(t *testing.T) {
 	d := newDedup(time.Minute, 1<<20, time.Now, nil)
-	if d.key("a", "x") != d.key("a", "x") {
+	cluster, id := "a", "x"
+	if d.key("a", "x") != d.key(cluster, id) {
 		t.Fatal("one event, two keys")
 	}
 	for _, other := range [][2]string{{"b", "x"}, {"a", "y"}, {"a/x", ""}, {"", "a/x"}} {
