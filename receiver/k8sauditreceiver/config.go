@@ -58,6 +58,9 @@ type Config struct {
 	// "beginning". A file that appears after start is always read from its beginning.
 	StartAt string `mapstructure:"start_at"`
 
+	// Edge configures the edge output (the receiver in a logs pipeline).
+	Edge EdgeConfig `mapstructure:"edge"`
+
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
 	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
 	// redact_annotations, trace_context_annotation, window), shared with the k8s_audit connector.
@@ -66,6 +69,23 @@ type Config struct {
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
+
+// EdgeConfig is how the edge output groups a batch's events into ResourceLogs, and so, behind
+// the kafka exporter's partition_logs_by_resource_attributes, into Kafka messages.
+type EdgeConfig struct {
+	// Shards, when positive, groups a batch's events by a stable hash of their object into at
+	// most Shards groups, each one ResourceLogs whose resource is k8s.cluster.name and
+	// kubetrail.edge.shard: fewer, larger messages, each object still in one partition, in order.
+	// 0 (the default) gives each object its own ResourceLogs, keyed by the object's attributes.
+	Shards int `mapstructure:"shards"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// maxEdgeShards bounds edge.shards: more groups than a batch has events would only key
+// messages apart that Kafka's partitions put back together.
+const maxEdgeShards = 1 << 16
 
 // bodyLimit is the largest webhook body read: max_request_body_size, or confighttp's 20 MiB
 // default when it is not set.
@@ -145,6 +165,9 @@ func (cfg *Config) Validate() error {
 	}
 	if webhook && cfg.MaxConnections < 1 {
 		errs = append(errs, fmt.Errorf("max_connections: must be positive, got %d", cfg.MaxConnections))
+	}
+	if cfg.Edge.Shards < 0 || cfg.Edge.Shards > maxEdgeShards {
+		errs = append(errs, fmt.Errorf("edge.shards: must be between 0 (one group per object) and %d, got %d", maxEdgeShards, cfg.Edge.Shards))
 	}
 	if cfg.MinBodyRate < 0 {
 		errs = append(errs, fmt.Errorf("min_body_rate: must not be negative (0 turns it off), got %d", cfg.MinBodyRate))

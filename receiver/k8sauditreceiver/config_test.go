@@ -58,6 +58,9 @@ func TestLoadConfig(t *testing.T) {
 			if cfg.MaxHeaderBytes != 8192 || cfg.MaxConnections != 64 || cfg.MinBodyRate != 0 {
 				t.Errorf("max_header_bytes, max_connections, min_body_rate = %d, %d, %d", cfg.MaxHeaderBytes, cfg.MaxConnections, cfg.MinBodyRate)
 			}
+			if cfg.Edge.Shards != 24 {
+				t.Errorf("edge.shards = %d, want 24", cfg.Edge.Shards)
+			}
 			if cfg.Cluster != "prod-eu-1" || len(cfg.Files) != 1 || cfg.Storage == nil || *cfg.Storage != storageID {
 				t.Errorf("cluster/files/storage = %q %v %v", cfg.Cluster, cfg.Files, cfg.Storage)
 			}
@@ -91,6 +94,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "max_header_bytes must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_header_bytes"), wantErr: "max_header_bytes: must be positive"},
 		{name: "max_connections must be positive", id: component.MustNewIDWithName("k8s_audit", "zero_max_connections"), wantErr: "max_connections: must be positive"},
 		{name: "min_body_rate must not be negative", id: component.MustNewIDWithName("k8s_audit", "negative_min_body_rate"), wantErr: "min_body_rate: must not be negative"},
+		{name: "edge.shards must not be negative", id: component.MustNewIDWithName("k8s_audit", "negative_edge_shards"), wantErr: "edge.shards: must be between 0"},
 		{name: "an empty endpoint means file mode only", id: component.MustNewIDWithName("k8s_audit", "files"), check: func(t *testing.T, cfg *Config) {
 			if cfg.webhookEnabled() || len(cfg.Files) != 2 {
 				t.Errorf("webhook = %v, files = %v", cfg.webhookEnabled(), cfg.Files)
@@ -182,6 +186,7 @@ func TestUnknownKeysAreRefusedByName(t *testing.T) {
 		"misspelled_server_key":  `"max_request_body_sise"`,
 		"misspelled_tls_key":     "cert_fle",
 		"misspelled_exclude_key": "grop",
+		"misspelled_edge_key":    "invalid keys: shard",
 		"misspelled_redis_key":   "adresses",
 	} {
 		t.Run(name, func(t *testing.T) {

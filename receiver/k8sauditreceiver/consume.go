@@ -56,8 +56,9 @@ func (r *auditReceiver) consume(ctx context.Context, obs *receiverhelper.ObsRepo
 
 // consumeEdge hands a batch of one cluster, its events as received, to the edge output: a log
 // record each, its body the event's JSON bytes, grouped in one ResourceLogs per object whose
-// resource is k8s.cluster.name and the object's key (API group, resource, namespace, name), so
-// that an exporter partitioning by resource attributes (kafka's
+// resource is k8s.cluster.name and the object's key (API group, resource, namespace, name), or
+// with edge.shards in one ResourceLogs per shard of objects whose resource is k8s.cluster.name
+// and kubetrail.edge.shard, so that an exporter partitioning by resource attributes (kafka's
 // partition_logs_by_resource_attributes) keeps each object's events in one partition, in order.
 // It returns the record count and the consumer's error.
 func (r *auditReceiver) consumeEdge(ctx context.Context, obs *receiverhelper.ObsReport, cluster string, events []auditconv.RawEvent) (n int, err error) {
@@ -65,39 +66,63 @@ func (r *auditReceiver) consumeEdge(ctx context.Context, obs *receiverhelper.Obs
 		return 0, nil
 	}
 	ctx = obs.StartLogsOp(ctx)
-	ld := edgeLogs(cluster, events, time.Now(), r.set.BuildInfo.Version)
+	ld := edgeLogs(cluster, events, time.Now(), r.set.BuildInfo.Version, r.cfg.Edge.Shards)
 	n = ld.LogRecordCount()
 	err = r.edge.ConsumeLogs(ctx, ld)
 	obs.EndLogsOp(ctx, "audit", n, err)
 	return n, err
 }
 
-// edgeLogs builds the logs of consumeEdge; observed is every record's observed time.
-func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, version string) plog.Logs {
+// attrEdgeShard is the resource attribute of the edge output's groups with edge.shards.
+const attrEdgeShard = "kubetrail.edge.shard"
+
+// edgeLogs builds the logs of consumeEdge; observed is every record's observed time, shards is
+// edge.shards.
+func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, version string, shards int) plog.Logs {
 	ld := plog.NewLogs()
 	rls := ld.ResourceLogs()
 	byKey := make(map[auditconv.ObjectKey]plog.LogRecordSlice, 8)
+	var byShard map[int]plog.LogRecordSlice
+	if shards > 0 {
+		byShard = make(map[int]plog.LogRecordSlice, min(shards, len(events)))
+	}
 	ts := pcommon.NewTimestampFromTime(observed)
 	for _, ev := range events {
-		records, ok := byKey[ev.Key]
+		var records plog.LogRecordSlice
+		var ok bool
+		shard := 0
+		if shards > 0 {
+			shard = edgeShard(ev.Key, shards)
+			records, ok = byShard[shard]
+		} else {
+			records, ok = byKey[ev.Key]
+		}
 		if !ok {
 			rl := rls.AppendEmpty()
 			attrs := rl.Resource().Attributes()
 			attrs.EnsureCapacity(5)
 			attrs.PutStr(model.AttrClusterName, cluster)
-			for _, kv := range [...]struct{ k, v string }{
-				{model.AttrObjectAPIGroup, ev.Key.APIGroup}, {model.AttrObjectResource, ev.Key.Resource},
-				{model.AttrNamespaceName, ev.Key.Namespace}, {model.AttrObjectName, ev.Key.Name},
-			} {
-				if kv.v != "" {
-					attrs.PutStr(kv.k, kv.v)
+			if shards > 0 {
+				attrs.PutInt(attrEdgeShard, int64(shard))
+			} else {
+				for _, kv := range [...]struct{ k, v string }{
+					{model.AttrObjectAPIGroup, ev.Key.APIGroup}, {model.AttrObjectResource, ev.Key.Resource},
+					{model.AttrNamespaceName, ev.Key.Namespace}, {model.AttrObjectName, ev.Key.Name},
+				} {
+					if kv.v != "" {
+						attrs.PutStr(kv.k, kv.v)
+					}
 				}
 			}
 			sl := rl.ScopeLogs().AppendEmpty()
 			sl.Scope().SetName(metadata.ScopeName)
 			sl.Scope().SetVersion(version)
 			records = sl.LogRecords()
-			byKey[ev.Key] = records
+			if shards > 0 {
+				byShard[shard] = records
+			} else {
+				byKey[ev.Key] = records
+			}
 		}
 		lr := records.AppendEmpty()
 		lr.SetEventName(auditconv.RawEventName)
@@ -105,4 +130,19 @@ func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, v
 		lr.Body().SetEmptyBytes().FromRaw(ev.Raw)
 	}
 	return ld
+}
+
+// edgeShard is the shard of an object among shards: FNV-1a (64 bits) of its key's parts, each
+// ended by a zero byte, modulo shards. It is the same in every edge replica and release, so an
+// object's events keep one Kafka key while edge.shards stays the same.
+func edgeShard(k auditconv.ObjectKey, shards int) int {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, part := range [...]string{k.APIGroup, k.Resource, k.Namespace, k.Name} {
+		for i := 0; i < len(part); i++ {
+			h = (h ^ uint64(part[i])) * prime
+		}
+		h *= prime // the zero byte between parts: ("a", "b/c") is not ("a/b", "c")
+	}
+	return int(h % uint64(shards))
 }

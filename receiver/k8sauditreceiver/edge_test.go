@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,6 +149,100 @@ func TestEdgeOutputForwardsEachEventAsReceived(t *testing.T) {
 	}
 	if sink.LogRecordCount() != want || want == 0 {
 		t.Fatalf("%d records for %d events", sink.LogRecordCount(), want)
+	}
+}
+
+// With edge.shards the edge output groups a body's objects into at most that many ResourceLogs,
+// each keyed by its cluster and shard only: every event is still forwarded as received, each
+// object's events in one group in the body's order, and an object keeps its shard from body to
+// body, as its Kafka key must.
+func TestEdgeShardsGroupObjects(t *testing.T) {
+	const shards = 4
+	sink := new(consumertest.LogsSink)
+	url := startEdge(t, sink, nil, func(cfg *Config) { cfg.Edge.Shards = shards })
+	shardOf := map[auditconv.ObjectKey]int64{}
+	want, objects := 0, 0
+	for _, body := range recordedBodies(t) {
+		if code := postRaw(t, url+"/audit/prod-eu-1", body); code != http.StatusOK {
+			t.Fatalf("POST: %d", code)
+		}
+		raws, err := auditconv.ScanEventList(body, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += len(raws)
+		ld := sink.AllLogs()[len(sink.AllLogs())-1]
+		if n := ld.ResourceLogs().Len(); n > shards || n == 0 {
+			t.Fatalf("%d ResourceLogs with %d shards", n, shards)
+		}
+		// The records of each group, read back per object, are the body's events of that object.
+		got := map[auditconv.ObjectKey][][]byte{}
+		seenShards := map[int64]bool{}
+		next := map[auditconv.ObjectKey]int{}
+		for _, r := range raws {
+			next[r.Key] = 0
+		}
+		byRaw := map[string]auditconv.ObjectKey{}
+		for _, r := range raws {
+			byRaw[string(r.Raw)] = r.Key
+		}
+		for _, rl := range ld.ResourceLogs().All() {
+			attrs := rl.Resource().Attributes()
+			shard, ok := attrs.Get(attrEdgeShard)
+			if cluster, _ := attrs.Get(model.AttrClusterName); !ok || cluster.Str() != "prod-eu-1" || attrs.Len() != 2 {
+				t.Fatalf("resource %v: want k8s.cluster.name and %s only", attrs.AsRaw(), attrEdgeShard)
+			}
+			if seenShards[shard.Int()] || shard.Int() < 0 || shard.Int() >= shards {
+				t.Fatalf("shard %d twice or out of range in one batch", shard.Int())
+			}
+			seenShards[shard.Int()] = true
+			for _, lr := range rl.ScopeLogs().At(0).LogRecords().All() {
+				key, ok := byRaw[string(lr.Body().Bytes().AsRaw())]
+				if !ok {
+					t.Fatal("a record that is none of the body's events")
+				}
+				got[key] = append(got[key], lr.Body().Bytes().AsRaw())
+				if s, ok := shardOf[key]; ok && s != shard.Int() {
+					t.Fatalf("object %+v moved from shard %d to %d", key, s, shard.Int())
+				}
+				shardOf[key] = shard.Int()
+			}
+		}
+		for _, r := range raws {
+			if i := next[r.Key]; i >= len(got[r.Key]) || !bytes.Equal(got[r.Key][i], r.Raw) {
+				t.Fatalf("object %+v: event %d is not where the body had it", r.Key, i)
+			}
+			next[r.Key]++
+		}
+		objects = max(objects, len(next))
+	}
+	if sink.LogRecordCount() != want || want == 0 {
+		t.Fatalf("%d records for %d events", sink.LogRecordCount(), want)
+	}
+	if objects <= shards {
+		t.Fatalf("no body had more objects (%d) than shards (%d): the grouping was not tried", objects, shards)
+	}
+}
+
+// The shard of an object depends on its whole key and on nothing else.
+func TestEdgeShardIsTheKeys(t *testing.T) {
+	a := auditconv.ObjectKey{APIGroup: "apps", Resource: "deployments", Namespace: "default", Name: "web"}
+	if edgeShard(a, 1<<16) != edgeShard(a, 1<<16) || edgeShard(a, 1) != 0 {
+		t.Fatal("a key's shard is not stable")
+	}
+	// Parts shifted across their boundaries are other keys.
+	b := auditconv.ObjectKey{APIGroup: "app", Resource: "sdeployments", Namespace: "default", Name: "web"}
+	c := auditconv.ObjectKey{APIGroup: "apps", Resource: "deployments", Namespace: "defaultweb"}
+	if edgeShard(a, 1<<16) == edgeShard(b, 1<<16) && edgeShard(a, 1<<16) == edgeShard(c, 1<<16) {
+		t.Fatal("keys that differ only in where their parts end share a shard")
+	}
+	// Spread: 10,000 Pods over 16 shards, none with more than twice its share.
+	counts := make([]int, 16)
+	for i := range 10_000 {
+		counts[edgeShard(auditconv.ObjectKey{Resource: "pods", Namespace: "default", Name: fmt.Sprintf("web-%d", i)}, 16)]++
+	}
+	if slices.Max(counts) > 2*10_000/16 || slices.Min(counts) < 10_000/16/2 {
+		t.Fatalf("10,000 Pods over 16 shards: %v", counts)
 	}
 }
 

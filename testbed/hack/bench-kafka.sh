@@ -38,6 +38,9 @@
 #   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
 #                     the partition workers' concurrent calls go on together, merge.enabled) and/or
 #                     off (each message's spans in a call of their own); a list runs each
+#   EDGE_SHARDS       the edge's k8s_audit edge.shards: 0 (default, as shipped: one message per object
+#                     of a batch) or a number of shards (a message per shard of objects); a list runs
+#                     each
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
@@ -73,6 +76,7 @@ REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
+EDGE_SHARDS=${EDGE_SHARDS:-0}
 SAMPLE=${SAMPLE:-}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
@@ -113,6 +117,9 @@ for q in $PROCESSING_QUEUE; do
 done
 for m in $MERGE; do
   [[ $m == on || $m == off ]] || die "MERGE=$m: want on and/or off"
+done
+for e in $EDGE_SHARDS; do
+  [[ $e =~ ^[0-9]+$ ]] || die "EDGE_SHARDS=$e: want 0 or a number of shards"
 done
 for r in $RUNS; do
   [[ $r == lag || $r == catchup ]] || die "RUNS=$r: want lag and/or catchup"
@@ -192,6 +199,7 @@ receivers:
   k8s_audit:
     endpoint: 127.0.0.1:$EDGE_PORT
     cluster: bench
+    edge: {shards: $EDGE_SHARDS_NOW}
 exporters:
   kafka:
     brokers: ["$BOOTSTRAP"]
@@ -432,8 +440,8 @@ merged_line() {
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="lag-$1-$2-$3-merge-$MERGE_NOW"
-  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW"
+  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   local profile="" prof_pids=() samplers=() what pid
@@ -496,8 +504,8 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
 catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW"
+  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
@@ -526,15 +534,17 @@ echo "bench-kafka: $(nproc) cores, capture $CAPTURE, $WORKLOAD workload, $PARTIT
 for run in $RUNS; do
   for queue in $PROCESSING_QUEUE; do
     for MERGE_NOW in $MERGE; do
-      if [[ $run == lag ]]; then
-        for rate in $RATES; do
-          for replicas in $REPLICAS; do
-            lag_run "$rate" "$replicas" "$queue"
+      for EDGE_SHARDS_NOW in $EDGE_SHARDS; do
+        if [[ $run == lag ]]; then
+          for rate in $RATES; do
+            for replicas in $REPLICAS; do
+              lag_run "$rate" "$replicas" "$queue"
+            done
           done
-        done
-      else
-        catchup_run "$CATCHUP_REPLICAS" "$queue"
-      fi
+        else
+          catchup_run "$CATCHUP_REPLICAS" "$queue"
+        fi
+      done
     done
   done
 done
