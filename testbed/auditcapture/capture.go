@@ -165,6 +165,53 @@ func Load(metadataOnly bool, paths ...string) (*Capture, error) {
 	return c, nil
 }
 
+// Rebatch returns the capture with its events, in order, in batches of n (the last may hold
+// fewer): an apiserver under load fills its webhook batches (--audit-webhook-batch-max-size, 400
+// by default) where the recording's batches are what a quiet one sent. n <= 0 returns c.
+func (c *Capture) Rebatch(n int) (*Capture, error) {
+	if n <= 0 {
+		return c, nil
+	}
+	out := &Capture{Name: fmt.Sprintf("%s (batches of %d)", c.Name, n), index: map[string]int{}}
+	var items []json.RawMessage
+	flush := func() error {
+		body, err := json.Marshal(struct {
+			Kind       string            `json:"kind"`
+			APIVersion string            `json:"apiVersion"`
+			Items      []json.RawMessage `json:"items"`
+		}{"EventList", "audit.k8s.io/v1", items})
+		if err != nil {
+			return err
+		}
+		items = items[:0]
+		return out.addBody(fmt.Sprintf("batch %d of %d events", len(out.Batches)+1, n), body, false)
+	}
+	for _, b := range c.Batches {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(b.Body, &list); err != nil {
+			return nil, fmt.Errorf("%s: %w", b.Source, err)
+		}
+		for _, it := range list.Items {
+			if items = append(items, it); len(items) == n {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if len(items) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	for i := range out.Batches {
+		out.Batches[i].spans = findSpans(out.Batches[i].Body, out.tokens)
+	}
+	return out, nil
+}
+
 func (c *Capture) addDir(dir string, metadataOnly bool) error {
 	files, err := filepath.Glob(filepath.Join(dir, "audit-webhook", "*.json"))
 	if err != nil {

@@ -380,3 +380,49 @@ func BenchmarkCopy(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*c.Events)/b.Elapsed().Seconds(), "events/s")
 }
+
+// Rebatch keeps every event, in order, in full batches of n but the last; a fresh copy of the
+// rebatched capture names the same new objects as one of the recording (one token table).
+func TestRebatchKeepsTheEventsInOrder(t *testing.T) {
+	c, err := Load(false, scenarioDirs(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	r, err := c.Rebatch(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Batches) != (c.Events+n-1)/n || r.Events != c.Events || c.Events <= n {
+		t.Fatalf("%d events in %d batches from %d in %d", r.Events, len(r.Batches), c.Events, len(c.Batches))
+	}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	auditIDs := func(c *Capture, mode Mode) (ids []string) {
+		vals := c.Values(CopyTag{Nonce: 7, N: 3}, now, mode)
+		for i, b := range c.Batches {
+			var list EventList
+			if err := json.Unmarshal(b.Render(nil, vals), &list); err != nil {
+				t.Fatal(err)
+			}
+			if c == r && i < len(c.Batches)-1 && len(list.Items) != n {
+				t.Fatalf("batch %d holds %d events, want %d", i, len(list.Items), n)
+			}
+			for _, it := range list.Items {
+				id := it.AuditID
+				if it.ObjectRef != nil {
+					id += "/" + it.ObjectRef.Name + "/" + it.ObjectRef.UID
+				}
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	for _, mode := range []Mode{Replay, Fresh} {
+		if got, want := auditIDs(r, mode), auditIDs(c, mode); !slices.Equal(got, want) {
+			t.Errorf("%s: the rebatched copy's events differ from the recording's copy's", mode)
+		}
+	}
+	if same, _ := c.Rebatch(0); same != c {
+		t.Error("Rebatch(0) is not the capture itself")
+	}
+}

@@ -52,6 +52,9 @@
 #   CONNS             connections benchaudit spreads its batches over (default 4: an apiserver sends
 #                     batches concurrently, and the edge answers each only once Kafka acked it)
 #   PARTITIONS        partitions of the topic (default 4)
+#   BATCH             events per webhook body (benchaudit -batch): the capture's events regrouped in
+#                     order, as an apiserver under load fills its batches (up to
+#                     --audit-webhook-batch-max-size, 400); 0 (default): the recorded bodies
 #   WORKLOAD          fresh (default: new objects every pass) or replay
 #   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
@@ -85,6 +88,7 @@ RATE=${RATE:-1000}
 CATCHUP_REPLICAS=${CATCHUP_REPLICAS:-2}
 CONNS=${CONNS:-4}
 PARTITIONS=${PARTITIONS:-4}
+BATCH=${BATCH:-0}
 WORKLOAD=${WORKLOAD:-fresh}
 REDIS=${REDIS:-127.0.0.1:6379}
 PROFILE=${PROFILE:-0}
@@ -111,6 +115,7 @@ OUTAGE_S=$(seconds_of "$OUTAGE")
 for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS SAMPLE_FROM ${SAMPLE:+SAMPLE}; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
 done
+[[ $BATCH =~ ^[0-9]+$ ]] || die "BATCH=$BATCH: want 0 or a number of events"
 [[ $PARTITION_WORKERS == 0 || $PARTITION_WORKERS == 1 ]] || die "PARTITION_WORKERS=$PARTITION_WORKERS: want 0 or 1"
 for q in $PROCESSING_QUEUE; do
   [[ $q == off || $q == memory-batch ]] || die "PROCESSING_QUEUE=$q: want off or memory-batch"
@@ -386,7 +391,7 @@ N=0
 benchaudit_args() { # benchaudit_args NAME: the flags every run shares
   BA_ARGS=(-url "http://127.0.0.1:$EDGE_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$EDGE_PID"
     -metrics "http://127.0.0.1:$EDGE_METRICS/metrics" -capture "$CAPTURE" -workload "$WORKLOAD"
-    -report tiers -conns "$CONNS" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv" -spans-file "$OUT/$1.spans.tsv")
+    -report tiers -conns "$CONNS" -batch "$BATCH" -clk-tck "$(getconf CLK_TCK)" -row "$OUT/row.tsv" -spans-file "$OUT/$1.spans.tsv")
 }
 
 # Everything runs on one machine: how busy it was tells a tier's limit from the machine's.
@@ -530,7 +535,7 @@ catchup_run() { # catchup_run REPLICAS QUEUE
   stop_all
 }
 
-echo "bench-kafka: $(nproc) cores, capture $CAPTURE, $WORKLOAD workload, $PARTITIONS partitions, $CONNS connections"
+echo "bench-kafka: $(nproc) cores, capture $CAPTURE, $WORKLOAD workload, $PARTITIONS partitions, $CONNS connections, batches of $( ((BATCH > 0)) && echo "$BATCH events" || echo "the recording")"
 for run in $RUNS; do
   for queue in $PROCESSING_QUEUE; do
     for MERGE_NOW in $MERGE; do
@@ -551,7 +556,7 @@ done
 
 {
   echo
-  echo "bench-kafka, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $WORKLOAD, $PARTITIONS partitions, $CONNS connections"
+  echo "bench-kafka, $(date -u +%FT%TZ), $(nproc) cores, capture $CAPTURE, $WORKLOAD, $PARTITIONS partitions, $CONNS connections, batches of $( ((BATCH > 0)) && echo "$BATCH events" || echo "the recording")"
   echo "| run | workload | events posted | events/s | edge CPU µs per event | edge bytes allocated per event | edge peak RSS (MiB) | processing CPU µs per event | lag p50 (ms) | lag p99 (ms) | lag max (ms) | the edge's answer p99 (ms) | audit spans expected / arrived / lost | duplicates at the sink | HTTP answers | processing start to drained (s) | catch-up (audit spans/s) | broker peak RSS (MiB) | processing peak RSS (MiB) | redeliveries dropped by the marks | broker CPU µs per event | machine busy (cores) |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"

@@ -57,6 +57,9 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if capture, err = capture.Rebatch(cfg.batch); err != nil {
+		return nil, err
+	}
 	if cfg.events > 0 {
 		cfg.passes = max(1, (cfg.events+capture.Events-1)/capture.Events)
 	}

@@ -553,6 +553,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		}, ""},
 		{"a PID file read at the start is valid", func(c *config) { c.report, c.readyFile, c.extraFile = "tiers", "r", "f" }, ""},
 		{"no connection", func(c *config) { c.conns = 0 }, "-conns"},
+		{"a negative batch", func(c *config) { c.batch = -1 }, "-batch"},
 		{"an unknown report", func(c *config) { c.report = "kafka" }, "-report"},
 		{"other processes are not in the audit report", func(c *config) { c.extraPIDs = []int{7} }, "-report tiers"},
 		{"a pause is not in the audit report", func(c *config) { c.pauseFile = "p" }, "-report tiers"},
