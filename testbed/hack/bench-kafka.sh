@@ -54,7 +54,9 @@
 #   PARTITIONS        partitions of the topic (default 4)
 #   BATCH             events per webhook body (benchaudit -batch): the capture's events regrouped in
 #                     order, as an apiserver under load fills its batches (up to
-#                     --audit-webhook-batch-max-size, 400); 0 (default): the recorded bodies
+#                     --audit-webhook-batch-max-size, 400); a body never spans two passes, so at most
+#                     the capture's events (271 for the recorded scenarios); 0 (default): the
+#                     recorded bodies
 #   WORKLOAD          fresh (default: new objects every pass) or replay
 #   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)

@@ -111,7 +111,7 @@ func main() {
 	flag.StringVar(&capture, "capture", "testbed/fixtures/deployment", "comma-separated recorded scenario directories or JSON-lines captures (.jsonl, .jsonl.gz)")
 	flag.IntVar(&cfg.passes, "passes", 10, "how many times the capture is sent")
 	flag.IntVar(&cfg.events, "events", 0, "instead of -passes: as many passes as it takes to send at least this many events")
-	flag.IntVar(&cfg.batch, "batch", 0, "events per webhook body: the capture's events regrouped in order, as a busy apiserver fills its batches (0: the recorded bodies)")
+	flag.IntVar(&cfg.batch, "batch", 0, "events per webhook body: the capture's events regrouped in order, as a busy apiserver fills its batches, a body never spanning two passes (0: the recorded bodies)")
 	flag.StringVar(&workload, "workload", "replay", "replay (same objects every pass) or fresh (new objects every pass)")
 	flag.StringVar(&cfg.sink, "sink", "", "listen address of the OTLP gRPC sink the collector exports to (127.0.0.1:PORT)")
 	flag.IntVar(&cfg.pid, "pid", 0, "the collector's process ID")
