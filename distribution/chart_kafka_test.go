@@ -99,6 +99,7 @@ func TestChartKafkaMode(t *testing.T) {
 		"exporters.kafka.logs.topic":                            "kube-audit",
 		"exporters.kafka.logs.encoding":                         "otlp_proto",
 		"exporters.kafka.partition_logs_by_resource_attributes": true,
+		"receivers.k8s_audit.edge.shards":                       float64(24),
 		"exporters.kafka.producer.required_acks":                "all",
 		"exporters.kafka.producer.allow_auto_topic_creation":    false,
 		"exporters.kafka.producer.max_message_bytes":            float64(8388608),
@@ -280,6 +281,7 @@ func TestChartKafkaRefusesBadValues(t *testing.T) {
 		{"an unknown SASL mechanism", []string{kafkaBrokers, "kafka.sasl.mechanism=GSSAPI"}, "kafka/sasl/mechanism"},
 		{"a TLS setting without TLS", []string{kafkaBrokers, "kafka.tls.serverName=k"}, "take effect only with kafka.tls.enabled=true"},
 		{"misspelled key", []string{kafkaBrokers, "kafka.procesing.replicas=1"}, "additional properties 'procesing' not allowed"},
+		{"negative edge shards", []string{kafkaBrokers, "kafka.edge.shards=-1"}, "kafka/edge/shards"},
 		{"no control-plane CIDRs for the webhook", []string{kafkaBrokers, "gateway.networkPolicy.controlPlaneCIDRs=null"}, "gateway.networkPolicy.controlPlaneCIDRs is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { requireRenderingRefused(t, append(slices.Clone(base), tc.sets...), tc.want) })
