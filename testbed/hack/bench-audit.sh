@@ -26,11 +26,16 @@
 #                (cached in $KUBETRAIL_CACHE/bench-audit/) and measured before the current one, run
 #                for run on the same input; the table ends with current / baseline per workload
 #                (medians of the REPEAT runs) for CPU per event, bytes allocated per event, peak RSS
+#   OCB          the ocb that builds the baseline (default: v0.165.0, make build's); a revision
+#                before collector v0.165 (43834b2 and older) needs the ocb of its builder-config.yaml
 #   COLLECTOR    the current collector (default bin/otelcol-kubetrail; `make bench-audit` builds it)
 #   PROFILE      1: take a CPU profile (PROFILE_SECONDS, default 10), a heap profile HEAP_AT seconds in
 #                (default 3) and a heap-allocation profile at the end of each collector that has the
 #                pprof extension, and print where its CPU goes (build/bench-audit/<run>.cpu.pprof,
 #                .heap.pprof, .allocs.pprof; go tool pprof reads them)
+#   BATCH        events per webhook body (benchaudit -batch): the capture's events regrouped in order,
+#                as an apiserver under load fills its batches (up to 400), never across passes; 0
+#                (default): the recorded bodies
 #   RATE         events per second to send at (default: open loop, as fast as the collector reads);
 #                peak RSS at a cluster's pace rather than at the collector's full speed
 #   BENCH_BATCH  processor (default: the batch processor), exporter (the exporter's sending_queue
@@ -60,6 +65,7 @@ BENCH_BATCH=${BENCH_BATCH:-processor}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 SAMPLE=${SAMPLE:-}
+BATCH=${BATCH:-0}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 
 die() { echo "bench-audit: $*" >&2; exit 1; }
@@ -67,6 +73,7 @@ die() { echo "bench-audit: $*" >&2; exit 1; }
 source testbed/hack/lib.bash
 CAPTURE=${CAPTURE:-$(default_capture)}
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
+[[ $BATCH =~ ^[0-9]+$ ]] || die "BATCH=$BATCH: want 0 or a number of events"
 case $BENCH_BATCH in
   processor | exporter) PIPELINE="batching in the $BENCH_BATCH" ;;
   shipped) PIPELINE="the shipped exporter (persistent queue, fsync ${BENCH_FSYNC:-true})" ;;
@@ -212,7 +219,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   fi
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
     -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
-    -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" -rate "${RATE:-0}" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
+    -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" -rate "${RATE:-0}" -batch "$BATCH" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
   if [[ -n $SAMPLER_PID ]]; then
     kill "$SAMPLER_PID" 2>/dev/null || true
     wait "$SAMPLER_PID" 2>/dev/null || true

@@ -38,9 +38,9 @@
 #   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
 #                     the partition workers' concurrent calls go on together, merge.enabled) and/or
 #                     off (each message's spans in a call of their own); a list runs each
-#   EDGE_SHARDS       the edge's k8s_audit edge.shards: 0 (default, as shipped: one message per object
-#                     of a batch) or a number of shards (a message per shard of objects); a list runs
-#                     each
+#   EDGE_SHARDS       the edge's k8s_audit edge.shards: 24 (default, as the chart and kafka-edge.yaml
+#                     ship: a batch's objects in at most 24 messages), another number, or 0 (a
+#                     message per object); a list runs each
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
@@ -81,7 +81,7 @@ REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
-EDGE_SHARDS=${EDGE_SHARDS:-0}
+EDGE_SHARDS=${EDGE_SHARDS:-24}
 SAMPLE=${SAMPLE:-}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
