@@ -133,8 +133,10 @@ func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, v
 }
 
 // edgeShard is the shard of an object among shards: FNV-1a (64 bits) of its key's parts, each
-// ended by a zero byte, modulo shards. It is the same in every edge replica and release, so an
-// object's events keep one Kafka key while edge.shards stays the same.
+// ended by a zero byte, mixed by murmur3's finalizer, modulo shards. It is the same in every edge
+// replica and release, so an object's events keep one Kafka key while edge.shards stays the
+// same. The finalizer matters: FNV-1a's low bits depend only on the low bits of the input bytes,
+// so names that differ in a suffix crowd into a few residues of an even shard count.
 func edgeShard(k auditconv.ObjectKey, shards int) int {
 	const offset, prime = 14695981039346656037, 1099511628211
 	h := uint64(offset)
@@ -144,5 +146,10 @@ func edgeShard(k auditconv.ObjectKey, shards int) int {
 		}
 		h *= prime // the zero byte between parts: ("a", "b/c") is not ("a/b", "c")
 	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
 	return int(h % uint64(shards))
 }
