@@ -99,7 +99,7 @@ func TestChartKafkaMode(t *testing.T) {
 		"exporters.kafka.logs.topic":                            "kube-audit",
 		"exporters.kafka.logs.encoding":                         "otlp_proto",
 		"exporters.kafka.partition_logs_by_resource_attributes": true,
-		"receivers.k8s_audit.edge.shards":                       float64(24),
+		"receivers.k8s_audit.edge.shards":                       float64(0),
 		"exporters.kafka.producer.required_acks":                "all",
 		"exporters.kafka.producer.allow_auto_topic_creation":    false,
 		"exporters.kafka.producer.max_message_bytes":            float64(8388608),

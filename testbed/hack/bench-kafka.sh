@@ -38,9 +38,9 @@
 #   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
 #                     the partition workers' concurrent calls go on together, merge.enabled) and/or
 #                     off (each message's spans in a call of their own); a list runs each
-#   EDGE_SHARDS       the edge's k8s_audit edge.shards: 24 (default, as the chart and kafka-edge.yaml
-#                     ship: a batch's objects in at most 24 messages), another number, or 0 (a
-#                     message per object); a list runs each
+#   EDGE_SHARDS       the edge's k8s_audit edge.shards: 0 (default, as the chart and kafka-edge.yaml
+#                     ship: a message per object of a batch) or a number (a batch's objects in at
+#                     most that many messages); a list runs each
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
@@ -81,7 +81,7 @@ REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
-EDGE_SHARDS=${EDGE_SHARDS:-24}
+EDGE_SHARDS=${EDGE_SHARDS:-0}
 SAMPLE=${SAMPLE:-}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
@@ -435,13 +435,14 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
 # merged_line: how many of the messages the replicas consumed went downstream with others
 # (the connector's merge), summed over the replicas.
 merged_line() {
-  local port merged=0 messages=0 m
+  local port merged=0 messages=0 refused=0 m
   for port in "${PROC_PORTS[@]}"; do
     m=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null || true)
     merged=$((merged + $(awk '/^otelcol_k8s_audit_merged_calls/ { s += $NF } END { printf "%d", s }' <<<"$m")))
     messages=$((messages + $(awk '/^otelcol_kafka_receiver_messages/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+    refused=$((refused + $(awk '/^otelcol_k8s_audit_in_flight_refused/ { s += $NF } END { printf "%d", s }' <<<"$m")))
   done
-  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge)"
+  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff)"
 }
 
 lag_run() { # lag_run RATE REPLICAS QUEUE

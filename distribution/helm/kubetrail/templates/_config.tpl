@@ -323,8 +323,8 @@ auth:
 {{/*
 Mode kafka, the edge: the webhook (as gateway mode's, TLS and client names included) with the
 k8s_audit receiver's edge output into the kafka exporter. Each audit event is one log record, its
-body the event's bytes as received, its resource the cluster and the shard of its object
-(kafka.edge.shards; with 0 the object's key), by which the exporter keys the message: an object's
+body the event's bytes as received, its resource the cluster and the object's key (or with
+kafka.edge.shards the shard of the object), by which the exporter keys the message: an object's
 events stay in one partition, in order. Nothing else is
 decoded and nothing is kept: the exporter has no queue, so the pipeline returns, and the webhook
 answers 200, only once every in-sync replica has the records (acks all); a refusal is a 503 and
@@ -338,7 +338,7 @@ receivers:
   k8s_audit:
     cluster: {{ .Values.clusterName | quote }}
     endpoint: ${env:POD_IP}:9880
-    # A batch's objects in at most this many messages, each object always in the same one.
+    # 0: a message per object of a batch; N: the batch's objects in at most N messages.
     edge:
       shards: {{ int .Values.kafka.edge.shards }}
     {{- if include "kubetrail.webhookCerts" . }}
