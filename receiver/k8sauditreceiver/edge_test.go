@@ -102,6 +102,20 @@ func recordedBodies(t *testing.T) [][]byte {
 	return bodies
 }
 
+// postToEdge posts body to the edge for cluster prod-eu-1 and returns its events as scanned and
+// the logs the edge output handed on for it.
+func postToEdge(t *testing.T, url string, sink *consumertest.LogsSink, body []byte) ([]auditconv.RawEvent, plog.Logs) {
+	t.Helper()
+	if code := postRaw(t, url+"/audit/prod-eu-1", body); code != http.StatusOK {
+		t.Fatalf("POST: %d", code)
+	}
+	raws, err := auditconv.ScanEventList(body, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raws, sink.AllLogs()[len(sink.AllLogs())-1]
+}
+
 // The edge output forwards each audit event of a real body exactly as the apiserver sent it, a
 // log record each, in one ResourceLogs per object (its cluster and key the resource), each
 // object's events in the body's order.
@@ -111,15 +125,8 @@ func TestEdgeOutputForwardsEachEventAsReceived(t *testing.T) {
 	bodies := recordedBodies(t)
 	want := 0
 	for _, body := range bodies {
-		if code := postRaw(t, url+"/audit/prod-eu-1", body); code != http.StatusOK {
-			t.Fatalf("POST: %d", code)
-		}
-		raws, err := auditconv.ScanEventList(body, 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raws, ld := postToEdge(t, url, sink, body)
 		want += len(raws)
-		ld := sink.AllLogs()[len(sink.AllLogs())-1]
 		// Each object's records, in order, are the body's events of that object, byte for byte.
 		perKey := map[auditconv.ObjectKey][][]byte{}
 		for _, r := range raws {
@@ -163,15 +170,8 @@ func TestEdgeShardsGroupObjects(t *testing.T) {
 	shardOf := map[auditconv.ObjectKey]int64{}
 	want, objects := 0, 0
 	for _, body := range recordedBodies(t) {
-		if code := postRaw(t, url+"/audit/prod-eu-1", body); code != http.StatusOK {
-			t.Fatalf("POST: %d", code)
-		}
-		raws, err := auditconv.ScanEventList(body, 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raws, ld := postToEdge(t, url, sink, body)
 		want += len(raws)
-		ld := sink.AllLogs()[len(sink.AllLogs())-1]
 		if n := ld.ResourceLogs().Len(); n > shards || n == 0 {
 			t.Fatalf("%d ResourceLogs with %d shards", n, shards)
 		}
@@ -179,9 +179,6 @@ func TestEdgeShardsGroupObjects(t *testing.T) {
 		got := map[auditconv.ObjectKey][][]byte{}
 		seenShards := map[int64]bool{}
 		next := map[auditconv.ObjectKey]int{}
-		for _, r := range raws {
-			next[r.Key] = 0
-		}
 		byRaw := map[string]auditconv.ObjectKey{}
 		for _, r := range raws {
 			byRaw[string(r.Raw)] = r.Key
