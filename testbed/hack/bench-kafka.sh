@@ -65,7 +65,8 @@
 #                     RSS slope of each from SAMPLE_FROM seconds (default 120) on: `make soak`
 #   PROFILE           1: in each lag run, a CPU profile of the edge and of the first processing replica
 #                     (PROFILE_SECONDS, default 20, from 5 s after the first request), and where
-#                     their CPU goes (build/bench-kafka/<run>.{edge,processing}.cpu.pprof)
+#                     their CPU goes (build/bench-kafka/<run>.{edge,processing}.cpu.pprof), and what
+#                     the edge allocated over that window (<run>.edge.allocs.pprof, less .allocs0.pprof)
 # Everything it starts is stopped by PID; logs, configs and rows in build/bench-kafka/. Each run's
 # Redis keys (prefix bench-kafka-<time>-<run>:) are deleted after it when redis-cli is installed;
 # otherwise they expire with the window and its grace (about 32 minutes).
@@ -479,7 +480,10 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   fi
   if [[ $PROFILE == 1 ]]; then
     # Five seconds in, both tiers are at the run's pace.
-    (sleep 5 && curl -fsS -o "$OUT/$name.edge.cpu.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+    # The edge's allocations over the same window: the allocs profile before and after it.
+    (sleep 5 && curl -fsS -o "$OUT/$name.edge.allocs0.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/allocs" &&
+      curl -fsS -o "$OUT/$name.edge.cpu.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS" &&
+      curl -fsS -o "$OUT/$name.edge.allocs.pprof" "http://127.0.0.1:$EDGE_PPROF/debug/pprof/allocs") &
     prof_pids+=("$!")
     (sleep 5 && curl -fsS -o "$OUT/$name.processing.cpu.pprof" "http://127.0.0.1:$PROC_PPROF/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
     prof_pids+=("$!")
@@ -505,6 +509,11 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
       go tool pprof -top -cum -nodecount=35 "$OUT/$name.$what.cpu.pprof" 2>/dev/null | sed -n '6,41p' | sed 's/^/     /'
     fi
   done
+  if [[ -s $OUT/$name.edge.allocs.pprof ]]; then
+    echo "   what the edge allocated over the same window ($OUT/$name.edge.allocs.pprof less .allocs0.pprof, bytes, top functions):"
+    go tool pprof -top -sample_index=alloc_space -nodecount=25 -base "$OUT/$name.edge.allocs0.pprof" \
+      "$OUT/$name.edge.allocs.pprof" 2>/dev/null | sed -n '6,31p' | sed 's/^/     /'
+  fi
   finish_row "first request"
   stop_all
 }
