@@ -97,6 +97,29 @@ func spansOf(sink *consumertest.TracesSink) []ptrace.Span {
 	return got
 }
 
+// edgeForm is a scenario's events as k8s_audit's edge output hands them on, each record's body
+// set by body from the event's bytes.
+func edgeForm(body func(v pcommon.Value, raw []byte)) func(t *testing.T, scenario string) []plog.Logs {
+	return func(t *testing.T, scenario string) []plog.Logs {
+		var out []plog.Logs
+		for _, b := range auditconvtest.FixtureBodies(t, scenario) {
+			raws, err := auditconv.ScanEventList(b, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ld := plog.NewLogs()
+			lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+			for _, r := range raws {
+				lr := lrs.AppendEmpty()
+				lr.SetEventName(auditconv.RawEventName)
+				body(lr.Body(), r.Raw)
+			}
+			out = append(out, ld)
+		}
+		return out
+	}
+}
+
 // Every native form and the AKS envelope of the recorded captures give the very spans the
 // webhook gave (the golden files): one conversion behind every door.
 func TestEveryFormatGivesTheWebhookSpans(t *testing.T) {
@@ -115,24 +138,12 @@ func TestEveryFormatGivesTheWebhookSpans(t *testing.T) {
 			}
 			return []plog.Logs{logsOf(bodies...)}
 		},
-		"k8s_audit's edge output: each event as an EventList held it, bytes body (Kafka edge)": func(t *testing.T, scenario string) []plog.Logs {
-			var out []plog.Logs
-			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-				raws, err := auditconv.ScanEventList(body, 0, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ld := plog.NewLogs()
-				lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-				for _, r := range raws {
-					lr := lrs.AppendEmpty()
-					lr.SetEventName(auditconv.RawEventName)
-					lr.Body().SetEmptyBytes().FromRaw(r.Raw)
-				}
-				out = append(out, ld)
-			}
-			return out
-		},
+		"k8s_audit's edge output: each event as an EventList held it, string body (Kafka edge)": edgeForm(func(v pcommon.Value, raw []byte) {
+			v.SetStr(string(raw))
+		}),
+		"each event as an EventList held it, bytes body": edgeForm(func(v pcommon.Value, raw []byte) {
+			v.SetEmptyBytes().FromRaw(raw)
+		}),
 		"aks records per Event Hub message": func(t *testing.T, scenario string) []plog.Logs {
 			var out []plog.Logs
 			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
@@ -349,7 +360,7 @@ func TestAnItemIsAnEventOnlyWhenTheRecordSaysSo(t *testing.T) {
 		if named {
 			lr.SetEventName(auditconv.RawEventName)
 		}
-		lr.Body().SetEmptyBytes().FromRaw(raws[0].Raw)
+		lr.Body().SetStr(string(raws[0].Raw))
 		if err := c.ConsumeLogs(context.Background(), ld); err != nil {
 			t.Fatal(err)
 		}

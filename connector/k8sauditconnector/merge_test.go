@@ -323,7 +323,7 @@ func TestPartitionWorkersMergedGiveTheWebhookSpans(t *testing.T) {
 					}
 					lr := lrs.AppendEmpty()
 					lr.SetEventName(auditconv.RawEventName)
-					lr.Body().SetEmptyBytes().FromRaw(r.Raw)
+					lr.Body().SetStr(string(r.Raw))
 				}
 			}
 			sink := new(slowSink)

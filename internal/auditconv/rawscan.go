@@ -16,7 +16,8 @@ const RawEventName = "k8s.audit.event"
 // forwards it as is (k8s_audit's edge output); the key keeps an object's events together (one
 // Kafka partition).
 type RawEvent struct {
-	// Raw is the event's JSON object, a slice of the body it was scanned from.
+	// Raw is the event's JSON object, a slice of the body it was scanned from: body[i:j], so
+	// that its offset in the body is cap(body) - cap(Raw).
 	Raw []byte
 	// Key is objectRef's apiGroup, resource, namespace and name; all empty for an event
 	// without objectRef (a non-resource request).

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
@@ -117,45 +118,61 @@ func postToEdge(t *testing.T, url string, sink *consumertest.LogsSink, body []by
 }
 
 // The edge output forwards each audit event of a real body exactly as the apiserver sent it, a
-// log record each, in one ResourceLogs per object (its cluster and key the resource), each
-// object's events in the body's order.
+// log record each, its body the event's JSON text, in one ResourceLogs per object (its cluster
+// and key the resource), each object's events in the body's order. The records share a copy of
+// the request's body: checked again once every body is posted, a record that still shared the
+// pooled buffer would hold a later body's bytes.
 func TestEdgeOutputForwardsEachEventAsReceived(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	url := startEdge(t, sink, nil, nil)
-	bodies := recordedBodies(t)
+	type posted struct {
+		raws []auditconv.RawEvent
+		ld   plog.Logs
+	}
+	var all []posted
 	want := 0
-	for _, body := range bodies {
+	for _, body := range recordedBodies(t) {
 		raws, ld := postToEdge(t, url, sink, body)
 		want += len(raws)
-		// Each object's records, in order, are the body's events of that object, byte for byte.
-		perKey := map[auditconv.ObjectKey][][]byte{}
-		for _, r := range raws {
-			perKey[r.Key] = append(perKey[r.Key], r.Raw)
-		}
-		if ld.ResourceLogs().Len() != len(perKey) {
-			t.Fatalf("%d ResourceLogs for %d objects", ld.ResourceLogs().Len(), len(perKey))
-		}
-		for _, rl := range ld.ResourceLogs().All() {
-			attrs := rl.Resource().Attributes()
-			get := func(k string) string { v, _ := attrs.Get(k); return v.Str() }
-			if get(model.AttrClusterName) != "prod-eu-1" {
-				t.Fatalf("resource %v: want k8s.cluster.name prod-eu-1 (the path's)", attrs.AsRaw())
-			}
-			key := auditconv.ObjectKey{APIGroup: get(model.AttrObjectAPIGroup), Resource: get(model.AttrObjectResource),
-				Namespace: get(model.AttrNamespaceName), Name: get(model.AttrObjectName)}
-			records := rl.ScopeLogs().At(0).LogRecords()
-			if records.Len() != len(perKey[key]) {
-				t.Fatalf("object %+v: %d records, %d events", key, records.Len(), len(perKey[key]))
-			}
-			for i, lr := range records.All() {
-				if !bytes.Equal(lr.Body().Bytes().AsRaw(), perKey[key][i]) || lr.ObservedTimestamp() == 0 || lr.EventName() != auditconv.RawEventName {
-					t.Fatalf("object %+v record %d: body differs from the event as received", key, i)
-				}
-			}
-		}
+		checkEdgeRecords(t, raws, ld)
+		all = append(all, posted{raws, ld})
 	}
 	if sink.LogRecordCount() != want || want == 0 {
 		t.Fatalf("%d records for %d events", sink.LogRecordCount(), want)
+	}
+	for _, p := range all {
+		checkEdgeRecords(t, p.raws, p.ld)
+	}
+}
+
+// checkEdgeRecords fails unless ld holds raws as TestEdgeOutputForwardsEachEventAsReceived says.
+func checkEdgeRecords(t *testing.T, raws []auditconv.RawEvent, ld plog.Logs) {
+	t.Helper()
+	// Each object's records, in order, are the body's events of that object, byte for byte.
+	perKey := map[auditconv.ObjectKey][]string{}
+	for _, r := range raws {
+		perKey[r.Key] = append(perKey[r.Key], string(r.Raw))
+	}
+	if ld.ResourceLogs().Len() != len(perKey) {
+		t.Fatalf("%d ResourceLogs for %d objects", ld.ResourceLogs().Len(), len(perKey))
+	}
+	for _, rl := range ld.ResourceLogs().All() {
+		attrs := rl.Resource().Attributes()
+		get := func(k string) string { v, _ := attrs.Get(k); return v.Str() }
+		if get(model.AttrClusterName) != "prod-eu-1" {
+			t.Fatalf("resource %v: want k8s.cluster.name prod-eu-1 (the path's)", attrs.AsRaw())
+		}
+		key := auditconv.ObjectKey{APIGroup: get(model.AttrObjectAPIGroup), Resource: get(model.AttrObjectResource),
+			Namespace: get(model.AttrNamespaceName), Name: get(model.AttrObjectName)}
+		records := rl.ScopeLogs().At(0).LogRecords()
+		if records.Len() != len(perKey[key]) {
+			t.Fatalf("object %+v: %d records, %d events", key, records.Len(), len(perKey[key]))
+		}
+		for i, lr := range records.All() {
+			if lr.Body().Type() != pcommon.ValueTypeStr || lr.Body().Str() != perKey[key][i] || lr.ObservedTimestamp() == 0 || lr.EventName() != auditconv.RawEventName {
+				t.Fatalf("object %+v record %d: a %s body that differs from the event as received", key, i, lr.Body().Type())
+			}
+		}
 	}
 }
 
@@ -194,11 +211,11 @@ func TestEdgeShardsGroupObjects(t *testing.T) {
 			}
 			seenShards[shard.Int()] = true
 			for _, lr := range rl.ScopeLogs().At(0).LogRecords().All() {
-				key, ok := byRaw[string(lr.Body().Bytes().AsRaw())]
+				key, ok := byRaw[lr.Body().Str()]
 				if !ok {
 					t.Fatal("a record that is none of the body's events")
 				}
-				got[key] = append(got[key], lr.Body().Bytes().AsRaw())
+				got[key] = append(got[key], []byte(lr.Body().Str()))
 				if s, ok := shardOf[key]; ok && s != shard.Int() {
 					t.Fatalf("object %+v moved from shard %d to %d", key, s, shard.Int())
 				}
