@@ -3,6 +3,7 @@ package idmap
 import (
 	"context"
 	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func NewMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(reason 
 		seed1:      maphash.MakeSeed(),
 		seed2:      maphash.MakeSeed(),
 		index:      make(map[memKey]int32),
-		dedup:      dedupSet{max: cfg.MaxEntries},
+		dedup:      dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
 		free:       -1,
 		head:       -1,
 		tail:       -1,
@@ -163,7 +164,7 @@ func (m *MemoryStore) apply(op *Op, now int64) {
 	}
 }
 
-func (m *MemoryStore) applyDedup(op *Op, id [8]byte, now int64) {
+func (m *MemoryStore) applyDedup(op *Op, id markID, now int64) {
 	switch op.Kind {
 	case OpGet:
 		op.Found, op.Value = m.dedup.has(id, now), ""
