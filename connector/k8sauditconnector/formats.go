@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -26,7 +25,7 @@ func recordBytes(body pcommon.Value) ([]byte, error) {
 		// The string's own bytes, not a copy (the edge output's records are strings): the
 		// decoder never writes to what it reads, as a bytes body, pdata's too, is read in place.
 		s := body.Str()
-		return unsafe.Slice(unsafe.StringData(s), len(s)), nil
+		return auditconv.BytesView(s), nil
 	case pcommon.ValueTypeBytes:
 		return body.Bytes().AsRaw(), nil
 	case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:

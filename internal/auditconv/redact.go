@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
@@ -151,9 +150,6 @@ func (n *nameMemo) match(name string, match func(string) bool) bool {
 	return v
 }
 
-// bytesView is b as a string without a copy, for a look-up that does not keep it.
-func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
 // needs reports whether a body indexed in place holds a value the rules mask: most bodies hold
 // none and are encoded from their index as they are; the others are redacted on a parsed tree
 // (lazyBody.check). A redacted resource's body is always redacted on its tree.
@@ -178,7 +174,7 @@ func (r *redactor) flatNeeds(f *flatBody, n int, inMetadata bool, depth int) boo
 			if k != '{' && k != '[' {
 				continue
 			}
-			key := bytesView(f.keyOf(c))
+			key := TextView(f.keyOf(c))
 			switch {
 			case k == '[' && key == "env":
 				if r.flatEnvNeeds(f, c) {
@@ -208,7 +204,7 @@ func (r *redactor) flatEnvNeeds(f *flatBody, list int) bool {
 			continue
 		}
 		name := f.member(el, "name")
-		if name < 0 || f.nodes[name].kind != '"' || r.matchEnv(bytesView(f.str(name))) {
+		if name < 0 || f.nodes[name].kind != '"' || r.matchEnv(TextView(f.str(name))) {
 			return true
 		}
 	}
@@ -220,7 +216,7 @@ func (r *redactor) flatAnnotationsNeed(f *flatBody, obj, depth int) bool {
 		if f.nodes[c].kind == 'n' {
 			continue
 		}
-		key := bytesView(f.keyOf(c))
+		key := TextView(f.keyOf(c))
 		if r.matchAnnotation(key) {
 			return true
 		}
@@ -413,7 +409,7 @@ func (r *redactor) patchText(raw []byte, whole bool, mask func(string) string) s
 // names one ("env" in a key or a JSON patch path, "annotations" likewise), or it escapes
 // characters in its strings, which could spell either.
 func mayHoldRedacted(raw []byte) bool {
-	s := bytesView(raw)
+	s := TextView(raw)
 	return strings.Contains(s, "env") || strings.Contains(s, "annotations") || strings.Contains(s, `\u`)
 }
 

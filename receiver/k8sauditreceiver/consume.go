@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -128,19 +127,16 @@ func edgeLogs(cluster string, events []auditconv.RawEvent, observed time.Time, v
 		lr := records.AppendEmpty()
 		lr.SetEventName(auditconv.RawEventName)
 		lr.SetObservedTimestamp(ts)
-		lr.Body().SetStr(sharedText(ev.Raw))
+		// The body is the event's text in the request's one copy (shareCopy), not a copy of its
+		// own. A string and not bytes: the kafka exporter copies each ResourceLogs into a message
+		// of its own (partition_logs_by_resource_attributes), which copies a bytes value's bytes but
+		// only a string's header; in otlp_json the event is then its text, not base64. Protobuf
+		// carries it unchecked, as every Go reader of OTLP does; the apiserver's JSON is UTF-8
+		// (encoding/json writes nothing else).
+		lr.Body().SetStr(auditconv.TextView(ev.Raw))
 	}
 	return ld
 }
-
-// sharedText is raw as a string that shares its bytes, which nothing writes to (shareCopy made
-// them): an edge record's body is its event's JSON text in the request's one copy, not a copy
-// of its own. A string and not bytes: the kafka exporter copies each ResourceLogs into a message
-// of its own (partition_logs_by_resource_attributes), which copies a bytes value's bytes but only
-// a string's header; in otlp_json the event is then its text, not base64. Protobuf carries it
-// unchecked, as every Go reader of OTLP does; the apiserver's JSON is UTF-8 (encoding/json writes
-// nothing else).
-func sharedText(raw []byte) string { return unsafe.String(unsafe.SliceData(raw), len(raw)) }
 
 // edgeShard is the shard of an object among shards: FNV-1a (64 bits) of its key's parts, each
 // ended by a zero byte, mixed by murmur3's finalizer, modulo shards. It is the same in every edge

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/consumer/consumererror"
@@ -269,7 +268,7 @@ func (w *webhook) serveEdge(ctx context.Context, rw http.ResponseWriter, b batch
 // exporter (edgeLogs), were made before.
 func shareCopy(data []byte, raws []auditconv.RawEvent) {
 	text := string(data)
-	own := unsafe.Slice(unsafe.StringData(text), len(text))
+	own := auditconv.BytesView(text)
 	for i := range raws {
 		off := cap(data) - cap(raws[i].Raw) // Raw is data[off:end]
 		raws[i].Raw = own[off : off+len(raws[i].Raw) : off+len(raws[i].Raw)]
