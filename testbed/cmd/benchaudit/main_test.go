@@ -577,3 +577,23 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		})
 	}
 }
+
+// An object span emitted twice with its IDs arrives once plus a duplicate: not lost. One that
+// never arrives is.
+func TestLostObjectSpansLeaveOutTheirSecondEmissions(t *testing.T) {
+	for _, c := range []struct {
+		emitted          float64
+		arrived, objDups int64
+		want             string
+	}{
+		{1605, 1593, 12, "0"},
+		{1605, 1593, 0, "12"},
+		{1605, 1590, 12, "3"},
+		{-1, 10, 0, "n/a"},
+	} {
+		r := result{objectsEmitted: c.emitted, objectsArrived: c.arrived, objectDuplicates: c.objDups, duplicates: c.objDups}
+		if _, got := r.lost(); got != c.want {
+			t.Errorf("emitted %v, arrived %d, duplicates %d: %s lost, want %s", c.emitted, c.arrived, c.objDups, got, c.want)
+		}
+	}
+}

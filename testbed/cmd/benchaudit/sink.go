@@ -43,6 +43,7 @@ type extraProc struct {
 
 type snapshot struct {
 	audit, object, other, duplicates int64
+	objectDuplicates                 int64 // of duplicates: an object span emitted again with its IDs
 	last                             time.Time
 	firstAudit, lastAudit            time.Time
 	cpu                              float64
@@ -213,12 +214,15 @@ func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceot
 			spans := sss.At(j).Spans()
 			for k := range spans.Len() {
 				sp := spans.At(k)
+				typ, _ := sp.Attributes().Get(model.AttrSpanType)
 				if _, dup := s.seen[sp.SpanID()]; dup {
 					s.counts.duplicates++
+					if typ.Str() == model.SpanTypeObject {
+						s.counts.objectDuplicates++
+					}
 					continue
 				}
 				s.seen[sp.SpanID()] = struct{}{}
-				typ, _ := sp.Attributes().Get(model.AttrSpanType)
 				switch typ.Str() {
 				case model.SpanTypeAudit:
 					s.counts.audit++
