@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/heaptest"
 )
 
 // The byte bound is only as true as dedupEntryBytes: a million auditIDs remembered the way a
@@ -19,32 +21,21 @@ func TestDedupEntryBytesIsMeasured(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	d := newDedup(time.Hour, 2*n*dedupEntryBytes, func() time.Time { return now }, nil)
 	keys := make([]dedupKey, 0, 500)
-	before := heapInUse()
-	for i := range n {
-		keys = append(keys, d.key("prod-eu", fmt.Sprintf("6f1e2a3b-%04x-4c5d-8e9f-%012x", i%65536, i)))
-		if len(keys) == cap(keys) {
-			d.remember(keys)
-			keys = keys[:0]
+	per := heaptest.PerItem(n, func() {
+		for i := range n {
+			keys = append(keys, d.key("prod-eu", fmt.Sprintf("6f1e2a3b-%04x-4c5d-8e9f-%012x", i%65536, i)))
+			if len(keys) == cap(keys) {
+				d.remember(keys)
+				keys = keys[:0]
+			}
 		}
-	}
-	after := heapInUse()
+	})
 	runtime.KeepAlive(keys)
 	if d.len() != n {
 		t.Fatalf("%d entries held, want %d", d.len(), n)
 	}
-	per := float64(after-before) / n
-	t.Logf("%.1f bytes of heap per remembered auditID (estimate %d)", per, dedupEntryBytes)
-	if per < 0.5*dedupEntryBytes || per > 1.1*dedupEntryBytes {
-		t.Fatalf("%.1f bytes of heap per entry against dedupEntryBytes %d: measure again and change the estimate", per, dedupEntryBytes)
-	}
+	heaptest.Check(t, "remembered auditID", per, "dedupEntryBytes", dedupEntryBytes)
 	runtime.KeepAlive(d)
-}
-
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // An entry is remembered for the window (and up to an eighth of it longer), renewed when it

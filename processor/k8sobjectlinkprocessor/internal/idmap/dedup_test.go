@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/kubetrail/kubetrail/internal/heaptest"
 )
 
 // A sealed generation answers as a map would, through inserts, removals (which shift marks back
@@ -118,33 +120,23 @@ func TestMarkBytesIsMeasured(t *testing.T) {
 	}
 	const n = 1_000_000
 	c := newFakeClock(t0)
-	before := heapInUse()
-	m := NewMemoryStore(MemoryConfig{MaxEntries: n, MaxBytes: 1 << 20}, c.Now, nil)
-	ops := make([]Op, 1)
-	for i := range n {
-		var id pcommon.SpanID
-		binary.LittleEndian.PutUint64(id[:], uint64(i)*0x9E3779B97F4A7C15)
-		ops[0] = Op{Kind: OpSetIfAbsent, Key: DedupKey(id), ExpireAt: c.Now().Add(35 * time.Minute)}
-		_ = m.Do(context.Background(), ops)
-		if i%1000 == 999 {
-			c.Advance(time.Second) // a thousand spans a second: eight generations by count
+	var m *MemoryStore
+	per := heaptest.PerItem(n, func() {
+		m = NewMemoryStore(MemoryConfig{MaxEntries: n, MaxBytes: 1 << 20}, c.Now, nil)
+		ops := make([]Op, 1)
+		for i := range n {
+			var id pcommon.SpanID
+			binary.LittleEndian.PutUint64(id[:], uint64(i)*0x9E3779B97F4A7C15)
+			ops[0] = Op{Kind: OpSetIfAbsent, Key: DedupKey(id), ExpireAt: c.Now().Add(35 * time.Minute)}
+			_ = m.Do(context.Background(), ops)
+			if i%1000 == 999 {
+				c.Advance(time.Second) // a thousand spans a second: eight generations by count
+			}
 		}
+	})
+	if m.dedup.count != n || len(m.dedup.gens) != dedupGenerations {
+		t.Fatalf("%d marks held in %d generations, want %d in %d", m.dedup.count, len(m.dedup.gens), n, dedupGenerations)
 	}
-	after := heapInUse()
-	if m.dedup.count != n {
-		t.Fatalf("%d marks held, want %d", m.dedup.count, n)
-	}
-	per := float64(after-before) / n
-	t.Logf("%.1f bytes of heap per mark in %d generations (README: about %d)", per, len(m.dedup.gens), markBytes)
-	if per < 0.5*markBytes || per > 1.1*markBytes {
-		t.Fatalf("%.1f bytes of heap per mark against markBytes %d: measure again and change the figure", per, markBytes)
-	}
+	heaptest.Check(t, "duplicate mark (the README's figure)", per, "markBytes", markBytes)
 	runtime.KeepAlive(m)
-}
-
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
