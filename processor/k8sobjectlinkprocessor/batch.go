@@ -270,6 +270,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	}
 	seen := make(map[pcommon.SpanID]struct{}, nd)
 	dedupExpiry := now.Add(p.cfg.Window + p.cfg.Grace)
+	pending := pendingMark(now)
 	dedupIdx := make([]int, 0, nd)
 	r.writes = slices.Grow(r.writes, nd+len(r.names)+len(r.order))
 	r.ops, r.cbs = slices.Grow(r.ops, nd), slices.Grow(r.cbs, nd)
@@ -284,7 +285,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 			continue
 		}
 		seen[id] = struct{}{}
-		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.DedupKey(id), ExpireAt: dedupExpiry})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.DedupKey(id), Value: pending, ExpireAt: dedupExpiry})
 		dedupIdx = append(dedupIdx, i)
 	}
 	nDedup := len(r.writes)
@@ -300,10 +301,17 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	// Duplicate marks go out with the first round trip; their answers decide which spans drop.
 	dedupOps := r.writes[:nDedup:nDedup]
 	r.writes = r.writes[nDedup:]
+	if p.redis != nil {
+		// The marks of earlier batches the next consumer took ride on this round trip, ahead of
+		// this batch's: a copy of one of their spans then finds its mark confirmed (marks.go).
+		for _, op := range p.takeConfirms() {
+			r.queue(op, func(*idmap.Op) {})
+		}
+	}
 	for j := range dedupOps {
 		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
 		r.queue(dedupOps[j], func(op *idmap.Op) {
-			if op.Found {
+			if op.Found && !abandonedMark(op.Value, now) {
 				it.dup = true
 			} else {
 				it.mark = op.Key

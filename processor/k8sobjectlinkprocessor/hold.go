@@ -106,13 +106,15 @@ func (p *objectLinkProcessor) holdSpans(ctx context.Context, td ptrace.Traces, i
 
 // releaseLoop re-examines held spans on every tick of the injected clock. The ticker is made in
 // Start, so a tick the clock sends right after Start is never missed.
-func (p *objectLinkProcessor) releaseLoop(tick <-chan time.Time, stop func()) {
+func (p *objectLinkProcessor) releaseLoop(tick, confirmTick <-chan time.Time, stop func()) {
 	defer close(p.done)
 	defer stop()
 	for {
 		select {
 		case <-p.stop:
 			return
+		case <-confirmTick:
+			p.flushConfirms(context.Background())
 		case <-tick:
 			if err := p.release(context.Background(), false); err != nil {
 				p.logger.Debug("Next consumer refused released spans", zap.Error(err))

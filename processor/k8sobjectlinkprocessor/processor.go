@@ -69,6 +69,11 @@ type objectLinkProcessor struct {
 	joinMu      sync.Mutex
 	joinPending []idmap.Op
 
+	// confirms are the duplicate marks of batches the next consumer took, for Redis with the
+	// next batch's first round trip (marks.go).
+	confirmMu sync.Mutex
+	confirms  []idmap.Op
+
 	heldMu sync.Mutex
 	held   []heldSpan
 	// waiting are spans of untrusted doors waiting for their object's assignment: a hold of
@@ -219,7 +224,16 @@ func (p *objectLinkProcessor) Start(_ context.Context, host component.Host) erro
 		t := p.clock.NewTicker(every)
 		tick, stopTick = t.C(), t.Stop
 	}
-	go p.releaseLoop(tick, stopTick)
+	var confirmTick <-chan time.Time
+	if p.redis != nil {
+		// Marks wait for the next batch's round trip; a replica whose stream pauses confirms
+		// them well within abandonAfter all the same (marks.go).
+		t := p.clock.NewTicker(abandonAfter / 3)
+		confirmTick = t.C()
+		stopRelease := stopTick
+		stopTick = func() { stopRelease(); t.Stop() }
+	}
+	go p.releaseLoop(tick, confirmTick, stopTick)
 	p.logger.Info("k8s_object_link started", zap.String("backend", p.cfg.IDMap.Backend),
 		zap.Duration("window", p.cfg.Window), zap.Duration("owner_wait", p.cfg.OwnerWait))
 	return nil
@@ -245,7 +259,7 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	if p.store != nil && p.redis != nil {
 		// Audit records still waiting for a batch's round trip go out now (one round trip at
 		// shutdown), so that another replica can still join their request spans.
-		if ops := p.takeJoinPending(); len(ops) > 0 {
+		if ops := append(p.takeJoinPending(), p.takeConfirms()...); len(ops) > 0 {
 			_ = p.store.Do(ctx, ops)
 		}
 	}
@@ -295,6 +309,9 @@ func (p *objectLinkProcessor) send(ctx context.Context, td ptrace.Traces, res pr
 	err := p.next.ConsumeTraces(ctx, td)
 	if err == nil {
 		p.tel.K8sObjectLinkSpansOut.Add(ctx, int64(n))
+		if p.redis != nil {
+			p.confirmMarks(res.marks)
+		}
 		return nil
 	}
 	if len(res.marks) > 0 {

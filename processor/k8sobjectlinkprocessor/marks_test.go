@@ -1,0 +1,132 @@
+package k8sobjectlinkprocessor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
+)
+
+// A replica killed while its batch is on the way to the exporter leaves the batch's duplicate
+// marks in Redis and its spans nowhere. The replica that reads the batch again (a Kafka partition
+// after the rebalance) must send the spans, not drop them as duplicates; a copy that arrives
+// while the first is on its way, and one after the first was taken, are still duplicates.
+func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
+	requireRedis(t)
+	base := model.WindowStart(time.Now(), model.DefaultWindow)
+	audits := func(ids ...string) []activity {
+		var acts []activity
+		for i, id := range ids {
+			acts = append(acts, audit(deploy, id, base.Add(time.Duration(i+1)*time.Second)))
+		}
+		return acts
+	}
+	// killed is a next consumer that takes a batch and never delivers it: the replica dies
+	// with the batch in its exporter.
+	killed, _ := consumer.NewTraces(func(context.Context, ptrace.Traces) error { return nil })
+	count := func(h *harness, name string) int {
+		n := 0
+		for _, o := range h.spans() {
+			if o.span.Name() == name {
+				n++
+			}
+		}
+		return n
+	}
+
+	t.Run("read again after the replica died: sent", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		clk := newFakeClock(time.Now())
+		a := newHarnessConsumer(t, cfg, clk, killed, new(consumertest.TracesSink))
+		a.consume(audits("w1", "w2")...)
+		clk.Advance(abandonAfter + time.Second) // a session timeout later: the rebalance
+		b := newHarness(t, cfg, clk)
+		b.consume(audits("w1", "w2")...)
+		if count(b, "audit w1") != 1 || count(b, "audit w2") != 1 {
+			t.Fatalf("the spans of the batch the killed replica never delivered must be sent: %d, %d",
+				count(b, "audit w1"), count(b, "audit w2"))
+		}
+	})
+	t.Run("a copy while the first is on its way: a duplicate", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		clk := newFakeClock(time.Now())
+		a := newHarnessConsumer(t, cfg, clk, killed, new(consumertest.TracesSink))
+		a.consume(audits("w1")...)
+		clk.Advance(abandonAfter / 10)
+		b := newHarness(t, cfg, clk)
+		b.consume(audits("w1")...)
+		if n := count(b, "audit w1"); n != 0 {
+			t.Fatalf("a copy arriving within %s of the first is a duplicate, sent %d times", abandonAfter, n)
+		}
+	})
+	t.Run("read again after the first was taken and confirmed: a duplicate", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		clk := newFakeClock(time.Now())
+		a := newHarness(t, cfg, clk)
+		a.consume(audits("w1")...)
+		a.consume(audits("later")...) // carries w1's confirmation
+		clk.Advance(10 * abandonAfter)
+		b := newHarness(t, cfg, clk)
+		b.consume(audits("w1")...)
+		if count(a, "audit w1") != 1 || count(b, "audit w1") != 0 {
+			t.Fatalf("a confirmed span is a duplicate when read again: a sent %d, b %d", count(a, "audit w1"), count(b, "audit w1"))
+		}
+	})
+	t.Run("confirmed by the tick when no batch follows", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		clk := newFakeClock(time.Now())
+		a := newHarness(t, cfg, clk)
+		a.consume(audits("w1")...)
+		raw := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer raw.Close()
+		key := cfg.IDMap.Redis.KeyPrefix + idmap.DedupKey(a.activitySpan("audit w1").SpanID())
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			clk.FireTickers()
+			if v, _ := raw.Get(context.Background(), key).Result(); v == markConfirmed {
+				break
+			}
+			if time.Now().After(deadline) {
+				v, err := raw.Get(context.Background(), key).Result()
+				t.Fatalf("the mark of a batch the next consumer took must be confirmed by the tick: %q, %v", v, err)
+			}
+		}
+	})
+	t.Run("confirmed at shutdown", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		clk := newFakeClock(time.Now())
+		a := newHarness(t, cfg, clk)
+		a.consume(audits("w1")...)
+		if err := a.p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * abandonAfter)
+		b := newHarness(t, cfg, clk)
+		b.consume(audits("w1")...)
+		if n := count(b, "audit w1"); n != 0 {
+			t.Fatalf("a span passed on before a graceful stop is a duplicate when read again, sent %d times", n)
+		}
+	})
+}
+
+func TestAbandonedMark(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	for v, want := range map[string]bool{
+		"":                                  false, // memory, continuation spans, earlier releases
+		markConfirmed:                       false,
+		pendingMark(now):                    false,
+		pendingMark(now.Add(-abandonAfter)): true,
+		"p":                                 false,
+		"pxyz":                              false,
+	} {
+		if got := abandonedMark(v, now); got != want {
+			t.Errorf("abandonedMark(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
