@@ -452,8 +452,13 @@ func (p *objectLinkProcessor) holdItems(ctx context.Context, td ptrace.Traces, i
 	heldPos, overflowObjects := p.holdSpans(ctx, td, items, toHold, fresh)
 	res.held = len(heldPos)
 	// A refused batch has its marks undone so that its redelivery passes; a held span stays in
-	// our custody whatever the next consumer says, so its mark stays and catches the redelivery.
+	// our custody whatever the next consumer says, so its mark stays and catches the redelivery:
+	// with Redis it is confirmed at once (marks.go), as a kill loses held spans anyway.
+	var custody []string
 	for i := range items {
+		if items[i].mark != "" && heldPos[items[i].pos] && p.redis != nil {
+			custody = append(custody, items[i].mark)
+		}
 		if items[i].mark != "" && !heldPos[items[i].pos] {
 			if res.marks == nil {
 				// Sized at the first mark, keys only: undoing a mark is deleting its key.
@@ -462,6 +467,7 @@ func (p *objectLinkProcessor) holdItems(ctx context.Context, td ptrace.Traces, i
 			res.marks = append(res.marks, items[i].mark)
 		}
 	}
+	p.confirmMarks(custody)
 	res.objects = overflowObjects
 	return res
 }

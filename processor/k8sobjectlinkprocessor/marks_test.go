@@ -98,6 +98,26 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a held span's mark is confirmed at once: it is in our custody", func(t *testing.T) {
+		cfg := redisConfig(t, redisAddr)
+		cfg.OwnerWait = time.Minute // podA1's ReplicaSet is never seen: held
+		clk := newFakeClock(time.Now())
+		a := newHarness(t, cfg, clk)
+		a.consume(audit(podA1, "held", base.Add(time.Second)))
+		a.consume(audits("later")...) // carries the held span's confirmation
+		if n := count(a, "audit held"); n != 0 {
+			t.Fatalf("the span must be held, passed on %d times", n)
+		}
+		clk.Advance(10 * abandonAfter)
+		b := newHarness(t, cfg, clk)
+		b.consume(audit(podA1, "held", base.Add(time.Second)))
+		if err := b.p.Shutdown(context.Background()); err != nil { // releases what b holds
+			t.Fatal(err)
+		}
+		if n := count(b, "audit held"); n != 0 {
+			t.Fatalf("a copy of a span another replica holds is a duplicate, sent %d times", n)
+		}
+	})
 	t.Run("confirmed at shutdown", func(t *testing.T) {
 		cfg := redisConfig(t, redisAddr)
 		clk := newFakeClock(time.Now())
