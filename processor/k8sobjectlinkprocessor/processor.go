@@ -257,8 +257,9 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, sendErr)
 	}
 	if p.store != nil && p.redis != nil {
-		// Audit records still waiting for a batch's round trip go out now (one round trip at
-		// shutdown), so that another replica can still join their request spans.
+		// Audit records and duplicate marks' confirmations still waiting for a batch's round
+		// trip go out now (one round trip at shutdown), so that another replica can still join
+		// their request spans and knows those spans were passed on.
 		if ops := append(p.takeJoinPending(), p.takeConfirms()...); len(ops) > 0 {
 			_ = p.store.Do(ctx, ops)
 		}
