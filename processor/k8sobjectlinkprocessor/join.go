@@ -239,7 +239,7 @@ func (p *objectLinkProcessor) joinRequests(r *resolver, jb *joinBatch, hasItems 
 	// (its audit span left this replica's map), the request's SET NX GET then finds it. Should
 	// another replica's request span be in Redis already, that pair stays unjoined: its audit
 	// span has left.
-	for _, op := range p.takeJoinPending() {
+	for _, op := range p.joinPending.take() {
 		r.queue(op, func(*idmap.Op) {})
 	}
 	for i := range asks {
@@ -315,25 +315,12 @@ func (p *objectLinkProcessor) joinAfter(ctx context.Context, items []item, remov
 			continue
 		}
 		if jb.deferred[i] {
-			p.joinMu.Lock()
-			if len(p.joinPending) < p.cfg.APIServerJoin.MaxEntries {
-				p.joinPending = append(p.joinPending, idmap.Op{Kind: idmap.OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(),
-					ExpireAt: now.Add(p.cfg.APIServerJoin.TTL)})
-			} else {
+			op := idmap.Op{Kind: idmap.OpSetIfAbsent, Key: joinKey(it.auditID), Value: rec.encode(), ExpireAt: now.Add(p.cfg.APIServerJoin.TTL)}
+			if !p.joinPending.add(p.cfg.APIServerJoin.MaxEntries, op) {
 				p.tel.K8sObjectLinkApiserverJoinEvictions.Add(ctx, 1, metric.WithAttributes(attribute.String(attrReason, reasonJoinPendingFull)))
 			}
-			p.joinMu.Unlock()
 		}
 	}
-}
-
-// takeJoinPending hands the audit records waiting for a round trip to this batch's first one.
-func (p *objectLinkProcessor) takeJoinPending() []idmap.Op {
-	p.joinMu.Lock()
-	defer p.joinMu.Unlock()
-	ops := p.joinPending
-	p.joinPending = nil
-	return ops
 }
 
 func metricSource(s string) metric.AddOption {

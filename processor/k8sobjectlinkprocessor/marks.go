@@ -3,6 +3,7 @@ package k8sobjectlinkprocessor
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
@@ -29,7 +30,7 @@ const abandonAfter = 3 * time.Second
 
 const markConfirmed = "c"
 
-// maxConfirms bounds the marks waiting for a round trip; beyond it the oldest stay pending (at
+// maxConfirms bounds the marks waiting for a round trip; beyond it a mark stays pending (at
 // worst a span sent twice after a kill).
 const maxConfirms = 100_000
 
@@ -50,28 +51,44 @@ func (p *objectLinkProcessor) confirmMarks(marks []string) {
 		return
 	}
 	expire := p.clock.Now().Add(p.cfg.Window + p.cfg.Grace)
-	p.confirmMu.Lock()
-	defer p.confirmMu.Unlock()
-	if over := len(p.confirms) + len(marks) - maxConfirms; over > 0 {
-		p.confirms = p.confirms[min(over, len(p.confirms)):]
-	}
 	for _, key := range marks {
-		p.confirms = append(p.confirms, idmap.Op{Kind: idmap.OpSet, Key: key, Value: markConfirmed, ExpireAt: expire})
+		p.confirms.add(maxConfirms, idmap.Op{Kind: idmap.OpSet, Key: key, Value: markConfirmed, ExpireAt: expire})
 	}
 }
 
 // takeConfirms hands the queued confirmations to a round trip.
-func (p *objectLinkProcessor) takeConfirms() []idmap.Op {
-	p.confirmMu.Lock()
-	defer p.confirmMu.Unlock()
-	ops := p.confirms
-	p.confirms = nil
-	return ops
-}
+func (p *objectLinkProcessor) takeConfirms() []idmap.Op { return p.confirms.take() }
 
 // flushConfirms sends the queued confirmations in a round trip of their own: the stream paused.
 func (p *objectLinkProcessor) flushConfirms(ctx context.Context) {
 	if ops := p.takeConfirms(); len(ops) > 0 && p.store != nil {
 		_ = p.store.Do(ctx, ops)
 	}
+}
+
+// waitingWrites are records for Redis that wait for the next batch's round trip (audit
+// records of the apiserver join, confirmations of duplicate marks), bounded by entries.
+type waitingWrites struct {
+	mu  sync.Mutex
+	ops []idmap.Op
+}
+
+// add queues op unless max are waiting; it reports whether it did.
+func (w *waitingWrites) add(maxOps int, op idmap.Op) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.ops) >= maxOps {
+		return false
+	}
+	w.ops = append(w.ops, op)
+	return true
+}
+
+// take hands the waiting writes to a round trip.
+func (w *waitingWrites) take() []idmap.Op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ops := w.ops
+	w.ops = nil
+	return ops
 }

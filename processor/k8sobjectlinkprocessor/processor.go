@@ -66,13 +66,11 @@ type objectLinkProcessor struct {
 	// join pairs apiserver request spans with audit spans (nil when apiserver_join is off);
 	// joinPending are audit records for Redis that wait for the next batch's round trip.
 	join        *joinMap
-	joinMu      sync.Mutex
-	joinPending []idmap.Op
+	joinPending waitingWrites
 
 	// confirms are the duplicate marks of batches the next consumer took, for Redis with the
 	// next batch's first round trip (marks.go).
-	confirmMu sync.Mutex
-	confirms  []idmap.Op
+	confirms waitingWrites
 
 	heldMu sync.Mutex
 	held   []heldSpan
@@ -260,7 +258,7 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 		// Audit records and duplicate marks' confirmations still waiting for a batch's round
 		// trip go out now (one round trip at shutdown), so that another replica can still join
 		// their request spans and knows those spans were passed on.
-		if ops := append(p.takeJoinPending(), p.takeConfirms()...); len(ops) > 0 {
+		if ops := append(p.joinPending.take(), p.takeConfirms()...); len(ops) > 0 {
 			_ = p.store.Do(ctx, ops)
 		}
 	}
