@@ -67,9 +67,8 @@ func (d *dedupSet) expireOld(now int64) {
 }
 
 func (d *dedupSet) dropOldest(n int) {
-	clear(d.gens[:n]) // the dropped generations' tables must not stay reachable from the array
 	d.gens = append(d.gens[:0], d.gens[n:]...)
-	clear(d.gens[len(d.gens):cap(d.gens)])
+	clear(d.gens[len(d.gens):cap(d.gens)]) // dropped tables must not stay reachable from the array
 }
 
 func (d *dedupSet) has(id markID, now int64) bool {
