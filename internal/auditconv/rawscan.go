@@ -55,14 +55,18 @@ func ScanEvent(line []byte) (RawEvent, error) {
 // scanDocument is decodeDocument that keeps each item's bytes and key only.
 func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEvent, error) {
 	var own ObjectKey // the document's own objectRef (a single Event)
+	created := ""     // and its responseObject's name, for a create that names no object
 	shape, start, end, err := readDocument(d, lists, false, nil,
 		func(i int) (end int, err error) {
 			items, end, err = scanItems(d, i, maxItems, items[:0]) // the last "items" counts, as for the decoder
 			return end, err
 		},
 		func(key []byte, i int) (int, error) {
-			if string(key) == "objectRef" {
+			switch {
+			case string(key) == "objectRef":
 				return scanObjectRef(d, i, 1, &own)
+			case string(key) == "responseObject" && own.Name == "":
+				return scanMetadataName(d, i, 1, false, &created)
 			}
 			return jsonscan.SkipValue(d, i, 1)
 		})
@@ -75,6 +79,9 @@ func scanDocument(d []byte, lists bool, maxItems int, items []RawEvent) ([]RawEv
 		}
 		return items, nil
 	default:
+		if own.Name == "" && own.Resource != "" {
+			own.Name = created // as scanEventKey keys an item
+		}
 		return append(items[:0], RawEvent{Raw: d[start:end], Key: own}), nil
 	}
 }

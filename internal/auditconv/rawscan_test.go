@@ -106,6 +106,11 @@ func TestACreatedObjectIsKeyedByItsGivenName(t *testing.T) {
 			t.Errorf("event %d: keyed by name %q, want %q", i, r.Key.Name, want[i])
 		}
 	}
+	// The same for one Event alone (an audit log line, or a body of one Event).
+	ev, err := ScanEvent([]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","verb":"create","objectRef":{"resource":"pods","namespace":"demo"},"responseObject":{"metadata":{"name":"web-abc"}}}`))
+	if err != nil || ev.Key.Name != "web-abc" {
+		t.Errorf("one Event: keyed by name %q (%v), want web-abc", ev.Key.Name, err)
+	}
 }
 
 func TestScanEventListRefusesWhatTheDecoderRefuses(t *testing.T) {
