@@ -269,7 +269,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 		}
 	}
 	seen := make(map[pcommon.SpanID]struct{}, nd)
-	dedupExpiry := now.Add(p.cfg.Window + p.cfg.Grace)
+	dedupExpiry := now.Add(p.cfg.DuplicateTTL)
 	pending := pendingMark(now)
 	dedupIdx := make([]int, 0, nd)
 	r.writes = slices.Grow(r.writes, nd+len(r.names)+len(r.order))
@@ -369,7 +369,7 @@ func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.
 	}
 	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	for _, c := range r.conts {
-		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.DedupKey(c.span), ExpireAt: expiry}, func(op *idmap.Op) {
+		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: continuationKey(c.span), ExpireAt: expiry}, func(op *idmap.Op) {
 			c.emit = !op.Found
 		})
 	}

@@ -23,6 +23,16 @@ const (
 	minMaxSpansPerTrace     = 100
 )
 
+// defaultDuplicateTTL covers every redelivery kubetrail knows of with room to spare (docs/design.md,
+// Duplicates): the apiserver's webhook retries (about 81 s), a Kafka partition read again after a
+// rebalance (seconds), an Events relist without checkpoint (k8s_event_spans' max_event_age, 5
+// minutes) and the otlp exporter's retries between collectors (max_elapsed_time, 5 minutes).
+// minDuplicateTTL is the webhook's retries.
+const (
+	defaultDuplicateTTL = 10 * time.Minute
+	minDuplicateTTL     = 2 * time.Minute
+)
+
 // Backend names of the ID map.
 const (
 	BackendMemory = idmap.BackendMemory
@@ -47,6 +57,12 @@ type Config struct {
 	// RelationTTL is how long an object → owner relation and a name → UID entry live after they
 	// were last seen. Ownership outlives windows, so this is longer than a window.
 	RelationTTL time.Duration `mapstructure:"relation_ttl"`
+	// DuplicateTTL is how long an audit or Event span's duplicate mark is kept, so that the same
+	// span arriving again (a webhook retry, a Kafka message read again, an Events relist, an
+	// exporter's retry) is recognised and dropped. It bounds how late a redelivery can come, not
+	// how late a span can come: marks are by far the ID map's most numerous records (one per
+	// span), so this decides what they cost in memory and in Redis.
+	DuplicateTTL time.Duration `mapstructure:"duplicate_ttl"`
 	// IDMap is where assignments, relations, the name index and the dedup marks are kept.
 	IDMap IDMapConfig `mapstructure:"id_map"`
 	// OwnerLookup enables a metadata-only GET against the apiserver for objects whose owner no
@@ -192,6 +208,7 @@ func createDefaultConfig() *Config {
 		Window:       model.DefaultWindow,
 		Grace:        5 * time.Minute,
 		RelationTTL:  24 * time.Hour,
+		DuplicateTTL: defaultDuplicateTTL,
 		OwnerWait:    2 * time.Second,
 		MaxHeldSpans: 10000,
 		// About 3 MB of OTLP at the 1.7–2.1 KB a span of the recorded scenarios takes (protobuf,
@@ -225,6 +242,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RelationTTL < c.Window {
 		return fmt.Errorf("relation_ttl (%s) must be at least window (%s): ownership outlives a window", c.RelationTTL, c.Window)
+	}
+	if c.DuplicateTTL < minDuplicateTTL {
+		return fmt.Errorf("duplicate_ttl must be at least %s (the apiserver's webhook retries take about 81 s), got %s", minDuplicateTTL, c.DuplicateTTL)
 	}
 	if c.OwnerWait < 0 {
 		return fmt.Errorf("owner_wait must not be negative, got %s", c.OwnerWait)

@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string // a substring naming the bad key
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
-			if c.Window != 30*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
+			if c.Window != 30*time.Minute || c.DuplicateTTL != 10*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) ||
 				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true, LinkSpans: true}) ||
 				!slices.Equal(c.Doors.Identity.Services, []string{"kubelet"}) || c.Doors.Identity.Cluster != "" ||
@@ -36,7 +36,7 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{name: "redis", check: func(t *testing.T, c *Config) {
 			r := c.IDMap.Redis
-			if c.Window != time.Hour || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
+			if c.Window != time.Hour || c.DuplicateTTL != 20*time.Minute || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
 				r.KeyPrefix != "prod:" || r.Username != "kubetrail" || string(r.Password) != "s3cret" ||
 				r.Timeout != 250*time.Millisecond || r.TLS.Insecure || r.TLS.CAFile != "/etc/redis/ca.pem" ||
 				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 || c.MaxSpansPerTrace != 4000 ||
@@ -91,6 +91,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "redis_without_addresses", wantErr: "id_map.redis.addresses"},
 		{name: "sentinel_without_master", wantErr: "id_map.redis.sentinel_master_name"},
 		{name: "bad_owner_lookup", wantErr: "owner_lookup"},
+		{name: "short_duplicate_ttl", wantErr: "duplicate_ttl"},
 		{name: "negative_owner_wait", wantErr: "owner_wait"},
 		{name: "zero_max_entries", wantErr: "id_map.memory.max_entries"},
 		{name: "owner_lookup_without_cluster", wantErr: "owner_lookup.cluster must be set"},

@@ -50,7 +50,7 @@ func (p *objectLinkProcessor) confirmMarks(marks []string) {
 	if len(marks) == 0 {
 		return
 	}
-	expire := p.clock.Now().Add(p.cfg.Window + p.cfg.Grace)
+	expire := p.clock.Now().Add(p.cfg.DuplicateTTL)
 	for _, key := range marks {
 		p.confirms.add(maxConfirms, idmap.Op{Kind: idmap.OpSet, Key: key, Value: markConfirmed, ExpireAt: expire})
 	}

@@ -150,3 +150,65 @@ func TestAbandonedMark(t *testing.T) {
 		}
 	}
 }
+
+// A duplicate mark lives duplicate_ttl (up to an eighth longer in memory, where marks expire by
+// generation), not the window's records' window + grace: a redelivery within it is dropped, the
+// same span later passes again, and Redis is told to expire the mark, pending or confirmed, then.
+func TestDuplicateMarksLiveForDuplicateTTL(t *testing.T) {
+	count := func(h *harness, name string) int {
+		n := 0
+		for _, o := range h.spans() {
+			if o.span.Name() == name {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("memory", func(t *testing.T) {
+		cfg := memoryConfig()
+		if cfg.DuplicateTTL != 10*time.Minute {
+			t.Fatalf("the default duplicate_ttl is documented as 10m, got %s", cfg.DuplicateTTL)
+		}
+		clk := newFakeClock(t0)
+		h := newHarness(t, cfg, clk)
+		same := audit(deploy, "same", t0.Add(time.Second))
+		h.consume(same)
+		clk.Advance(cfg.DuplicateTTL - time.Minute)
+		h.consume(same)
+		if n := count(h, "audit same"); n != 1 {
+			t.Fatalf("a redelivery within duplicate_ttl must be dropped, passed %d times", n)
+		}
+		// Past the TTL and the generation an eighth of it may add, within the same window (and
+		// window + grace, which the marks lived before).
+		clk.Advance(time.Minute + cfg.DuplicateTTL/8 + time.Second)
+		h.consume(same)
+		if n := count(h, "audit same"); n != 2 {
+			t.Fatalf("a span arriving after its mark expired is passed on again, passed %d times", n)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		requireRedis(t)
+		cfg := redisConfig(t, redisAddr)
+		cfg.DuplicateTTL = 3 * time.Minute
+		clk := newFakeClock(time.Now())
+		h := newHarness(t, cfg, clk)
+		base := model.WindowStart(time.Now(), model.DefaultWindow)
+		h.consume(audit(deploy, "w1", base.Add(time.Second)))
+		raw := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer raw.Close()
+		key := cfg.IDMap.Redis.KeyPrefix + idmap.DedupKey(h.activitySpan("audit w1").SpanID())
+		check := func(what string) {
+			t.Helper()
+			ttl, err := raw.PTTL(context.Background(), key).Result()
+			if err != nil || ttl <= cfg.DuplicateTTL-30*time.Second || ttl > cfg.DuplicateTTL {
+				t.Fatalf("the %s mark must expire duplicate_ttl (%s) after it was written, expires in %s (%v)", what, cfg.DuplicateTTL, ttl, err)
+			}
+		}
+		check("pending")
+		h.consume(audit(deploy, "later", base.Add(2*time.Second))) // carries w1's confirmation
+		if v, _ := raw.Get(context.Background(), key).Result(); v != markConfirmed {
+			t.Fatalf("the mark must be confirmed by the next batch, holds %q", v)
+		}
+		check("confirmed")
+	})
+}
