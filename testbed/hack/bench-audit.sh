@@ -43,6 +43,9 @@
 #                distribution/kubernetes/kubetrail.yaml: sending_queue batching 512 KiB-3 MiB, 4
 #                consumers, 1,000 requests, refusing when full, behind its persistent queue, a
 #                file_storage bbolt file under build/bench-audit/queue written with fsync)
+#   COMPRESSION  the otlp_grpc exporter's compression: none (default: the figures here measure the
+#                collector's work, not the export's), gzip (the exporter's default, what a collector
+#                configured without the key spends), zstd or snappy
 #   BENCH_FSYNC  with BENCH_BATCH=shipped: false turns the queue's fsync off (default true, as shipped)
 #   SAMPLE       seconds: while the load runs, every SAMPLE seconds print the collector's RSS, Go heap,
 #                goroutines and open file descriptors, and at the end the RSS slope and the last
@@ -62,6 +65,8 @@ WORKLOADS=${WORKLOADS:-replay fresh}
 REPEAT=${REPEAT:-1}
 BENCH_EVENTS=${BENCH_EVENTS:-250000}
 BENCH_BATCH=${BENCH_BATCH:-processor}
+COMPRESSION=${COMPRESSION:-none}
+case $COMPRESSION in none | gzip | zstd | snappy) ;; *) echo "bench-audit: COMPRESSION=$COMPRESSION: want none, gzip, zstd or snappy" >&2; exit 2 ;; esac
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 SAMPLE=${SAMPLE:-}
@@ -164,7 +169,7 @@ exporters:
   otlp_grpc:
     endpoint: 127.0.0.1:$SINK_PORT
     tls: {insecure: true}
-    compression: none
+    compression: $COMPRESSION
 $queue
 service:
 $service_ext
@@ -239,7 +244,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   COL_PID=""
 }
 
-echo "bench-audit: $(nproc) cores, capture $CAPTURE, ${PASSES:+$PASSES passes}${PASSES:-$BENCH_EVENTS events} per run, $PIPELINE"
+echo "bench-audit: $(nproc) cores, capture $CAPTURE, ${PASSES:+$PASSES passes}${PASSES:-$BENCH_EVENTS events} per run, $PIPELINE, export compression $COMPRESSION"
 for workload in $WORKLOADS; do
   for n in $(seq "$REPEAT"); do
     for i in "${!BINARIES[@]}"; do

@@ -35,6 +35,8 @@
 #                     kafka: no sending_queue, so a message is committed once the backend took its
 #                     spans) and/or memory-batch (the in-memory sending_queue with batching, flush
 #                     200 ms: committed once queued, lost with the process); a list runs each
+#   COMPRESSION       the processing tier's otlp_grpc compression: gzip (default, the exporter's
+#                     default and the chart's), zstd, snappy or none
 #   MERGE             the processing tier's k8s_audit connector: on (default, as shipped: the spans of
 #                     the partition workers' concurrent calls go on together, merge.enabled) and/or
 #                     off (each message's spans in a call of their own); a list runs each
@@ -80,6 +82,7 @@ RUNS=${RUNS:-lag catchup}
 RATES=${RATES:-1000 5000}
 REPLICAS=${REPLICAS:-1 2}
 PROCESSING_QUEUE=${PROCESSING_QUEUE:-off}
+COMPRESSION=${COMPRESSION:-gzip}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
 EDGE_SHARDS=${EDGE_SHARDS:-0}
@@ -120,6 +123,7 @@ for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS SAMP
 done
 [[ $BATCH =~ ^[0-9]+$ ]] || die "BATCH=$BATCH: want 0 or a number of events"
 [[ $PARTITION_WORKERS == 0 || $PARTITION_WORKERS == 1 ]] || die "PARTITION_WORKERS=$PARTITION_WORKERS: want 0 or 1"
+case $COMPRESSION in none | gzip | zstd | snappy) ;; *) die "COMPRESSION=$COMPRESSION: want gzip, zstd, snappy or none" ;; esac
 for q in $PROCESSING_QUEUE; do
   [[ $q == off || $q == memory-batch ]] || die "PROCESSING_QUEUE=$q: want off or memory-batch"
 done
@@ -270,6 +274,7 @@ exporters:
   otlp_grpc:
     endpoint: 127.0.0.1:$SINK_PORT
     tls: {insecure: true}
+    compression: $COMPRESSION
 $queue
     retry_on_failure: {enabled: true, initial_interval: 5s, max_interval: 30s, max_elapsed_time: 0}
 service:
@@ -449,8 +454,8 @@ merged_line() {
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW"
-  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW"
+  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   local profile="" prof_pids=() samplers=() what pid
@@ -521,8 +526,8 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
 catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW"
+  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
