@@ -304,6 +304,7 @@ func measure(cfg config, sink *sink, posted map[pcommon.SpanID]postedSpan, res *
 	a := sink.account(posted)
 	res.auditArrived, res.auditRefusedArrived, res.auditUnexpected = res.auditExpected-a.missing, a.refused, a.unexpected
 	res.objectsArrived, res.otherArrived, res.duplicates, res.objectDuplicates = s.object, s.other, s.duplicates, s.objectDuplicates
+	res.exports, res.wireBytes, res.rawBytes = s.requests, s.wireBytes, s.rawBytes
 	res.lag, res.answer = summarize(a.lags), summarize(a.answers)
 	cpu1, extra1 := s.cpu, s.extraCPU
 	if s.last.IsZero() {

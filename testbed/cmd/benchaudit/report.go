@@ -33,6 +33,8 @@ type result struct {
 	otherArrived             int64
 	duplicates               int64
 	objectDuplicates         int64 // of duplicates, object spans: emitted again, so counted twice in objectsEmitted
+	exports                  int64 // export requests the sink received
+	wireBytes, rawBytes      int64 // their messages' bytes on the wire and decompressed
 
 	report     string       // -report
 	extraProcs int          // processes of -extra-pids and -extra-pids-file
@@ -130,6 +132,11 @@ func (r *result) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  audit spans expected %d, arrived %d, lost %d; object spans emitted %s, arrived %d, lost %s; other %d; duplicate copies %d\n",
 		r.auditExpected, r.auditArrived, lostAudit, emitted, r.objectsArrived, lostObjects, r.otherArrived, r.duplicates)
+	if spans := r.auditArrived + r.objectsArrived + r.otherArrived + r.duplicates; r.exports > 0 && spans > 0 {
+		fmt.Fprintf(w, "  export: %d requests, %.1f spans each, %.0f bytes per span on the wire, %.0f decompressed (%.2f×)\n",
+			r.exports, float64(spans)/float64(r.exports), float64(r.wireBytes)/float64(spans), float64(r.rawBytes)/float64(spans),
+			float64(r.rawBytes)/float64(r.wireBytes))
+	}
 	if r.auditRefusedArrived > 0 || r.auditUnexpected > 0 {
 		fmt.Fprintf(w, "  also arrived: %d audit spans of refused batches (held by k8s_object_link, kept), %d of no posted event (counted as lost)\n",
 			r.auditRefusedArrived, r.auditUnexpected)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 )
@@ -44,6 +45,7 @@ type extraProc struct {
 type snapshot struct {
 	audit, object, other, duplicates int64
 	objectDuplicates                 int64 // of duplicates: an object span emitted again with its IDs
+	requests, wireBytes, rawBytes    int64 // export requests, their messages' bytes as sent and decompressed
 	last                             time.Time
 	firstAudit, lastAudit            time.Time
 	cpu                              float64
@@ -56,7 +58,8 @@ func startSink(cfg config) (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
-	s := &sink{srv: grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20)), seen: map[pcommon.SpanID]struct{}{}, audit: map[pcommon.SpanID]time.Time{}}
+	s := &sink{seen: map[pcommon.SpanID]struct{}{}, audit: map[pcommon.SpanID]time.Time{}}
+	s.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.StatsHandler(wireCounter{s}))
 	ptraceotlp.RegisterGRPCServer(s.srv, s)
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
@@ -200,6 +203,24 @@ func (s *sink) writeSpans(w io.Writer, posted map[pcommon.SpanID]postedSpan) err
 		}
 	}
 	return nil
+}
+
+// wireCounter counts what each export request's message took on the wire (compressed, as the
+// exporter's compression left it, with gRPC's 5-byte frame) and decompressed.
+type wireCounter struct{ s *sink }
+
+func (wireCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (wireCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (wireCounter) HandleConn(context.Context, stats.ConnStats)                       {}
+
+func (w wireCounter) HandleRPC(_ context.Context, st stats.RPCStats) {
+	if p, ok := st.(*stats.InPayload); ok {
+		w.s.mu.Lock()
+		w.s.counts.requests++
+		w.s.counts.wireBytes += int64(p.WireLength)
+		w.s.counts.rawBytes += int64(p.Length)
+		w.s.mu.Unlock()
+	}
 }
 
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
