@@ -149,6 +149,7 @@ func TestChartKafkaMode(t *testing.T) {
 		"processors.k8s_object_link.owner_wait":                 "0s",
 		"processors.k8s_object_link.id_map.backend":             "redis",
 		"exporters.otlp_grpc.sending_queue.enabled":             false,
+		"exporters.otlp_grpc.compression":                       "gzip",
 		"exporters.otlp_grpc.retry_on_failure.max_elapsed_time": float64(0),
 		"service.pipelines.logs/audit.receivers":                []any{"kafka"},
 		"service.pipelines.logs/audit.exporters":                []any{"k8s_audit"},

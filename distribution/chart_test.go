@@ -295,7 +295,7 @@ func TestChartRendersValidConfigs(t *testing.T) {
 		},
 		{
 			name:   "external Redis with a password Secret, one replica, events off, config override",
-			sets:   []string{"redis.addresses={redis.example:6379}", "redis.passwordSecret.name=r", "redis.passwordSecret.key=pw", "gateway.replicas=1", "events.enabled=false", "config.processors.k8s_object_link.owner_wait=5s", "goMemLimit=500MiB"},
+			sets:   []string{"redis.addresses={redis.example:6379}", "redis.passwordSecret.name=r", "redis.passwordSecret.key=pw", "gateway.replicas=1", "events.enabled=false", "config.processors.k8s_object_link.owner_wait=5s", "goMemLimit=500MiB", "otlp.compression=snappy"},
 			absent: []string{"Deployment/kt-kubetrail-redis", "NetworkPolicy/kt-kubetrail-redis"},
 			checkFn: func(t *testing.T, objs map[string]map[string]any, cfg map[string]any) {
 				if p := dig(cfg, "processors", "k8s_object_link", "id_map", "redis", "password"); p != "${env:REDIS_PASSWORD}" {
@@ -303,6 +303,9 @@ func TestChartRendersValidConfigs(t *testing.T) {
 				}
 				if w := dig(cfg, "processors", "k8s_object_link", "owner_wait"); w != "5s" {
 					t.Errorf("config override not merged: owner_wait %v", w)
+				}
+				if c := dig(cfg, "exporters", "otlp_grpc", "compression"); c != "snappy" {
+					t.Errorf("otlp.compression not rendered: %v", c)
 				}
 				if r := dig(cfg, "receivers", "k8s_event_spans"); r != nil {
 					t.Errorf("events receiver rendered though disabled")
@@ -479,6 +482,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"two sources of certificates", []string{"clusterName=c", controlPlaneCIDRs, "gateway.tls.existingSecret=s", "gateway.tls.certManager.enabled=true"}, "choose one source"},
 		{"TLS to the bundled Redis", []string{"clusterName=c", controlPlaneCIDRs, "redis.tls.enabled=true"}, "the bundled Redis has no TLS"},
 		{"Redis address without a port", []string{"clusterName=c", "redis.addresses={redis}"}, "redis/addresses/0"},
+		{"an export compression the exporter does not know", []string{"clusterName=c", controlPlaneCIDRs, "otlp.compression=lz4"}, "otlp/compression"},
 		{"unreadable memory limit for GOMEMLIMIT auto", []string{"clusterName=c", "resources.limits.memory=1G"}, "goMemLimit auto"},
 		{"unknown key under managed", []string{"clusterName=c", "mode=managed", "managed.recievers.otlp.protocols.grpc.endpoint=x"}, "additional properties 'recievers' not allowed"},
 		{"unknown connector key", []string{"clusterName=c", "mode=managed", "managed.connector.formt=aks"}, "additional properties 'formt' not allowed"},

@@ -199,6 +199,7 @@ exporters:
     endpoint: {{ .Values.otlp.endpoint | quote }}
     tls:
       insecure: {{ .Values.otlp.insecure }}
+    compression: {{ .Values.otlp.compression }}
     {{- with .Values.otlp.headers }}
     headers: {{ toJson . }}
     {{- end }}
