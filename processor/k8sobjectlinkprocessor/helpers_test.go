@@ -265,6 +265,17 @@ func displayName(res pcommon.Map, s ptrace.Span) string {
 }
 
 // objectOf is the identity of an output span's object, read as a consumer reads it.
+// count is how many spans named name the next consumer got.
+func (h *harness) count(name string) int {
+	n := 0
+	for _, o := range h.spans() {
+		if o.span.Name() == name {
+			n++
+		}
+	}
+	return n
+}
+
 func (h *harness) objectOf(s ptrace.Span) model.Object {
 	h.t.Helper()
 	for _, o := range h.spans() {

@@ -31,15 +31,7 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 	// killed is a next consumer that takes a batch and never delivers it: the replica dies
 	// with the batch in its exporter.
 	killed, _ := consumer.NewTraces(func(context.Context, ptrace.Traces) error { return nil })
-	count := func(h *harness, name string) int {
-		n := 0
-		for _, o := range h.spans() {
-			if o.span.Name() == name {
-				n++
-			}
-		}
-		return n
-	}
+	count := (*harness).count
 
 	t.Run("read again after the replica died: sent", func(t *testing.T) {
 		cfg := redisConfig(t, redisAddr)
@@ -155,15 +147,7 @@ func TestAbandonedMark(t *testing.T) {
 // generation), not the window's records' window + grace: a redelivery within it is dropped, the
 // same span later passes again, and Redis is told to expire the mark, pending or confirmed, then.
 func TestDuplicateMarksLiveForDuplicateTTL(t *testing.T) {
-	count := func(h *harness, name string) int {
-		n := 0
-		for _, o := range h.spans() {
-			if o.span.Name() == name {
-				n++
-			}
-		}
-		return n
-	}
+	count := (*harness).count
 	t.Run("memory", func(t *testing.T) {
 		cfg := memoryConfig()
 		if cfg.DuplicateTTL != 10*time.Minute {

@@ -390,13 +390,7 @@ func TestDuplicateActivitySpansAreDroppedOnce(t *testing.T) {
 	h := newHarness(t, memoryConfig(), newFakeClock(t0))
 	h.consume(audit(deploy, "same", t0.Add(time.Second)), audit(deploy, "same", t0.Add(time.Second)))
 	h.consume(audit(deploy, "same", t0.Add(time.Second)), audit(deploy, "other", t0.Add(time.Second)))
-	count := 0
-	for _, o := range h.spans() {
-		if o.name() == "audit same" {
-			count++
-		}
-	}
-	if count != 1 {
+	if count := h.count("audit same"); count != 1 {
 		t.Fatalf("a redelivered audit span must pass exactly once, passed %d times", count)
 	}
 	h.activitySpan("audit other")
