@@ -308,13 +308,18 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 			r.queue(op, func(*idmap.Op) {})
 		}
 	}
+	takenOver := 0
 	for j := range dedupOps {
-		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
+		it := &items[dedupIdx[j]] // one pointer and a counter: a small closure, queued per span
 		r.queue(dedupOps[j], func(op *idmap.Op) {
-			if op.Found && !abandonedMark(op.Value, now) {
-				it.dup = true
-			} else {
+			switch {
+			case !op.Found:
 				it.mark = op.Key
+			case abandonedMark(op.Value, now):
+				it.mark = op.Key
+				takenOver++
+			default:
+				it.dup = true
 			}
 		})
 	}
@@ -325,6 +330,9 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	p.queueContexts(r)
 	r.run()
 	r.report()
+	if takenOver > 0 {
+		p.tel.K8sObjectLinkPendingMarks.Add(context.Background(), int64(takenOver), metric.WithAttributes(attribute.String(attrResult, resultTakenOver)))
+	}
 }
 
 // queueSpanCounts sends, with the batch's first round trip, the spans this replica put in each

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
@@ -51,8 +54,14 @@ func (p *objectLinkProcessor) confirmMarks(marks []string) {
 		return
 	}
 	expire := p.clock.Now().Add(p.cfg.DuplicateTTL)
+	unconfirmed := 0
 	for _, key := range marks {
-		p.confirms.add(maxConfirms, idmap.Op{Kind: idmap.OpSet, Key: key, Value: markConfirmed, ExpireAt: expire})
+		if !p.confirms.add(maxConfirms, idmap.Op{Kind: idmap.OpSet, Key: key, Value: markConfirmed, ExpireAt: expire}) {
+			unconfirmed++
+		}
+	}
+	if unconfirmed > 0 {
+		p.tel.K8sObjectLinkPendingMarks.Add(context.Background(), int64(unconfirmed), metric.WithAttributes(attribute.String(attrResult, resultUnconfirmed)))
 	}
 }
 

@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
@@ -39,11 +42,22 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		a := newHarnessConsumer(t, cfg, clk, killed, new(consumertest.TracesSink))
 		a.consume(audits("w1", "w2")...)
 		clk.Advance(abandonAfter + time.Second) // a session timeout later: the rebalance
-		b := newHarness(t, cfg, clk)
+		sink := new(consumertest.TracesSink)
+		b, reader := newMeteredHarness(t, cfg, clk, sink, sink)
+		if err := b.p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
 		b.consume(audits("w1", "w2")...)
 		if count(b, "audit w1") != 1 || count(b, "audit w2") != 1 {
 			t.Fatalf("the spans of the batch the killed replica never delivered must be sent: %d, %d",
 				count(b, "audit w1"), count(b, "audit w2"))
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		if n := sumOf(rm, "otelcol_k8s_object_link_pending_marks", attribute.String("result", "taken_over")); n != 2 {
+			t.Fatalf("two pending marks were taken over, pending_marks{result=taken_over} = %d", n)
 		}
 	})
 	t.Run("a copy while the first is on its way: a duplicate", func(t *testing.T) {
@@ -195,4 +209,25 @@ func TestDuplicateMarksLiveForDuplicateTTL(t *testing.T) {
 		}
 		check("confirmed")
 	})
+}
+
+// A confirmation that finds maxConfirms waiting is not queued: its mark stays pending, counted.
+func TestConfirmationsPastTheBoundAreCounted(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	h, reader := newMeteredHarness(t, memoryConfig(), newFakeClock(t0), sink, sink)
+	marks := make([]string, maxConfirms+5)
+	for i := range marks {
+		marks[i] = idmap.DedupKey([8]byte{byte(i), byte(i >> 8), byte(i >> 16)})
+	}
+	h.p.confirmMarks(marks)
+	if n := len(h.p.takeConfirms()); n != maxConfirms {
+		t.Fatalf("%d confirmations queued, want the bound, %d", n, maxConfirms)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := sumOf(rm, "otelcol_k8s_object_link_pending_marks", attribute.String("result", "unconfirmed")); n != 5 {
+		t.Fatalf("pending_marks{result=unconfirmed} = %d, want 5", n)
+	}
 }

@@ -15,6 +15,7 @@ var recordedValues = map[string][]string{
 	"reconcile_result":     {idmap.ResultWritten, idmap.ResultConflict},
 	"join_source":          {sourceMemory, sourceRedis},
 	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused, reasonUntrustedClaim},
+	"mark_result":          {resultTakenOver, resultUnconfirmed},
 	"untrusted_result":     {resultFollowed, resultPassed, resultWaiting, resultLinked},
 	"continued_span":       {spanActivity, spanContinuation},
 	"trace_state_result":   {resultFollowed, resultInvalid},

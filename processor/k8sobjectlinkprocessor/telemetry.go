@@ -55,6 +55,10 @@ const (
 	reasonShutdownRefused = "shutdown_refused"
 	reasonUntrustedClaim  = "untrusted_claim" // an untrusted door's span claiming to be kubetrail's
 
+	// mark_result (otelcol_k8s_object_link_pending_marks)
+	resultTakenOver   = "taken_over"  // a pending mark past abandonAfter: the span passed on again
+	resultUnconfirmed = "unconfirmed" // a confirmation past maxConfirms: the mark stays pending
+
 	// untrusted_result (otelcol_k8s_object_link_untrusted_spans)
 	resultPassed  = "passed"
 	resultWaiting = "waiting"

@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	K8sObjectLinkIDMapEvictions            metric.Int64Counter
 	K8sObjectLinkObjectSpansEmitted        metric.Int64Counter
 	K8sObjectLinkOwnerLookups              metric.Int64Counter
+	K8sObjectLinkPendingMarks              metric.Int64Counter
 	K8sObjectLinkRedisErrors               metric.Int64Counter
 	K8sObjectLinkRedisLatency              metric.Float64Histogram
 	K8sObjectLinkRedisReconciled           metric.Int64Counter
@@ -124,6 +125,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{lookup}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkPendingMarks, err = builder.meter.Int64Counter(
+		"otelcol_k8s_object_link_pending_marks",
+		metric.WithDescription("Duplicate marks in Redis that stayed pending, by result: taken_over (a copy of the span passed on: the first may have been lost with a killed replica, or arrive twice), unconfirmed (a confirmation that could not be queued). [Alpha]"),
+		metric.WithUnit("{mark}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkRedisErrors, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_redis_errors",
 		metric.WithDescription("Redis errors, by reason: unavailable, timeout, auth, reply, pending_full. [Alpha]"),
@@ -157,7 +164,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkSpansDropped, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_spans_dropped",
-		metric.WithDescription("Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused, untrusted_claim. [Alpha]"),
+		metric.WithDescription("Spans dropped, by reason: duplicate (the same derived span ID seen within duplicate_ttl), owed_full, shutdown_refused, untrusted_claim. [Alpha]"),
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)

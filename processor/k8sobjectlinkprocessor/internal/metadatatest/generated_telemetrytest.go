@@ -133,6 +133,22 @@ func AssertEqualK8sObjectLinkOwnerLookups(t *testing.T, tt *componenttest.Teleme
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualK8sObjectLinkPendingMarks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_pending_marks",
+		Description: "Duplicate marks in Redis that stayed pending, by result: taken_over (a copy of the span passed on: the first may have been lost with a killed replica, or arrive twice), unconfirmed (a confirmation that could not be queued). [Alpha]",
+		Unit:        "{mark}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_pending_marks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualK8sObjectLinkRedisErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_redis_errors",
@@ -215,7 +231,7 @@ func AssertEqualK8sObjectLinkRedisRoundTrips(t *testing.T, tt *componenttest.Tel
 func AssertEqualK8sObjectLinkSpansDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_spans_dropped",
-		Description: "Spans dropped, by reason: duplicate (the same derived span ID seen within the TTL), owed_full, shutdown_refused, untrusted_claim. [Alpha]",
+		Description: "Spans dropped, by reason: duplicate (the same derived span ID seen within duplicate_ttl), owed_full, shutdown_refused, untrusted_claim. [Alpha]",
 		Unit:        "{span}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

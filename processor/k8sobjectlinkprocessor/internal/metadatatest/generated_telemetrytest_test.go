@@ -26,6 +26,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1)
 	tb.K8sObjectLinkObjectSpansEmitted.Add(context.Background(), 1)
 	tb.K8sObjectLinkOwnerLookups.Add(context.Background(), 1)
+	tb.K8sObjectLinkPendingMarks.Add(context.Background(), 1)
 	tb.K8sObjectLinkRedisErrors.Add(context.Background(), 1)
 	tb.K8sObjectLinkRedisLatency.Record(context.Background(), 1)
 	tb.K8sObjectLinkRedisReconciled.Add(context.Background(), 1)
@@ -63,6 +64,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkOwnerLookups(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sObjectLinkPendingMarks(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sObjectLinkRedisErrors(t, testTel,
