@@ -308,16 +308,14 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 			r.queue(op, func(*idmap.Op) {})
 		}
 	}
-	takenOver := 0
 	for j := range dedupOps {
-		it := &items[dedupIdx[j]] // one pointer and a counter: a small closure, queued per span
+		it := &items[dedupIdx[j]] // one pointer: the smallest closure, queued per span
 		r.queue(dedupOps[j], func(op *idmap.Op) {
 			switch {
 			case !op.Found:
 				it.mark = op.Key
 			case abandonedMark(op.Value, now):
-				it.mark = op.Key
-				takenOver++
+				it.mark, it.takenOver = op.Key, true
 			default:
 				it.dup = true
 			}
@@ -330,6 +328,12 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	p.queueContexts(r)
 	r.run()
 	r.report()
+	takenOver := 0
+	for _, i := range dedupIdx {
+		if items[i].takenOver {
+			takenOver++
+		}
+	}
 	if takenOver > 0 {
 		p.tel.K8sObjectLinkPendingMarks.Add(context.Background(), int64(takenOver), metric.WithAttributes(attribute.String(attrResult, resultTakenOver)))
 	}

@@ -97,6 +97,7 @@ type item struct {
 	node        *node
 	dedup       bool // subject to duplicate detection
 	dup         bool
+	takenOver   bool // its mark was found pending past abandonAfter (marks.go): passed on again
 	deadline    time.Time
 	uidFromName bool
 	mark        string // the duplicate mark this span set, if it was the first
