@@ -304,7 +304,7 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	if p.redis != nil {
 		// The marks of earlier batches the next consumer took ride on this round trip, ahead of
 		// this batch's: a copy of one of their spans then finds its mark confirmed (marks.go).
-		for _, op := range p.takeConfirms() {
+		for _, op := range p.confirms.take() {
 			r.queue(op, func(*idmap.Op) {})
 		}
 	}

@@ -65,12 +65,9 @@ func (p *objectLinkProcessor) confirmMarks(marks []string) {
 	}
 }
 
-// takeConfirms hands the queued confirmations to a round trip.
-func (p *objectLinkProcessor) takeConfirms() []idmap.Op { return p.confirms.take() }
-
 // flushConfirms sends the queued confirmations in a round trip of their own: the stream paused.
 func (p *objectLinkProcessor) flushConfirms(ctx context.Context) {
-	if ops := p.takeConfirms(); len(ops) > 0 && p.store != nil {
+	if ops := p.confirms.take(); len(ops) > 0 && p.store != nil {
 		_ = p.store.Do(ctx, ops)
 	}
 }

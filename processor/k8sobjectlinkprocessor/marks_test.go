@@ -220,7 +220,7 @@ func TestConfirmationsPastTheBoundAreCounted(t *testing.T) {
 		marks[i] = idmap.DedupKey([8]byte{byte(i), byte(i >> 8), byte(i >> 16)})
 	}
 	h.p.confirmMarks(marks)
-	if n := len(h.p.takeConfirms()); n != maxConfirms {
+	if n := len(h.p.confirms.take()); n != maxConfirms {
 		t.Fatalf("%d confirmations queued, want the bound, %d", n, maxConfirms)
 	}
 	var rm metricdata.ResourceMetrics

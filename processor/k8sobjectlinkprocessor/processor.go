@@ -258,7 +258,7 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 		// Audit records and duplicate marks' confirmations still waiting for a batch's round
 		// trip go out now (one round trip at shutdown), so that another replica can still join
 		// their request spans and knows those spans were passed on.
-		if ops := append(p.joinPending.take(), p.takeConfirms()...); len(ops) > 0 {
+		if ops := append(p.joinPending.take(), p.confirms.take()...); len(ops) > 0 {
 			_ = p.store.Do(ctx, ops)
 		}
 	}
