@@ -123,7 +123,7 @@ bench: ## benchmarks of every component (figures in docs/performance.md)
 bench-json: ## the hand-written JSON scanner and index against encoding/json/jsontext on the same bodies (figures in docs/performance.md)
 	GOEXPERIMENT=jsonv2 go test -run '^$$' -bench BenchmarkJSON -benchmem -count=$(or $(COUNT),5) ./internal/auditconv
 
-bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector; testbed/hack/bench-audit.sh)
+bench-audit: build ## CPU µs per audit event, events/s, allocated bytes, peak RSS, spans lost of bin/otelcol-kubetrail (BASELINE=<rev> also measures that revision's collector, KELEMETRY=<binary> Kelemetry; testbed/hack/bench-audit.sh)
 	OCB=$(OCB) testbed/hack/bench-audit.sh
 
 soak: build redis ## the single tier, then the Kafka tiers (edge and one processing replica), each at a steady RATE (default 1000 events/s) for SOAK_MINUTES (default 10): RSS, Go heap, goroutines and open fds every SAMPLE seconds (60), the RSS slope at the end (bench-audit.sh and bench-kafka.sh with SAMPLE; SOAK_TIERS="single kafka" picks)

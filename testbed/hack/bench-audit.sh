@@ -47,6 +47,17 @@
 #                collector's work, not the export's), gzip (the exporter's default, what a collector
 #                configured without the key spends), zstd or snappy
 #   BENCH_FSYNC  with BENCH_BATCH=shipped: false turns the queue's fsync off (default true, as shipped)
+#   KELEMETRY    the binary of Kelemetry (github.com/kubewharf/kelemetry, built from its source at a
+#                tag: docs/performance.md, "Against Kelemetry"): run for run after the kubetrail
+#                collectors on the same input, its audit path in one process as its chart's consumer
+#                runs it (webhook, local queue, consumer, local span cache, OTLP gRPC to the same sink,
+#                log level info) without what needs an apiserver (diffs, owner links: kubetrail's
+#                spans carry both); its spans counted as they arrive, none expected by ID; the table
+#                ends with kubetrail / Kelemetry per workload
+#   KELEMETRY_KUBECONFIG  the kubeconfig of an apiserver Kelemetry asks (default
+#                testbed/.state/kubeconfig: `make cluster-up`): it resolves a generateName create's
+#                resource by discovery and reads objects for its object spans' tags, and without an
+#                apiserver it waits on both
 #   SAMPLE       seconds: while the load runs, every SAMPLE seconds print the collector's RSS, Go heap,
 #                goroutines and open file descriptors, and at the end the RSS slope and the last
 #                sample against the one at SAMPLE_FROM seconds (default 120): `make soak` (a steady
@@ -133,6 +144,14 @@ if [[ -n ${BASELINE:-} ]]; then
 fi
 BINARIES+=("$COLLECTOR")
 LABELS+=("current ($(git describe --always --dirty 2>/dev/null || echo worktree))")
+if [[ -n ${KELEMETRY:-} ]]; then
+  [[ -x $KELEMETRY ]] || die "KELEMETRY=$KELEMETRY is not an executable"
+  [[ -z $SAMPLE && $PROFILE == 0 && $BENCH_BATCH == processor ]] || die "KELEMETRY measures CPU, RSS and spans only: no SAMPLE, PROFILE or BENCH_BATCH"
+  KELEMETRY_KUBECONFIG=${KELEMETRY_KUBECONFIG:-testbed/.state/kubeconfig}
+  [[ -r $KELEMETRY_KUBECONFIG ]] || die "KELEMETRY_KUBECONFIG=$KELEMETRY_KUBECONFIG: no kubeconfig (make cluster-up writes testbed/.state/kubeconfig)"
+  BINARIES+=("$KELEMETRY")
+  LABELS+=("kelemetry")
+fi
 
 
 write_config() { # write_config FILE PPROF_PORT (empty: no profiling)
@@ -198,12 +217,27 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
   free_port METRICS_PORT
   free_port SINK_PORT
   PPROF_PORT=""
-  if [[ $PROFILE == 1 || -n $SAMPLE ]] && "$bin" components 2>/dev/null | grep -q 'name: pprof$'; then free_port PPROF_PORT; fi
-  write_config "$OUT/$name.yaml" "$PPROF_PORT"
-  "$bin" --config "$OUT/$name.yaml" >"$OUT/$name.collector.log" 2>&1 &
+  local tracer=(-metrics "http://127.0.0.1:$METRICS_PORT/metrics")
+  if [[ $label == kelemetry ]]; then
+    # The capture's objects are not in that apiserver: Kelemetry's reads of them find nothing.
+    "$bin" --audit-webhook-enable --audit-producer-enable --audit-consumer-enable --mq=local --span-cache=local \
+      --http-address=127.0.0.1 --http-port="$AUDIT_PORT" --metrics=noop --log-level=info --klog-v=0 \
+      --tracer-otel-endpoint="127.0.0.1:$SINK_PORT" --tracer-otel-insecure \
+      --kube-target-cluster=bench --kube-config-paths="bench=$KELEMETRY_KUBECONFIG" >"$OUT/$name.collector.log" 2>&1 &
+    # Its OpenTelemetry SDK exports every 5 s: drained once nothing arrived for longer.
+    tracer=(-foreign -quiet 8s)
+  else
+    if [[ $PROFILE == 1 || -n $SAMPLE ]] && "$bin" components 2>/dev/null | grep -q 'name: pprof$'; then free_port PPROF_PORT; fi
+    write_config "$OUT/$name.yaml" "$PPROF_PORT"
+    "$bin" --config "$OUT/$name.yaml" >"$OUT/$name.collector.log" 2>&1 &
+  fi
   COL_PID=$!
   for _ in $(seq 150); do
-    curl -fsS -o /dev/null "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$AUDIT_PORT") 2>/dev/null && break
+    if [[ $label == kelemetry ]]; then
+      (exec 3<>"/dev/tcp/127.0.0.1/$AUDIT_PORT") 2>/dev/null && break
+    else
+      curl -fsS -o /dev/null "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$AUDIT_PORT") 2>/dev/null && break
+    fi
     kill -0 "$COL_PID" 2>/dev/null || { cat "$OUT/$name.collector.log" >&2; die "$label: the collector exited"; }
     sleep 0.1
   done
@@ -223,7 +257,7 @@ run_one() { # run_one LABEL BINARY WORKLOAD N
     (sleep "${HEAP_AT:-3}"; curl -fsS -o "$OUT/$name.heap.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/heap") &
   fi
   "$OUT/benchaudit" -url "http://127.0.0.1:$AUDIT_PORT/audit/bench" -sink "127.0.0.1:$SINK_PORT" -pid "$COL_PID" \
-    -metrics "http://127.0.0.1:$METRICS_PORT/metrics" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
+    "${tracer[@]}" -capture "$CAPTURE" "${size[@]}" -workload "$workload" \
     -label "$label" -row "$ROWS" -clk-tck "$(getconf CLK_TCK)" -rate "${RATE:-0}" -batch "$BATCH" | sed 's/^/   /' || { echo "   benchaudit failed"; FAILED=1; }
   if [[ -n $SAMPLER_PID ]]; then
     kill "$SAMPLER_PID" 2>/dev/null || true
@@ -260,10 +294,11 @@ done
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk -F'\t' '{ line = "|"; for (i = 1; i <= NF; i++) line = line " " $i " |"; print line }' "$ROWS"
 } | tee "$OUT/table.md"
-if [[ -n ${BASELINE:-} ]]; then
-  # Current over baseline, per workload, of the medians of the REPEAT runs: the cost of the change.
+if [[ -n ${BASELINE:-} || -n ${KELEMETRY:-} ]]; then
+  # Current over baseline (the cost of a change) and over Kelemetry, per workload, of the medians of
+  # the REPEAT runs.
   echo
-  echo "current / baseline (medians of $REPEAT run(s) each; below 1 is better):"
+  echo "current / baseline, current / kelemetry (medians of $REPEAT run(s) each; below 1 is better):"
   awk -F'\t' '
     function median(list,   n, v, i, j, t) {
       n = split(list, v, " ")
@@ -271,21 +306,26 @@ if [[ -n ${BASELINE:-} ]]; then
       return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
     {
-      side = ($1 ~ /^baseline/) ? "b" : "c"
+      side = ($1 ~ /^baseline/) ? "b" : ($1 == "kelemetry") ? "k" : "c"
       key = side SUBSEP $2
       cpu[key] = cpu[key] " " $6; alloc[key] = alloc[key] " " $9; rss[key] = rss[key] " " $10
+      if (side == "k") { split($11, a, " / "); spans[key] = spans[key] " " (a[2] + 0) / $4 }
       workloads[$2] = 1
     }
     END {
       for (w in workloads) {
-        b = "b" SUBSEP w; c = "c" SUBSEP w
-        if (!(b in cpu) || !(c in cpu)) continue
-        printf "  %-7s CPU per event %.2f× (%s → %s µs), bytes allocated per event %.2f× (%s → %s), peak RSS %.2f× (%s → %s MiB)\n", w,
-          median(cpu[c]) / median(cpu[b]), median(cpu[b]), median(cpu[c]),
-          median(alloc[c]) / median(alloc[b]), median(alloc[b]), median(alloc[c]),
-          median(rss[c]) / median(rss[b]), median(rss[b]), median(rss[c])
+        b = "b" SUBSEP w; c = "c" SUBSEP w; k = "k" SUBSEP w
+        if ((b in cpu) && (c in cpu))
+          printf "  %-7s CPU per event %.2f× (%s → %s µs), bytes allocated per event %.2f× (%s → %s), peak RSS %.2f× (%s → %s MiB)\n", w,
+            median(cpu[c]) / median(cpu[b]), median(cpu[b]), median(cpu[c]),
+            median(alloc[c]) / median(alloc[b]), median(alloc[b]), median(alloc[c]),
+            median(rss[c]) / median(rss[b]), median(rss[b]), median(rss[c])
+        if ((k in cpu) && (c in cpu))
+          printf "  %-7s against Kelemetry: CPU per event %.2f× (%s µs, Kelemetry %s), peak RSS %.2f× (%s MiB, Kelemetry %s); Kelemetry sent %.2f spans per posted event\n", w,
+            median(cpu[c]) / median(cpu[k]), median(cpu[c]), median(cpu[k]),
+            median(rss[c]) / median(rss[k]), median(rss[c]), median(rss[k]), median(spans[k])
       }
     }' "$ROWS" | tee -a "$OUT/table.md"
 fi
 ((FAILED == 0)) || die "a run failed"
-awk -F'\t' '{ split($11, a, " / "); if (a[3] != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost audit spans"
+awk -F'\t' '$1 != "kelemetry" { split($11, a, " / "); if (a[3] != 0) bad = 1 } END { exit bad }' "$ROWS" || die "a run lost audit spans"

@@ -99,6 +99,7 @@ type config struct {
 	readyFile    string  // created once the sink listens; the first request goes once it is removed
 	pauseFile    string  // created after the last answer; the drain clock starts once it is removed
 	spansFile    string  // per audit span of an accepted batch: sent, answered, arrived
+	foreign      bool    // not kubetrail (Kelemetry): every span counted, none expected by ID
 }
 
 func main() {
@@ -128,6 +129,7 @@ func main() {
 	flag.StringVar(&cfg.extraFile, "extra-pids-file", "", "a file of process IDs read when the wait on -ready-file or -pause-file ends, for processes started during it; each counts from then on (-report tiers)")
 	flag.StringVar(&cfg.readyFile, "ready-file", "", "once the sink listens, create this file and wait until it is removed before the first request (-report tiers)")
 	flag.StringVar(&cfg.pauseFile, "pause-file", "", "after the last answer, create this file and wait until it is removed before the drain clock starts (-report tiers)")
+	flag.BoolVar(&cfg.foreign, "foreign", false, "the collector is another tracer (Kelemetry): count every span that arrives, expect none by ID, drained once nothing arrived for -quiet (-report audit)")
 	flag.StringVar(&cfg.spansFile, "spans-file", "", "write a line per audit span of a batch answered 200, in the order sent: Unix ns when its request started to be written, when its answer was read, when the sink first received it (0: never) (-report tiers)")
 	flag.Parse()
 
@@ -206,6 +208,9 @@ func (c *config) validate() error {
 			return errors.New("-extra-pids, -extra-pids-file, -ready-file, -pause-file and -spans-file are reported by -report tiers only")
 		}
 	case "tiers":
+		if c.foreign {
+			return errors.New("-foreign is reported by -report audit only")
+		}
 	default:
 		return fmt.Errorf("-report %q: want audit or tiers", c.report)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.uber.org/goleak"
@@ -70,6 +72,8 @@ type fakeBehaviour struct {
 	requests *atomic.Int64
 	// answerAfter: wait this long before answering, as an edge waits for Kafka's ack
 	answerAfter time.Duration
+	// foreign: export spans of IDs of its own and no kubetrail span type, as Kelemetry does
+	foreign bool
 }
 
 // fakeCollector answers every webhook request 200 (or 503, see fakeBehaviour) and exports, for each
@@ -136,6 +140,12 @@ func fakeCollector(t *testing.T, sinkAddr string, fb fakeBehaviour) string {
 					continue
 				}
 				sp := spans.AppendEmpty()
+				if fb.foreign {
+					var id pcommon.SpanID
+					_, _ = rand.Read(id[:])
+					sp.SetSpanID(id)
+					continue
+				}
 				sp.SetSpanID(model.AuditSpanID(list.Items[i].AuditID))
 				sp.Attributes().PutStr(model.AttrSpanType, model.SpanTypeAudit)
 			}
@@ -249,6 +259,58 @@ func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 				t.Errorf("a run without -pause-file or -extra-pids reports a catch-up (%v) or other processes (%d)", res.catchUp, res.extraProcs)
 			}
 		})
+	}
+}
+
+// TestForeignSpansAreCountedNotExpected is a run against another tracer (bench-audit's
+// KELEMETRY): its spans have IDs of their own, so none is expected, none is lost, and every one
+// that arrives is counted and reported.
+func TestForeignSpansAreCountedNotExpected(t *testing.T) {
+	sinkAddr := freeAddr(t)
+	cfg := config{
+		url: fakeCollector(t, sinkAddr, fakeBehaviour{foreign: true}), capture: []string{"../../fixtures/deployment"},
+		passes: 3, mode: auditcapture.Fresh, sink: sinkAddr, pid: os.Getpid(), clkTck: 100,
+		quiet: 300 * time.Millisecond, drainTimeout: time.Minute, label: "kelemetry", conns: 1, report: "audit", foreign: true,
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capture, err := auditcapture.Load(false, cfg.capture...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	traced := int64(0)
+	for _, b := range capture.Batches {
+		var list auditcapture.EventList
+		if err := json.Unmarshal(b.Body, &list); err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			if auditcapture.Traced(&list.Items[i]) {
+				traced++
+			}
+		}
+	}
+	lost, _ := res.lost()
+	if res.auditExpected != 0 || lost != 0 || res.otherArrived != 3*traced || res.duplicates != 0 {
+		t.Errorf("expected %d, lost %d, other spans %d (want %d), duplicates %d", res.auditExpected, lost, res.otherArrived, 3*traced, res.duplicates)
+	}
+	cols := strings.Split(res.tsv(), "\t")
+	if want := fmt.Sprintf("n/a / %d spans / n/a", 3*traced); len(cols) != 14 || cols[10] != want || cols[11] != "n/a" {
+		t.Errorf("row %q: want 14 columns, the 11th %q", cols, want)
+	}
+	var out strings.Builder
+	res.print(&out)
+	if !strings.Contains(out.String(), fmt.Sprintf("spans arrived %d (", 3*traced)) {
+		t.Errorf("the report does not count the foreign spans:\n%s", out.String())
+	}
+	cfg.report = "tiers"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "-foreign") {
+		t.Errorf("-foreign with -report tiers: %v, want an error naming -foreign", err)
 	}
 }
 

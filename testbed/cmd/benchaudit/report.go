@@ -37,6 +37,7 @@ type result struct {
 	wireBytes, rawBytes      int64 // their messages' bytes on the wire and decompressed
 
 	report     string       // -report
+	foreign    bool         // -foreign: the spans are another tracer's, none expected by ID
 	extraProcs int          // processes of -extra-pids and -extra-pids-file
 	extraCPU   float64      // their CPU seconds, summed, over the same interval as cpu (from a wait's end for the file's)
 	lag        lagSummary   // of the audit spans of batches answered 200 that arrived
@@ -130,8 +131,13 @@ func (r *result) print(w io.Writer) {
 	if r.objectsEmitted >= 0 {
 		emitted = strconv.FormatInt(int64(r.objectsEmitted), 10)
 	}
-	fmt.Fprintf(w, "  audit spans expected %d, arrived %d, lost %d; object spans emitted %s, arrived %d, lost %s; other %d; duplicate copies %d\n",
-		r.auditExpected, r.auditArrived, lostAudit, emitted, r.objectsArrived, lostObjects, r.otherArrived, r.duplicates)
+	if r.foreign {
+		fmt.Fprintf(w, "  spans arrived %d (%.2f per posted event), none expected by ID; duplicate copies %d\n",
+			r.otherArrived, float64(r.otherArrived)/float64(r.events), r.duplicates)
+	} else {
+		fmt.Fprintf(w, "  audit spans expected %d, arrived %d, lost %d; object spans emitted %s, arrived %d, lost %s; other %d; duplicate copies %d\n",
+			r.auditExpected, r.auditArrived, lostAudit, emitted, r.objectsArrived, lostObjects, r.otherArrived, r.duplicates)
+	}
 	if spans := r.auditArrived + r.objectsArrived + r.otherArrived + r.duplicates; r.exports > 0 && spans > 0 {
 		fmt.Fprintf(w, "  export: %d requests, %.1f spans each, %.0f bytes per span on the wire, %.0f decompressed (%.2f×)\n",
 			r.exports, float64(spans)/float64(r.exports), float64(r.wireBytes)/float64(spans), float64(r.rawBytes)/float64(spans),
@@ -172,6 +178,12 @@ func (r *result) tsv() string {
 		emitted = strconv.FormatInt(int64(r.objectsEmitted), 10)
 	}
 	lostAudit, lostObjects := r.lost()
+	auditCol := fmt.Sprintf("%d / %d / %d", r.auditExpected, r.auditArrived, lostAudit)
+	objectCol := fmt.Sprintf("%s / %d / %s", emitted, r.objectsArrived, lostObjects)
+	if r.foreign {
+		// Its spans are of no kubetrail type: all of them in the audit column, nothing expected.
+		auditCol, objectCol = fmt.Sprintf("n/a / %d spans / n/a", r.otherArrived), "n/a"
+	}
 	return strings.Join([]string{
 		r.label, r.workload, strconv.Itoa(r.passes), strconv.FormatInt(r.events, 10),
 		fmt.Sprintf("%.1f", float64(r.bytes)/(1<<20)),
@@ -180,8 +192,7 @@ func (r *result) tsv() string {
 		fmt.Sprintf("%.1f", r.drainTime.Seconds()),
 		alloc,
 		strconv.FormatInt(r.peakRSS/1024, 10),
-		fmt.Sprintf("%d / %d / %d", r.auditExpected, r.auditArrived, lostAudit),
-		fmt.Sprintf("%s / %d / %s", emitted, r.objectsArrived, lostObjects),
+		auditCol, objectCol,
 		strconv.FormatInt(r.duplicates, 10),
 		r.statusText() + r.refusedArrivedText(),
 	}, "\t")
