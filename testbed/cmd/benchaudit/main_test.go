@@ -185,6 +185,23 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// runCapture validates cfg, runs it and loads its capture, to compare what was sent with it.
+func runCapture(t *testing.T, cfg config) (*result, *auditcapture.Capture) {
+	t.Helper()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capture, err := auditcapture.Load(false, cfg.capture...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, capture
+}
+
 func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -220,17 +237,7 @@ func TestRunSendsEveryPassPipelinedAndCountsWhatArrives(t *testing.T) {
 			if tc.lost {
 				cfg.drainTimeout = 3 * time.Second // the missing span never comes
 			}
-			if err := cfg.validate(); err != nil {
-				t.Fatal(err)
-			}
-			res, err := run(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			capture, err := auditcapture.Load(false, cfg.capture...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, capture := runCapture(t, cfg)
 			if res.batches != int64(4*len(capture.Batches)) || res.events != int64(4*capture.Events) {
 				t.Errorf("sent %d requests of %d events; want 4 passes of %d requests, %d events", res.batches, res.events, len(capture.Batches), capture.Events)
 			}
@@ -272,17 +279,7 @@ func TestForeignSpansAreCountedNotExpected(t *testing.T) {
 		passes: 3, mode: auditcapture.Fresh, sink: sinkAddr, pid: os.Getpid(), clkTck: 100,
 		quiet: 300 * time.Millisecond, drainTimeout: time.Minute, label: "kelemetry", conns: 1, report: "audit", foreign: true,
 	}
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	capture, err := auditcapture.Load(false, cfg.capture...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, capture := runCapture(t, cfg)
 	traced := int64(0)
 	for _, b := range capture.Batches {
 		var list auditcapture.EventList
