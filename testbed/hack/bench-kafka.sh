@@ -46,6 +46,12 @@
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
+#   IN_FLIGHT         the kafka receiver's partition_processing.max_in_flight.records: 1 (default, as
+#                     the chart ships: a partition's messages one after the other) or more (that many
+#                     of a partition's messages in the pipeline at once, each still committed only
+#                     once the backend took its spans, in order; max_in_flight.bytes 16 MiB); a list
+#                     runs each. Needs PARTITION_WORKERS=1. Messages of one object can then overtake
+#                     each other: the line "processing:" counts the diffs skipped and why
 #   RUN_SECONDS       how long a lag run sends (default 60)
 #   OUTAGE            how long the processing tier is down in the catch-up run, 20s, 5m or seconds
 #                     (default 5m)
@@ -86,6 +92,7 @@ COMPRESSION=${COMPRESSION:-gzip}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
 EDGE_SHARDS=${EDGE_SHARDS:-0}
+IN_FLIGHT=${IN_FLIGHT:-1}
 SAMPLE=${SAMPLE:-}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
@@ -135,6 +142,10 @@ for e in $EDGE_SHARDS; do
 done
 for r in $RUNS; do
   [[ $r == lag || $r == catchup ]] || die "RUNS=$r: want lag and/or catchup"
+done
+for f in $IN_FLIGHT; do
+  [[ $f =~ ^[1-9][0-9]*$ ]] || die "IN_FLIGHT=$f: want a positive number of messages"
+  [[ $f == 1 || $PARTITION_WORKERS == 1 ]] || die "IN_FLIGHT=$f needs PARTITION_WORKERS=1"
 done
 (exec 3<>"/dev/tcp/${REDIS%:*}/${REDIS##*:}") 2>/dev/null || die "no Redis answers on $REDIS (make redis starts one)"
 
@@ -257,7 +268,7 @@ receivers:
     group_id: kubetrail-processing
     initial_offset: earliest
     message_marking: {after: true, on_error: false}
-    error_backoff: {enabled: true, initial_interval: 1s, max_interval: 30s, max_elapsed_time: 5m}$([[ $PARTITION_WORKERS == 1 ]] && printf '\n    partition_processing: {independent: true}')
+    error_backoff: {enabled: true, initial_interval: 1s, max_interval: 30s, max_elapsed_time: 5m}$([[ $PARTITION_WORKERS == 1 ]] && printf '\n    partition_processing: {independent: true%s}' "$( ((IN_FLIGHT_NOW > 1)) && echo ", max_in_flight: {records: $IN_FLIGHT_NOW, bytes: 16777216}")")
 connectors:
   k8s_audit:
     cluster_attribute: k8s.cluster.name
@@ -441,21 +452,23 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
 # merged_line: how many of the messages the replicas consumed went downstream with others
 # (the connector's merge), summed over the replicas.
 merged_line() {
-  local port merged=0 messages=0 refused=0 m
+  local port merged=0 messages=0 refused=0 notseen=0 order=0 m
   for port in "${PROC_PORTS[@]}"; do
     m=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null || true)
     merged=$((merged + $(awk '/^otelcol_k8s_audit_merged_calls/ { s += $NF } END { printf "%d", s }' <<<"$m")))
     messages=$((messages + $(awk '/^otelcol_kafka_receiver_messages/ { s += $NF } END { printf "%d", s }' <<<"$m")))
     refused=$((refused + $(awk '/^otelcol_k8s_audit_in_flight_refused/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+    notseen=$((notseen + $(awk '/^otelcol_k8s_audit_diffs_skipped/ && /base_not_seen/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+    order=$((order + $(awk '/^otelcol_k8s_audit_diffs_skipped/ && /out_of_order/ { s += $NF } END { printf "%d", s }' <<<"$m")))
   done
-  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff)"
+  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff); diffs skipped: $notseen base_not_seen, $order out_of_order"
 }
 
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION"
-  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION"
+  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   local profile="" prof_pids=() samplers=() what pid
@@ -526,8 +539,8 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
 catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION"
+  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
@@ -557,15 +570,17 @@ for run in $RUNS; do
   for queue in $PROCESSING_QUEUE; do
     for MERGE_NOW in $MERGE; do
       for EDGE_SHARDS_NOW in $EDGE_SHARDS; do
-        if [[ $run == lag ]]; then
-          for rate in $RATES; do
-            for replicas in $REPLICAS; do
-              lag_run "$rate" "$replicas" "$queue"
+        for IN_FLIGHT_NOW in $IN_FLIGHT; do
+          if [[ $run == lag ]]; then
+            for rate in $RATES; do
+              for replicas in $REPLICAS; do
+                lag_run "$rate" "$replicas" "$queue"
+              done
             done
-          done
-        else
-          catchup_run "$CATCHUP_REPLICAS" "$queue"
-        fi
+          else
+            catchup_run "$CATCHUP_REPLICAS" "$queue"
+          fi
+        done
       done
     done
   done
