@@ -51,9 +51,10 @@
 #                tag: docs/performance.md, "Against Kelemetry"): run for run after the kubetrail
 #                collectors on the same input, its audit path in one process as its chart's consumer
 #                runs it (webhook, local queue, consumer, local span cache, OTLP gRPC to the same sink,
-#                log level info) without what needs an apiserver (diffs, owner links: kubetrail's
-#                spans carry both); its spans counted as they arrive, none expected by ID; the table
-#                ends with kubetrail / Kelemetry per workload
+#                log level info), without its diffs and owner links (they watch the objects, and the
+#                capture's are in no apiserver; kubetrail's spans carry both); its spans counted as
+#                they arrive, none expected by ID; the table ends with kubetrail / Kelemetry per
+#                workload
 #   KELEMETRY_KUBECONFIG  the kubeconfig of an apiserver Kelemetry asks (default
 #                testbed/.state/kubeconfig: `make cluster-up`): it resolves a generateName create's
 #                resource by discovery and reads objects for its object spans' tags, and without an
