@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kubetrail/kubetrail/internal/freeport"
 )
 
 // Process is a child process the harness started and will stop by its PID. Its PID is also written
@@ -131,38 +132,8 @@ func tailFile(path string, n int) string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 nobody listens on right now, below the kernel's
-// ephemeral range: a port the kernel hands out for ":0" can be taken by an outgoing connection
-// before the process it is meant for binds it.
-func FreePort() (int, error) {
-	lo, n := 10000, 22768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		var eph, hi int
-		if _, err := fmt.Sscan(string(b), &eph, &hi); err == nil && eph > 12000 {
-			n = eph - lo
-		}
-	}
-	portMu.Lock()
-	defer portMu.Unlock()
-	for range 200 {
-		p := lo + rand.IntN(n)
-		if portsGiven[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		portsGiven[p] = true
-		return p, nil
-	}
-	return 0, errors.New("no free port on 127.0.0.1 below the ephemeral range")
-}
-
-var (
-	portMu     sync.Mutex
-	portsGiven = map[int]bool{} // never hand out the same port twice in one run
-)
+// ephemeral range (freeport.Port).
+func FreePort() (int, error) { return freeport.Port() }
 
 // WaitTCP waits until addr accepts connections, p exits, or timeout passes.
 func WaitTCP(addr string, p *Process, timeout time.Duration) error {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kubetrail/kubetrail/internal/freeport"
 	"github.com/kubetrail/kubetrail/internal/model"
 	"github.com/kubetrail/kubetrail/testbed/auditcapture"
 )
@@ -177,12 +178,11 @@ func fakeCollector(t *testing.T, sinkAddr string, fb fakeBehaviour) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", p)
 }
 
 // runCapture validates cfg, runs it and loads its capture, to compare what was sent with it.
