@@ -264,7 +264,6 @@ func displayName(res pcommon.Map, s ptrace.Span) string {
 	return o.DisplayName()
 }
 
-// objectOf is the identity of an output span's object, read as a consumer reads it.
 // count is how many spans named name the next consumer got.
 func (h *harness) count(name string) int {
 	n := 0
@@ -276,6 +275,7 @@ func (h *harness) count(name string) int {
 	return n
 }
 
+// objectOf is the identity of an output span's object, read as a consumer reads it.
 func (h *harness) objectOf(s ptrace.Span) model.Object {
 	h.t.Helper()
 	for _, o := range h.spans() {

@@ -34,7 +34,6 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 	// killed is a next consumer that takes a batch and never delivers it: the replica dies
 	// with the batch in its exporter.
 	killed, _ := consumer.NewTraces(func(context.Context, ptrace.Traces) error { return nil })
-	count := (*harness).count
 
 	t.Run("read again after the replica died: sent", func(t *testing.T) {
 		cfg := redisConfig(t, redisAddr)
@@ -48,9 +47,9 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.consume(audits("w1", "w2")...)
-		if count(b, "audit w1") != 1 || count(b, "audit w2") != 1 {
+		if b.count("audit w1") != 1 || b.count("audit w2") != 1 {
 			t.Fatalf("the spans of the batch the killed replica never delivered must be sent: %d, %d",
-				count(b, "audit w1"), count(b, "audit w2"))
+				b.count("audit w1"), b.count("audit w2"))
 		}
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -68,7 +67,7 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		clk.Advance(abandonAfter / 10)
 		b := newHarness(t, cfg, clk)
 		b.consume(audits("w1")...)
-		if n := count(b, "audit w1"); n != 0 {
+		if n := b.count("audit w1"); n != 0 {
 			t.Fatalf("a copy arriving within %s of the first is a duplicate, sent %d times", abandonAfter, n)
 		}
 	})
@@ -81,8 +80,8 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		clk.Advance(10 * abandonAfter)
 		b := newHarness(t, cfg, clk)
 		b.consume(audits("w1")...)
-		if count(a, "audit w1") != 1 || count(b, "audit w1") != 0 {
-			t.Fatalf("a confirmed span is a duplicate when read again: a sent %d, b %d", count(a, "audit w1"), count(b, "audit w1"))
+		if a.count("audit w1") != 1 || b.count("audit w1") != 0 {
+			t.Fatalf("a confirmed span is a duplicate when read again: a sent %d, b %d", a.count("audit w1"), b.count("audit w1"))
 		}
 	})
 	t.Run("confirmed by the tick when no batch follows", func(t *testing.T) {
@@ -111,7 +110,7 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		a := newHarness(t, cfg, clk)
 		a.consume(audit(podA1, "held", base.Add(time.Second)))
 		a.consume(audits("later")...) // carries the held span's confirmation
-		if n := count(a, "audit held"); n != 0 {
+		if n := a.count("audit held"); n != 0 {
 			t.Fatalf("the span must be held, passed on %d times", n)
 		}
 		clk.Advance(10 * abandonAfter)
@@ -120,7 +119,7 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		if err := b.p.Shutdown(context.Background()); err != nil { // releases what b holds
 			t.Fatal(err)
 		}
-		if n := count(b, "audit held"); n != 0 {
+		if n := b.count("audit held"); n != 0 {
 			t.Fatalf("a copy of a span another replica holds is a duplicate, sent %d times", n)
 		}
 	})
@@ -135,7 +134,7 @@ func TestAMarkOfABatchThatNeverReachedTheExporterIsNoDuplicate(t *testing.T) {
 		clk.Advance(10 * abandonAfter)
 		b := newHarness(t, cfg, clk)
 		b.consume(audits("w1")...)
-		if n := count(b, "audit w1"); n != 0 {
+		if n := b.count("audit w1"); n != 0 {
 			t.Fatalf("a span passed on before a graceful stop is a duplicate when read again, sent %d times", n)
 		}
 	})
@@ -161,7 +160,6 @@ func TestAbandonedMark(t *testing.T) {
 // generation), not the window's records' window + grace: a redelivery within it is dropped, the
 // same span later passes again, and Redis is told to expire the mark, pending or confirmed, then.
 func TestDuplicateMarksLiveForDuplicateTTL(t *testing.T) {
-	count := (*harness).count
 	t.Run("memory", func(t *testing.T) {
 		cfg := memoryConfig()
 		if cfg.DuplicateTTL != 10*time.Minute {
@@ -173,14 +171,14 @@ func TestDuplicateMarksLiveForDuplicateTTL(t *testing.T) {
 		h.consume(same)
 		clk.Advance(cfg.DuplicateTTL - time.Minute)
 		h.consume(same)
-		if n := count(h, "audit same"); n != 1 {
+		if n := h.count("audit same"); n != 1 {
 			t.Fatalf("a redelivery within duplicate_ttl must be dropped, passed %d times", n)
 		}
 		// Past the TTL and the generation an eighth of it may add, within the same window (and
 		// window + grace, which the marks lived before).
 		clk.Advance(time.Minute + cfg.DuplicateTTL/8 + time.Second)
 		h.consume(same)
-		if n := count(h, "audit same"); n != 2 {
+		if n := h.count("audit same"); n != 2 {
 			t.Fatalf("a span arriving after its mark expired is passed on again, passed %d times", n)
 		}
 	})
