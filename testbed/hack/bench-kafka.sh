@@ -453,13 +453,14 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
 # (the connector's merge), summed over the replicas.
 merged_line() {
   local port merged=0 messages=0 refused=0 notseen=0 order=0 m
+  sum() { awk -v name="^$1" -v label="${2:-}" '$0 ~ name && (label == "" || index($0, label)) { s += $NF } END { printf "%d", s }' <<<"$m"; }
   for port in "${PROC_PORTS[@]}"; do
     m=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null || true)
-    merged=$((merged + $(awk '/^otelcol_k8s_audit_merged_calls/ { s += $NF } END { printf "%d", s }' <<<"$m")))
-    messages=$((messages + $(awk '/^otelcol_kafka_receiver_messages/ { s += $NF } END { printf "%d", s }' <<<"$m")))
-    refused=$((refused + $(awk '/^otelcol_k8s_audit_in_flight_refused/ { s += $NF } END { printf "%d", s }' <<<"$m")))
-    notseen=$((notseen + $(awk '/^otelcol_k8s_audit_diffs_skipped/ && /base_not_seen/ { s += $NF } END { printf "%d", s }' <<<"$m")))
-    order=$((order + $(awk '/^otelcol_k8s_audit_diffs_skipped/ && /out_of_order/ { s += $NF } END { printf "%d", s }' <<<"$m")))
+    merged=$((merged + $(sum otelcol_k8s_audit_merged_calls)))
+    messages=$((messages + $(sum otelcol_kafka_receiver_messages)))
+    refused=$((refused + $(sum otelcol_k8s_audit_in_flight_refused)))
+    notseen=$((notseen + $(sum otelcol_k8s_audit_diffs_skipped 'reason="base_not_seen"')))
+    order=$((order + $(sum otelcol_k8s_audit_diffs_skipped 'reason="out_of_order"')))
   done
   echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff); diffs skipped: $notseen base_not_seen, $order out_of_order"
 }
