@@ -51,6 +51,10 @@ type Config struct {
 	// (one export, one ID-map round trip) for the calls that arrive while another is in flight.
 	Merge MergeConfig `mapstructure:"merge"`
 
+	// OffsetOrder converts the calls of one Kafka partition in offset order, for a kafka
+	// receiver that runs several of a partition's messages at once.
+	OffsetOrder OffsetOrderConfig `mapstructure:"offset_order"`
+
 	// Conversion are the keys of the audit conversion (include_read_verbs, exclude_resources,
 	// exclude_user_agents, diff_cache_size, diff_cache_max_bytes, redact_resources, redact_env_names,
 	// redact_annotations, trace_context_annotation, window), shared with the k8s_audit receiver.
@@ -73,6 +77,20 @@ type MergeConfig struct {
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
+
+// OffsetOrderConfig configures how the calls that carry a Kafka offset are ordered.
+type OffsetOrderConfig struct {
+	// MaxWait is how long a call waits for the offsets below it in its partition before it
+	// converts without them; zero turns the ordering off.
+	MaxWait time.Duration `mapstructure:"max_wait"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// maxOffsetOrderWait bounds offset_order.max_wait: a call that waits holds its decoded events
+// and its partition's next message.
+const maxOffsetOrderWait = 10 * time.Second
 
 // Validate checks the configuration.
 func (cfg *Config) Validate() error {
@@ -99,6 +117,9 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Merge.Enabled && cfg.Merge.MaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("merge.max_bytes: must be positive while merge.enabled is true, got %d", cfg.Merge.MaxBytes))
+	}
+	if cfg.OffsetOrder.MaxWait < 0 || cfg.OffsetOrder.MaxWait > maxOffsetOrderWait {
+		errs = append(errs, fmt.Errorf("offset_order.max_wait: must be between 0 (off) and %s, got %s", maxOffsetOrderWait, cfg.OffsetOrder.MaxWait))
 	}
 	if err := cfg.Conversion.Validate(); err != nil {
 		errs = append(errs, err)

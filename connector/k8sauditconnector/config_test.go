@@ -26,7 +26,7 @@ func TestConfigFromTestdata(t *testing.T) {
 		wantErr string
 	}{
 		{id: component.NewID(metadata.Type), check: func(t *testing.T, c *Config) {
-			if c.Cluster != "prod-eu" || c.Format != formatAuto || c.DedupWindow != defaultDedupWindow || c.Conversion.DiffCacheSize == 0 ||
+			if c.Cluster != "prod-eu" || c.Format != formatAuto || c.DedupWindow != defaultDedupWindow || c.OffsetOrder.MaxWait != defaultOffsetOrderMaxWait || c.Conversion.DiffCacheSize == 0 ||
 				c.Conversion.RedactEnvNames != auditconv.DefaultRedactEnvNames || len(c.Conversion.RedactAnnotations) != 1 {
 				t.Fatalf("defaults not kept: %+v", c)
 			}
@@ -69,6 +69,12 @@ func TestConfigFromTestdata(t *testing.T) {
 		}},
 		{id: component.NewIDWithName(metadata.Type, "bad_merge"), wantErr: "merge.max_bytes: must be positive"},
 		{id: component.NewIDWithName(metadata.Type, "bad_in_flight"), wantErr: "max_in_flight_bytes: must be at least"},
+		{id: component.NewIDWithName(metadata.Type, "no_offset_order"), check: func(t *testing.T, c *Config) {
+			if c.OffsetOrder.MaxWait != 0 {
+				t.Fatalf("offset_order %+v", c.OffsetOrder)
+			}
+		}},
+		{id: component.NewIDWithName(metadata.Type, "bad_offset_order"), wantErr: "offset_order.max_wait: must be between 0 (off) and 10s"},
 		{id: component.NewIDWithName(metadata.Type, "in_flight"), check: func(t *testing.T, c *Config) {
 			if c.MaxInFlightBytes != 32<<20 {
 				t.Fatalf("max_in_flight_bytes %d", c.MaxInFlightBytes)

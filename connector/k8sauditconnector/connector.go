@@ -53,9 +53,12 @@ type auditConnector struct {
 	rd        reader
 	dedup     *dedup // nil when dedup_window is 0
 	inFlight  *bytebudget.Budget
-	merger    *merger // nil when merge is off
+	merger    *merger    // nil when merge is off
+	order     *sequencer // nil when offset_order is off
 	now       func() time.Time
 	formats   map[string]metric.MeasurementOption
+	// orderReasons are the measurement options of offset_order_skips, by reason.
+	orderReasons map[string]metric.MeasurementOption
 
 	shapeLogger      *zap.Logger  // unsampled: dropRecord limits it to a line a minute
 	lastShapeWarning atomic.Int64 // unix nanoseconds of the last shape warning
@@ -80,6 +83,10 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 	for _, f := range []string{formatNative, formatAKS, formatGKE} {
 		c.formats[f] = metric.WithAttributeSet(attribute.NewSet(attribute.String("format", f)))
 	}
+	c.orderReasons = map[string]metric.MeasurementOption{}
+	for _, r := range []string{orderSkipGap, orderSkipLate} {
+		c.orderReasons[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
+	}
 	c.conv = auditconv.New(auditconv.Options{
 		Settings:     cfg.Conversion,
 		ScopeName:    metadata.ScopeName,
@@ -95,6 +102,10 @@ func newAuditConnector(set connector.Settings, cfg *Config, next consumer.Traces
 				c.logger.Warn("Spans of several calls, handed on together, were refused for good: each call is refused with a retryable error and goes on alone for a minute, so that the one at fault gets its own answer",
 					zap.Int("calls", calls), zap.Error(err))
 			})
+	}
+	if cfg.OffsetOrder.MaxWait > 0 {
+		c.order = newSequencer(cfg.OffsetOrder.MaxWait, func() time.Time { return c.now() },
+			func(ctx context.Context, reason string) { c.inst.offsetOrderSkips.Add(ctx, 1, c.orderReasons[reason]) })
 	}
 	if cfg.DedupWindow > 0 {
 		c.dedup = newDedup(cfg.DedupWindow, cfg.DedupMaxBytes, func() time.Time { return c.now() },
@@ -201,18 +212,16 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 				case over:
 					st, duplicates = auditconv.Stats{}, 0 // all of it comes again
 					c.inst.inFlightRefused.Add(ctx, 1)
+					if c.order != nil {
+						// Its partition's later offsets need not wait for it: it comes again, late.
+						c.order.done(c.order.wait(ctx))
+					}
 					return errInFlightSpent
 				}
 			}
 		}
 	}
-	td := ptrace.NewTraces()
-	for _, cluster := range b.clusters {
-		events := b.events[cluster]
-		c.conv.RecordLag(ctx, events, received, inputAttribute)
-		part := c.conv.Convert(cluster, events, &st)
-		part.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
-	}
+	td := c.convert(ctx, &b, received, &st)
 	if n = td.SpanCount(); n > 0 {
 		// Marked as kubetrail's own door: k8s_object_link lets only such spans write the trail.
 		if err := c.handOn(door.Trusted(ctx), td, cb.held); err != nil {
@@ -234,6 +243,24 @@ func (c *auditConnector) ConsumeLogs(ctx context.Context, ld plog.Logs) (err err
 			"k8s_audit connector: %d log records past max_in_flight_bytes (%d bytes decoded) refused", refused, c.inFlight.Max()))
 	}
 	return nil
+}
+
+// convert turns the batch's events into spans. A call from the kafka receiver converts after
+// the offsets before it in its partition (offset_order), so that an object's writes are diffed
+// in the order they were written even when several of its messages are in flight together.
+func (c *auditConnector) convert(ctx context.Context, b *batch, received time.Time, st *auditconv.Stats) ptrace.Traces {
+	if c.order != nil {
+		t := c.order.wait(ctx)
+		defer c.order.done(t)
+	}
+	td := ptrace.NewTraces()
+	for _, cluster := range b.clusters {
+		events := b.events[cluster]
+		c.conv.RecordLag(ctx, events, received, inputAttribute)
+		part := c.conv.Convert(cluster, events, st)
+		part.ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	}
+	return td
 }
 
 // handOn gives the spans of a call to the next consumer, merged with concurrent calls' when

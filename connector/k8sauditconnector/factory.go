@@ -26,6 +26,11 @@ const (
 	// 2 MiB of decoded events in one merged hand-off: about a thousand events, whose spans
 	// (diffs, not bodies) stay well under the 4 MiB a gRPC server takes by default.
 	defaultMergeMaxBytes = 2 << 20
+	// A quarter of a second covers what a message's neighbours in flight differ by in decoding
+	// (a batch of a thousand events decodes in about 10 ms here) and the scheduling of their
+	// goroutines; it is what a message the receiver never hands on (one it could not decode)
+	// costs its partition.
+	defaultOffsetOrderMaxWait = 250 * time.Millisecond
 )
 
 // NewFactory returns the factory of the k8s_audit connector.
@@ -43,6 +48,7 @@ func createDefaultConfig() component.Config {
 		DedupMaxBytes:    defaultDedupMaxBytes,
 		MaxInFlightBytes: defaultMaxInFlightBytes,
 		Merge:            MergeConfig{Enabled: true, MaxBytes: defaultMergeMaxBytes},
+		OffsetOrder:      OffsetOrderConfig{MaxWait: defaultOffsetOrderMaxWait},
 		Conversion:       auditconv.DefaultSettings(),
 	}
 }

@@ -302,30 +302,7 @@ func TestPartitionWorkersMergedGiveTheWebhookSpans(t *testing.T) {
 	}()
 	for _, scenario := range auditconvtest.Scenarios(t) {
 		t.Run(scenario, func(t *testing.T) {
-			const partitions = 4
-			var queues [partitions][]plog.Logs
-			for _, body := range auditconvtest.FixtureBodies(t, scenario) {
-				raws, err := auditconv.ScanEventList(body, 0, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				byKey := map[auditconv.ObjectKey]plog.LogRecordSlice{}
-				for _, r := range raws {
-					lrs, ok := byKey[r.Key]
-					if !ok {
-						ld := plog.NewLogs()
-						lrs = ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-						byKey[r.Key] = lrs
-						h := fnv.New32a()
-						_, _ = h.Write([]byte(r.Key.APIGroup + "/" + r.Key.Resource + "/" + r.Key.Namespace + "/" + r.Key.Name))
-						p := h.Sum32() % partitions
-						queues[p] = append(queues[p], ld)
-					}
-					lr := lrs.AppendEmpty()
-					lr.SetEventName(auditconv.RawEventName)
-					lr.Body().SetStr(string(r.Raw))
-				}
-			}
+			queues := partitionQueues(t, scenario, 4)
 			sink := new(slowSink)
 			c, tel := newTestConnector(t, sink, nil)
 			var wg sync.WaitGroup
@@ -343,9 +320,40 @@ func TestPartitionWorkersMergedGiveTheWebhookSpans(t *testing.T) {
 			checkWebhookSpans(t, scenario, spansOf(&sink.TracesSink), true)
 			merged += auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_merged_calls", "")
 			handOffs += int64(len(sink.AllTraces()))
-			messages += int64(messagesOf(queues[:]))
+			messages += int64(messagesOf(queues))
 		})
 	}
+}
+
+// partitionQueues is a scenario's webhook batches as the edge lays them out in Kafka: each batch
+// split into one message per object, each object's messages in one of the partitions (by a hash
+// of its key), in order.
+func partitionQueues(t *testing.T, scenario string, partitions int) [][]plog.Logs {
+	t.Helper()
+	queues := make([][]plog.Logs, partitions)
+	for _, body := range auditconvtest.FixtureBodies(t, scenario) {
+		raws, err := auditconv.ScanEventList(body, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byKey := map[auditconv.ObjectKey]plog.LogRecordSlice{}
+		for _, r := range raws {
+			lrs, ok := byKey[r.Key]
+			if !ok {
+				ld := plog.NewLogs()
+				lrs = ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+				byKey[r.Key] = lrs
+				h := fnv.New32a()
+				_, _ = h.Write([]byte(r.Key.APIGroup + "/" + r.Key.Resource + "/" + r.Key.Namespace + "/" + r.Key.Name))
+				p := h.Sum32() % uint32(partitions)
+				queues[p] = append(queues[p], ld)
+			}
+			lr := lrs.AppendEmpty()
+			lr.SetEventName(auditconv.RawEventName)
+			lr.Body().SetStr(string(r.Raw))
+		}
+	}
+	return queues
 }
 
 func messagesOf(queues [][]plog.Logs) int {

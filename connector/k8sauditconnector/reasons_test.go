@@ -23,9 +23,10 @@ var recordedReasons = map[string][]string{
 		auditconv.ReasonSharedAdopted, auditconv.ReasonSharedWritten, auditconv.ReasonSharedSuperseded,
 		auditconv.ReasonSharedTooLarge, auditconv.ReasonSharedUnreadable, auditconv.ReasonSharedFailed,
 	},
-	"eviction_reason": {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
-	"format":          {formatNative, formatAKS, formatGKE},
-	"input":           {inputConnector},
+	"eviction_reason":     {auditconv.ReasonEvictedCount, auditconv.ReasonEvictedBytes, auditconv.ReasonEvictedTooLarge},
+	"format":              {formatNative, formatAKS, formatGKE},
+	"input":               {inputConnector},
+	"offset_order_reason": {orderSkipGap, orderSkipLate},
 	"trace_context_reason": {
 		model.TraceparentBadLength, model.TraceparentBadFormat, model.TraceparentBadVersion,
 		model.TraceparentZeroID, model.TraceparentTrailing, auditconv.ReasonContextTooMany, auditconv.ReasonContextTracestate,

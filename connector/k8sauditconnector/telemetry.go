@@ -19,18 +19,19 @@ import (
 type instruments struct {
 	dedupBytes, inFlightBytes                    metric.Int64UpDownCounter
 	duplicateEvents, inFlightRefused, logRecords metric.Int64Counter
-	mergedCalls                                  metric.Int64Counter
+	mergedCalls, offsetOrderSkips                metric.Int64Counter
 	conv                                         auditconv.Telemetry
 }
 
 func newInstruments(tb *metadata.TelemetryBuilder) instruments {
 	return instruments{
-		dedupBytes:      upDown{tb.K8sAuditDedupBytes},
-		inFlightBytes:   upDown{tb.K8sAuditInFlightBytes},
-		duplicateEvents: counter{tb.K8sAuditDuplicateEvents},
-		inFlightRefused: counter{tb.K8sAuditInFlightRefused},
-		logRecords:      counter{tb.K8sAuditLogRecords},
-		mergedCalls:     counter{tb.K8sAuditMergedCalls},
+		dedupBytes:       upDown{tb.K8sAuditDedupBytes},
+		inFlightBytes:    upDown{tb.K8sAuditInFlightBytes},
+		duplicateEvents:  counter{tb.K8sAuditDuplicateEvents},
+		inFlightRefused:  counter{tb.K8sAuditInFlightRefused},
+		logRecords:       counter{tb.K8sAuditLogRecords},
+		mergedCalls:      counter{tb.K8sAuditMergedCalls},
+		offsetOrderSkips: counter{tb.K8sAuditOffsetOrderSkips},
 		conv: auditconv.Telemetry{
 			FilteredEvents:      counter{tb.K8sAuditFilteredEvents},
 			DroppedEvents:       counter{tb.K8sAuditDroppedEvents},

@@ -39,6 +39,7 @@ type TelemetryBuilder struct {
 	K8sAuditInFlightRefused     metric.Int64Counter
 	K8sAuditLogRecords          metric.Int64Counter
 	K8sAuditMergedCalls         metric.Int64Counter
+	K8sAuditOffsetOrderSkips    metric.Int64Counter
 	K8sAuditReceiveLag          metric.Float64Histogram
 	K8sAuditTraceContextInvalid metric.Int64Counter
 }
@@ -147,6 +148,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.K8sAuditMergedCalls, err = builder.meter.Int64Counter(
 		"otelcol_k8s_audit_merged_calls",
 		metric.WithDescription("ConsumeLogs calls whose spans were handed on together with other calls' (merge): with one call of the next consumer for all of them, one export and one ID-map round trip. [Alpha]"),
+		metric.WithUnit("{calls}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sAuditOffsetOrderSkips, err = builder.meter.Int64Counter(
+		"otelcol_k8s_audit_offset_order_skips",
+		metric.WithDescription("Calls from the kafka receiver converted out of their partition's offset order, by reason (offset_order): their objects' diffs may say base_not_seen or out_of_order. [Alpha]"),
 		metric.WithUnit("{calls}"),
 	)
 	errs = errors.Join(errs, err)

@@ -32,6 +32,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.K8sAuditInFlightRefused.Add(context.Background(), 1)
 	tb.K8sAuditLogRecords.Add(context.Background(), 1)
 	tb.K8sAuditMergedCalls.Add(context.Background(), 1)
+	tb.K8sAuditOffsetOrderSkips.Add(context.Background(), 1)
 	tb.K8sAuditReceiveLag.Record(context.Background(), 1)
 	tb.K8sAuditTraceContextInvalid.Add(context.Background(), 1)
 	AssertEqualK8sAuditDedupBytes(t, testTel,
@@ -71,6 +72,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditMergedCalls(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualK8sAuditOffsetOrderSkips(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualK8sAuditReceiveLag(t, testTel,
