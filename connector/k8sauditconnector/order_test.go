@@ -261,7 +261,17 @@ func TestOffsetOrderKeepsTheDiffsOfMessagesInFlight(t *testing.T) {
 			}
 			wg.Wait()
 			checkWebhookSpans(t, scenario, spansOf(&sink.TracesSink), true)
-			skippedOrdered += auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diffs_skipped", "")
+			skipped := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_diffs_skipped", "")
+			webhook := int64(0)
+			for _, w := range goldenByID(t, scenario) {
+				if _, ok := w.Attributes().Get("k8s.object.diff.skipped"); ok {
+					webhook++
+				}
+			}
+			if skipped != webhook {
+				t.Errorf("%d diffs skipped, the webhook skipped %d", skipped, webhook)
+			}
+			skippedOrdered += skipped
 			if n := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", ""); n != 0 {
 				t.Errorf("%d calls out of offset order", n)
 			}

@@ -46,12 +46,16 @@
 #   PARTITION_WORKERS 1 (default, as the chart ships): the kafka receiver's
 #                     partition_processing.independent, a worker per partition; 0: the receiver's
 #                     default (a poll's partitions handled together, the next poll waits for all)
-#   IN_FLIGHT         the kafka receiver's partition_processing.max_in_flight.records: 1 (default, as
-#                     the chart ships: a partition's messages one after the other) or more (that many
-#                     of a partition's messages in the pipeline at once, each still committed only
-#                     once the backend took its spans, in order; max_in_flight.bytes 16 MiB); a list
-#                     runs each. Needs PARTITION_WORKERS=1. Messages of one object can then overtake
-#                     each other: the line "processing:" counts the diffs skipped and why
+#   IN_FLIGHT         the kafka receiver's partition_processing.max_in_flight.records: 4 (default, as
+#                     the chart ships: that many of a partition's messages in the pipeline at once,
+#                     each still committed only once the backend took its spans, in order;
+#                     max_in_flight.bytes 16 MiB) or 1 (one after the other, the default with
+#                     PARTITION_WORKERS=0); a list runs each. Above 1 needs PARTITION_WORKERS=1. The line "processing:" counts the diffs skipped and
+#                     why, and the calls converted out of offset order (ORDER)
+#   ORDER             the processing tier's k8s_audit connector: on (default, as shipped: a partition's
+#                     calls converted in offset order, offset_order.max_wait 250ms) and/or off
+#                     (max_wait 0s: messages in flight together converted as they come); a list runs
+#                     each. Only matters with IN_FLIGHT above 1
 #   RUN_SECONDS       how long a lag run sends (default 60)
 #   OUTAGE            how long the processing tier is down in the catch-up run, 20s, 5m or seconds
 #                     (default 5m)
@@ -92,7 +96,8 @@ COMPRESSION=${COMPRESSION:-gzip}
 PARTITION_WORKERS=${PARTITION_WORKERS:-1}
 MERGE=${MERGE:-on}
 EDGE_SHARDS=${EDGE_SHARDS:-0}
-IN_FLIGHT=${IN_FLIGHT:-1}
+IN_FLIGHT=${IN_FLIGHT:-$([[ $PARTITION_WORKERS == 1 ]] && echo 4 || echo 1)}
+ORDER=${ORDER:-on}
 SAMPLE=${SAMPLE:-}
 SAMPLE_FROM=${SAMPLE_FROM:-120}
 RUN_SECONDS=${RUN_SECONDS:-60}
@@ -143,9 +148,12 @@ done
 for r in $RUNS; do
   [[ $r == lag || $r == catchup ]] || die "RUNS=$r: want lag and/or catchup"
 done
+for o in $ORDER; do
+  [[ $o == on || $o == off ]] || die "ORDER=$o: want on and/or off"
+done
 for f in $IN_FLIGHT; do
   [[ $f =~ ^[1-9][0-9]*$ ]] || die "IN_FLIGHT=$f: want a positive number of messages"
-  [[ $f == 1 || $PARTITION_WORKERS == 1 ]] || die "IN_FLIGHT=$f needs PARTITION_WORKERS=1"
+  [[ $f == 1 || $PARTITION_WORKERS == 1 ]] || die "IN_FLIGHT=$f needs PARTITION_WORKERS=1 (IN_FLIGHT=1 goes without)"
 done
 (exec 3<>"/dev/tcp/${REDIS%:*}/${REDIS##*:}") 2>/dev/null || die "no Redis answers on $REDIS (make redis starts one)"
 
@@ -272,7 +280,7 @@ receivers:
 connectors:
   k8s_audit:
     cluster_attribute: k8s.cluster.name
-    merge: {enabled: $([[ $MERGE_NOW == on ]] && echo true || echo false)}
+    merge: {enabled: $([[ $MERGE_NOW == on ]] && echo true || echo false)}$([[ $ORDER_NOW == off ]] && printf '\n    offset_order: {max_wait: 0s}')
 processors:
   k8s_object_link:
     owner_wait: 0s
@@ -452,7 +460,7 @@ finish_row() { # finish_row: benchaudit's row plus broker and processing peak RS
 # merged_line: how many of the messages the replicas consumed went downstream with others
 # (the connector's merge), summed over the replicas.
 merged_line() {
-  local port merged=0 messages=0 refused=0 notseen=0 order=0 m
+  local port merged=0 messages=0 refused=0 notseen=0 order=0 gaps=0 late=0 m
   sum() { awk -v name="^$1" -v label="${2:-}" '$0 ~ name && (label == "" || index($0, label)) { s += $NF } END { printf "%d", s }' <<<"$m"; }
   for port in "${PROC_PORTS[@]}"; do
     m=$(curl -fsS "http://127.0.0.1:$port/metrics" 2>/dev/null || true)
@@ -461,15 +469,17 @@ merged_line() {
     refused=$((refused + $(sum otelcol_k8s_audit_in_flight_refused)))
     notseen=$((notseen + $(sum otelcol_k8s_audit_diffs_skipped 'reason="base_not_seen"')))
     order=$((order + $(sum otelcol_k8s_audit_diffs_skipped 'reason="out_of_order"')))
+    gaps=$((gaps + $(sum otelcol_k8s_audit_offset_order_skips 'reason="gap"')))
+    late=$((late + $(sum otelcol_k8s_audit_offset_order_skips 'reason="late"')))
   done
-  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff); diffs skipped: $notseen base_not_seen, $order out_of_order"
+  echo "   processing: $messages messages consumed, $merged of them handed on with others (merge), $refused calls refused for want of max_in_flight_bytes (retried after error_backoff); diffs skipped: $notseen base_not_seen, $order out_of_order; out of offset order: $gaps after a gap, $late late"
 }
 
 lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW"
-  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW"
+  name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW-order-$ORDER_NOW"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   local profile="" prof_pids=() samplers=() what pid
@@ -540,8 +550,8 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
 catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
-  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW"
+  name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW-order-$ORDER_NOW"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
@@ -572,15 +582,17 @@ for run in $RUNS; do
     for MERGE_NOW in $MERGE; do
       for EDGE_SHARDS_NOW in $EDGE_SHARDS; do
         for IN_FLIGHT_NOW in $IN_FLIGHT; do
-          if [[ $run == lag ]]; then
-            for rate in $RATES; do
-              for replicas in $REPLICAS; do
-                lag_run "$rate" "$replicas" "$queue"
+          for ORDER_NOW in $ORDER; do
+            if [[ $run == lag ]]; then
+              for rate in $RATES; do
+                for replicas in $REPLICAS; do
+                  lag_run "$rate" "$replicas" "$queue"
+                done
               done
-            done
-          else
-            catchup_run "$CATCHUP_REPLICAS" "$queue"
-          fi
+            else
+              catchup_run "$CATCHUP_REPLICAS" "$queue"
+            fi
+          done
         done
       done
     done
