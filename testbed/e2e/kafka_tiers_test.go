@@ -87,8 +87,9 @@ func kafkaProcessingConfig(bootstrap, topic, group, out string) Config {
 
 // setKafkaConsumer configures cfg's kafka receiver as the shipped examples do: a consumer group
 // that starts at the oldest message, marks a message only once the pipeline took it or refused it
-// for good (a retryable refusal is read again) and gives each partition a worker of its own, with kfake's shortest session so that a rebalance after a kill
-// is quick.
+// for good (a retryable refusal is read again) and gives each partition a worker of its own
+// running four of its messages at once, with kfake's shortest session so that a rebalance after a
+// kill is quick.
 func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.brokers", []any{bootstrap})
 	cfg.Set("receivers.kafka.logs.topics", []any{topic})
@@ -99,6 +100,7 @@ func setKafkaConsumer(cfg Config, bootstrap, topic, group, encoding string) {
 	cfg.Set("receivers.kafka.message_marking.on_error", false)
 	cfg.Set("receivers.kafka.message_marking.on_permanent_error", true)
 	cfg.Set("receivers.kafka.partition_processing.independent", true)
+	cfg.Set("receivers.kafka.partition_processing.max_in_flight", map[string]any{"records": 4, "bytes": 16 << 20})
 	// A killed consumer stays a group member until its session times out; the restarted one
 	// waits for that rebalance. kfake's minimum keeps it short.
 	cfg.Set("receivers.kafka.session_timeout", "6s")
