@@ -139,8 +139,9 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
 	}
-	// The other cluster's stream, and the spans it converts to in-process.
-	want := map[string]bool{}
+	// The other cluster's stream, and the spans it converts to in-process, in order: each span's
+	// diff as one collector makes it.
+	want := map[string]string{}
 	conv := auditconv.New(auditconv.Options{Settings: auditconv.DefaultSettings(), ScopeName: "e2e"})
 	for _, body := range auditconvtest.FixtureBodies(t, "deployment") {
 		resp, err := http.Post(edgeB.AuditURL+"/audit/"+other, "application/json", bytes.NewReader(body))
@@ -157,7 +158,7 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 		}
 		var st auditconv.Stats
 		for _, s := range SpansFromTraces(conv.Convert(other, events, &st)) {
-			want[s.SpanID] = true
+			want[s.SpanID] = diffSummary(s.Attributes, s.Events)
 		}
 	}
 	const outage = 30 * time.Second
@@ -174,23 +175,35 @@ func TestKafkaTiersSurviveAProcessingOutage(t *testing.T) {
 
 	spans := auditSpansIn(t, out)
 	fleet := spans.WithAttr(model.AttrClusterName, other)
-	gotB := map[string]bool{}
+	gotB := map[string]string{}
 	for _, s := range fleet {
-		gotB[s.SpanID] = true
+		gotB[s.SpanID] = diffSummary(s.Attributes, s.Events)
 	}
-	missing, extra := 0, 0
-	for id := range want {
-		if !gotB[id] {
+	missing, extra, otherDiff, diffs := 0, 0, 0, 0
+	for id, d := range want {
+		g, ok := gotB[id]
+		switch {
+		case !ok:
 			missing++
+		case g != d:
+			otherDiff++
+			t.Logf("span %s: diff %q, in order %q", id, g, d)
+		}
+		if strings.Contains(d, "k8s.object.diff.count") {
+			diffs++
 		}
 	}
 	for id := range gotB {
-		if !want[id] {
+		if _, ok := want[id]; !ok {
 			extra++
 		}
 	}
 	Check(t, "the second cluster's spans through the shared topic are the capture's", len(want) > 0 && missing == 0 && extra == 0 && len(fleet) == len(want),
 		"%d spans expected, %d written (%d distinct): %d missing, %d unexpected", len(want), len(fleet), len(gotB), missing, extra)
+	// The backlog is read four messages of a partition at a time; the connector converts them in
+	// offset order, so every diff is the one the capture gives in order.
+	Check(t, "with the diffs of the capture converted in order, four messages of a partition in flight", diffs > 0 && otherDiff == 0,
+		"%d of %d spans differ in their diff (%d spans with a diff)", otherDiff, len(want), diffs)
 	clusters := map[string]map[string]bool{} // trace ID → clusters
 	for _, s := range spans {
 		if clusters[s.TraceID] == nil {
