@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/client"
+	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/kubetrail/kubetrail/internal/auditconv/auditconvtest"
@@ -294,4 +296,40 @@ func TestOffsetOrderKeepsTheDiffsOfMessagesInFlight(t *testing.T) {
 		t.Errorf("diffs skipped: %d out of offset order, %d in it: the scenarios put no object twice in a window", skippedUnordered, skippedOrdered)
 	}
 	t.Logf("diffs skipped: %d in offset order, %d converted in reverse windows", skippedOrdered, skippedUnordered)
+}
+
+// A call refused for want of max_in_flight_bytes takes its turn all the same: the offsets after
+// it go without waiting for its retry, which then comes late, counted.
+func TestOffsetOrderARefusedCallHoldsUpNobody(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	setMaxWait(c.order, time.Millisecond)
+	if err := c.ConsumeLogs(kafkaCtx(context.Background(), 0, 0), plog.NewLogs()); err != nil {
+		t.Fatal(err)
+	}
+	setMaxWait(c.order, time.Minute)
+
+	others := c.inFlight.Max() - 1024
+	if !c.inFlight.Acquire(others) {
+		t.Fatal("could not hold the budget")
+	}
+	refused := logsOf(str([]byte(auditconvtest.EventList("a", "b"))))
+	if err := c.ConsumeLogs(kafkaCtx(context.Background(), 0, 1), refused); err == nil || consumererror.IsPermanent(err) {
+		t.Fatalf("offset 1 while the budget is held: %v, want a retryable error", err)
+	}
+	c.inFlight.Release(others)
+	// With max_wait a minute, offset 2 would hang here had offset 1 kept its place.
+	if err := c.ConsumeLogs(kafkaCtx(context.Background(), 0, 2), logsOf(str([]byte(auditconvtest.EventList("c"))))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConsumeLogs(kafkaCtx(context.Background(), 0, 1), refused); err != nil {
+		t.Fatal(err)
+	}
+	if sink.SpanCount() != 3 {
+		t.Fatalf("%d spans, want 3", sink.SpanCount())
+	}
+	if late, gaps := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipLate),
+		auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipGap); late != 1 || gaps != 0 {
+		t.Fatalf("%d late, %d gaps; want the retry late and no gap", late, gaps)
+	}
 }
