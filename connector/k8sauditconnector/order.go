@@ -43,7 +43,7 @@ type sequencer struct {
 	onSkip  func(ctx context.Context, reason string)
 
 	mu    sync.Mutex
-	parts map[string]*partitionOrder
+	parts map[partitionKey]*partitionOrder
 }
 
 // partitionOrder is what the sequencer knows of one partition.
@@ -63,24 +63,43 @@ type orderTicket struct {
 }
 
 func newSequencer(maxWait time.Duration, now func() time.Time, onSkip func(context.Context, string)) *sequencer {
-	return &sequencer{maxWait: maxWait, now: now, onSkip: onSkip, parts: map[string]*partitionOrder{}}
+	return &sequencer{maxWait: maxWait, now: now, onSkip: onSkip, parts: map[partitionKey]*partitionOrder{}}
 }
 
-// kafkaOffset reads the kafka receiver's record metadata from ctx: its partition's key
-// (topic and partition) and its offset.
-func kafkaOffset(ctx context.Context) (string, int64, bool) {
+// partitionKey names a Kafka partition: its topic (empty when the metadata names none) and number.
+type partitionKey struct {
+	topic     string
+	partition int32
+}
+
+// maxTopicBytes is Kafka's own bound on a topic name: metadata that names a longer one did not
+// come from a Kafka record (an OTLP receiver with include_metadata passes on a client's headers),
+// and is not kept.
+const maxTopicBytes = 249
+
+// kafkaOffset reads the kafka receiver's record metadata from ctx: its partition and offset.
+// Anything else (a value twice, as when a record's own headers repeat a key; a topic longer than
+// Kafka allows; a partition or offset that is no number of Kafka's range) orders nothing.
+func kafkaOffset(ctx context.Context) (partitionKey, int64, bool) {
 	md := client.FromContext(ctx).Metadata
 	topic, partition, offset := md.Get("kafka.topic"), md.Get("kafka.partition"), md.Get("kafka.offset")
 	if len(partition) != 1 || len(offset) != 1 || len(topic) > 1 {
-		return "", 0, false
+		return partitionKey{}, 0, false
 	}
 	o, err := strconv.ParseInt(offset[0], 10, 64)
 	if err != nil || o < 0 {
-		return "", 0, false
+		return partitionKey{}, 0, false
 	}
-	key := partition[0]
+	n, err := strconv.ParseInt(partition[0], 10, 32)
+	if err != nil || n < 0 {
+		return partitionKey{}, 0, false
+	}
+	key := partitionKey{partition: int32(n)}
 	if len(topic) == 1 {
-		key = topic[0] + "\x00" + key
+		if len(topic[0]) > maxTopicBytes {
+			return partitionKey{}, 0, false
+		}
+		key.topic = topic[0]
 	}
 	return key, o, true
 }
@@ -148,7 +167,8 @@ func (s *sequencer) wait(ctx context.Context) orderTicket {
 		}
 		s.mu.Lock()
 		if offset < p.next {
-			// Another call's wait gave this offset up while it slept: it goes now, late.
+			// The same offset was converted by another call while this one slept (a message
+			// delivered twice at once): this one goes now, late.
 			p.waiting = removeSorted(p.waiting, offset)
 			p.signal()
 			s.mu.Unlock()
@@ -182,7 +202,7 @@ func (s *sequencer) done(t orderTicket) {
 }
 
 // partition returns key's state, making it. Callers hold mu.
-func (s *sequencer) partition(key string) *partitionOrder {
+func (s *sequencer) partition(key partitionKey) *partitionOrder {
 	if p, ok := s.parts[key]; ok {
 		return p
 	}

@@ -3,6 +3,7 @@ package k8sauditconnector
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func setMaxWait(s *sequencer, d time.Duration) {
 // awaitWaiting returns once n calls of the partition wait in the sequencer.
 func awaitWaiting(t *testing.T, s *sequencer, partition, n int) {
 	t.Helper()
-	key := testTopic + "\x00" + strconv.Itoa(partition)
+	key := partitionKey{topic: testTopic, partition: int32(partition)}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
 		s.mu.Lock()
 		got := 0
@@ -197,12 +198,16 @@ func TestOffsetOrderLetsACancelledCallGo(t *testing.T) {
 func TestKafkaOffsetReadsTheReceiversMetadata(t *testing.T) {
 	for _, tc := range []struct {
 		md      map[string][]string
-		key     string
+		key     partitionKey
 		offset  int64
 		ordered bool
 	}{
-		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3"}, "kafka.offset": {"42"}}, key: "a\x003", offset: 42, ordered: true},
-		{md: map[string][]string{"kafka.partition": {"3"}, "kafka.offset": {"42"}}, key: "3", offset: 42, ordered: true},
+		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3"}, "kafka.offset": {"42"}}, key: partitionKey{"a", 3}, offset: 42, ordered: true},
+		{md: map[string][]string{"kafka.partition": {"3"}, "kafka.offset": {"42"}}, key: partitionKey{partition: 3}, offset: 42, ordered: true},
+		{md: map[string][]string{"kafka.topic": {strings.Repeat("t", maxTopicBytes+1)}, "kafka.partition": {"3"}, "kafka.offset": {"42"}}},
+		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3", "3"}, "kafka.offset": {"42"}}},
+		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"4294967296"}, "kafka.offset": {"42"}}},
+		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"-1"}, "kafka.offset": {"42"}}},
 		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3"}}},
 		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3"}, "kafka.offset": {"x"}}},
 		{md: map[string][]string{"kafka.topic": {"a"}, "kafka.partition": {"3"}, "kafka.offset": {"-1"}}},
@@ -331,5 +336,45 @@ func TestOffsetOrderARefusedCallHoldsUpNobody(t *testing.T) {
 	if late, gaps := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipLate),
 		auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipGap); late != 1 || gaps != 0 {
 		t.Fatalf("%d late, %d gaps; want the retry late and no gap", late, gaps)
+	}
+}
+
+// Client metadata is also what an OTLP receiver with include_metadata makes of a client's
+// headers, so a sender can name any partition and offset. What it can do with them is bounded:
+// a name Kafka would not allow orders nothing and is not remembered; an offset far ahead of a
+// real partition holds its own call at most max_wait and makes the partition's next calls late
+// (converted at once, counted), and no span is lost.
+func TestOffsetOrderForgedMetadataIsBounded(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	c, tel := newTestConnector(t, sink, nil)
+	forged := client.NewContext(context.Background(), client.Info{Metadata: client.NewMetadata(map[string][]string{
+		"kafka.topic": {strings.Repeat("t", 1<<20)}, "kafka.partition": {"0"}, "kafka.offset": {"1"},
+	})})
+	if err := c.ConsumeLogs(forged, logsOf(str([]byte(auditconvtest.EventList("f"))))); err != nil {
+		t.Fatal(err)
+	}
+	c.order.mu.Lock()
+	kept := len(c.order.parts)
+	c.order.mu.Unlock()
+	if kept != 0 {
+		t.Fatalf("a megabyte topic name was kept: %d partitions", kept)
+	}
+
+	// A real partition, then a forged offset far ahead of it, then the real partition again.
+	setMaxWait(c.order, 10*time.Millisecond)
+	for _, call := range []struct {
+		offset int64
+		event  string
+	}{{0, "a"}, {1 << 40, "x"}, {1, "b"}, {2, "c"}} {
+		if err := c.ConsumeLogs(kafkaCtx(context.Background(), 0, call.offset), logsOf(str([]byte(auditconvtest.EventList(call.event))))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sink.SpanCount() != 5 {
+		t.Fatalf("%d spans, want all 5", sink.SpanCount())
+	}
+	if gaps, late := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipGap),
+		auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipLate); gaps != 1 || late != 2 {
+		t.Fatalf("%d gaps, %d late; want the forged offset's gap and both later calls late", gaps, late)
 	}
 }
