@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/client"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -333,8 +334,7 @@ func TestOffsetOrderARefusedCallHoldsUpNobody(t *testing.T) {
 	if sink.SpanCount() != 3 {
 		t.Fatalf("%d spans, want 3", sink.SpanCount())
 	}
-	if late, gaps := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipLate),
-		auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipGap); late != 1 || gaps != 0 {
+	if gaps, late := orderSkips(t, tel); late != 1 || gaps != 0 {
 		t.Fatalf("%d late, %d gaps; want the retry late and no gap", late, gaps)
 	}
 }
@@ -373,8 +373,14 @@ func TestOffsetOrderForgedMetadataIsBounded(t *testing.T) {
 	if sink.SpanCount() != 5 {
 		t.Fatalf("%d spans, want all 5", sink.SpanCount())
 	}
-	if gaps, late := auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipGap),
-		auditconvtest.MetricSum(t, tel, "otelcol_k8s_audit_offset_order_skips", orderSkipLate); gaps != 1 || late != 2 {
+	if gaps, late := orderSkips(t, tel); gaps != 1 || late != 2 {
 		t.Fatalf("%d gaps, %d late; want the forged offset's gap and both later calls late", gaps, late)
 	}
+}
+
+// orderSkips reads the offset_order_skips counter: gaps given up, and late calls.
+func orderSkips(t *testing.T, tel *componenttest.Telemetry) (gaps, late int64) {
+	t.Helper()
+	const name = "otelcol_k8s_audit_offset_order_skips"
+	return auditconvtest.MetricSum(t, tel, name, orderSkipGap), auditconvtest.MetricSum(t, tel, name, orderSkipLate)
 }
