@@ -73,6 +73,27 @@ func TestMemoryStore(t *testing.T) {
 			t.Fatal("mark survived its deletion")
 		}
 	})
+	t.Run("expired records are reclaimed behind a live one of a longer life", func(t *testing.T) {
+		// A relation lives a day, an assignment its windows, a deleted object's records minutes:
+		// a live record at the least recently used end must not keep the expired ones after it.
+		c := newFakeClock(t0)
+		m := NewMemoryStore(MemoryConfig{MaxEntries: 1 << 20, MaxBytes: 1 << 30}, c.Now, nil)
+		do(t, m, Op{Kind: OpSet, Key: "r:idle", Value: "owner", ExpireAt: t0.Add(24 * time.Hour)})
+		for i := range 1000 {
+			do(t, m, Op{Kind: OpSet, Key: fmt.Sprint("a:", i), Value: "asg", ExpireAt: t0.Add(time.Minute)})
+		}
+		c.Advance(2 * time.Minute)
+		// Half as many operations as the slab has slots walk all of it.
+		for i := range 501 {
+			do(t, m, Op{Kind: OpSet, Key: fmt.Sprint("b:", i), Value: "asg", ExpireAt: c.Now().Add(time.Hour)})
+		}
+		if live := 1 + 501; m.Len() != live || m.bytes != int64(live)*entryOverhead+int64(len("owner")+501*len("asg")) {
+			t.Fatalf("%d records and %d bytes held, want the %d live ones", m.Len(), m.bytes, live)
+		}
+		if got := do(t, m, Op{Kind: OpGet, Key: "r:idle"}); !got[0].Found {
+			t.Fatal("the live record went with the expired ones")
+		}
+	})
 }
 
 func TestRecordEncodingsRoundTrip(t *testing.T) {

@@ -29,6 +29,7 @@ type MemoryStore struct {
 	index  map[memKey]int32
 	chunks []*[chunkSize]memEntry // fixed-size chunks: growing never copies or doubles the slab
 	used   int32                  // entries handed out so far (free ones are reused first)
+	cursor int32                  // the next slot the slab sweep checks (see sweep)
 	free   int32                  // head of the free list threaded through entries[].next, -1 when empty
 	head   int32                  // most recently used, -1 when empty
 	tail   int32                  // least recently used
@@ -55,9 +56,12 @@ type memEntry struct {
 // its share of the hash map's groups and control bytes.
 const entryOverhead = int64(unsafe.Sizeof(memEntry{})) + 32
 
-// sweepPerOp is how many least-recently-used entries each operation checks for expiry, so
-// expired records are reclaimed without a stop-the-world scan.
+// sweepPerOp is how many least-recently-used entries, and how many slots of the slab, each
+// operation checks for expiry, so expired records are reclaimed without a stop-the-world scan.
 const sweepPerOp = 2
+
+// freeSlot marks a slab slot on the free list (prev is -1 for the most recently used entry).
+const freeSlot = -2
 
 // NewMemoryStore returns an empty memory store bounded by cfg. onEvict (may be nil) is told the
 // reason (ReasonMaxEntries, ReasonMaxBytes) of every record pushed out to stay within them.
@@ -238,9 +242,23 @@ func (m *MemoryStore) evict() {
 	}
 }
 
+// sweep reclaims expired records. The least recently used end of the list is where records of
+// one life expire first, but lives differ (an assignment's window, a relation's day, a deleted
+// object's minutes): one live record there would keep every expired record behind it until the
+// bounds pushed it out. So the sweep also walks the slab, n slots an operation, round and round:
+// an expired record is reclaimed within as many operations as half the slots the slab has.
 func (m *MemoryStore) sweep(now int64, n int) {
-	for ; n > 0 && m.tail >= 0 && m.at(m.tail).expire <= now; n-- {
+	for i := n; i > 0 && m.tail >= 0 && m.at(m.tail).expire <= now; i-- {
 		m.remove(m.tail)
+	}
+	for ; n > 0 && m.used > 0; n-- {
+		if m.cursor >= m.used {
+			m.cursor = 0
+		}
+		if e := m.at(m.cursor); e.prev != freeSlot && e.expire <= now {
+			m.remove(m.cursor)
+		}
+		m.cursor++
 	}
 }
 
@@ -277,7 +295,7 @@ func (m *MemoryStore) remove(idx int32) {
 	e := m.at(idx)
 	delete(m.index, e.key)
 	m.bytes -= entryOverhead + int64(len(e.val))
-	*e = memEntry{next: m.free, prev: -1}
+	*e = memEntry{next: m.free, prev: freeSlot}
 	m.free = idx
 }
 
