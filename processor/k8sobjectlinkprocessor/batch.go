@@ -186,13 +186,19 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				// Its strings become ID-map keys and values: bounded as the receivers bound them,
 				// whichever trusted door the span came through.
 				obj.Bound()
+				isAudit := typ.Str() == model.SpanTypeAudit
+				deleted := isAudit && deletedBy(attrs)
 				if obj.UID != "" && obj.Name != "" {
 					// Later spans of a batch are later in time: the last UID seen for a name is
 					// current. The key is built on the stack; it is a string of its own only
 					// when the name is new to the batch or names another object now.
 					var buf [128]byte
-					if k := obj.AppendNameKey(buf[:0]); r.names[string(k)] != obj.UID {
+					k := obj.AppendNameKey(buf[:0])
+					if r.names[string(k)] != obj.UID {
 						r.names[string(k)] = obj.UID
+					}
+					if isAudit {
+						r.sawName(k, deleted)
 					}
 				}
 				it := item{span: s, pos: pos - 1, follow: follow}
@@ -216,6 +222,9 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				it.uidFromName = obj.UID == ""
 				n := r.node(obj, w)
 				n.direct = true
+				if isAudit {
+					n.gone = deleted
+				}
 				n.force = n.force || force
 				if n.deadline.IsZero() || it.deadline.Before(n.deadline) {
 					n.deadline = it.deadline
@@ -290,7 +299,8 @@ func (p *objectLinkProcessor) resolveItems(r *resolver, items []item, jb *joinBa
 	}
 	nDedup := len(r.writes)
 	for name, uid := range r.names {
-		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.NameKey(name), Value: uid, ExpireAt: now.Add(p.cfg.RelationTTL)})
+		_, gone := r.gone[name]
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.NameKey(name), Value: uid, ExpireAt: now.Add(r.relationTTL(gone))})
 	}
 	for _, n := range r.order {
 		if n.direct && !n.obj.Owner.IsZero() {

@@ -57,6 +57,11 @@ type Config struct {
 	// RelationTTL is how long an object → owner relation and a name → UID entry live after they
 	// were last seen. Ownership outlives windows, so this is longer than a window.
 	RelationTTL time.Duration `mapstructure:"relation_ttl"`
+	// RelationTTLAfterDelete is how long they live instead once an audit span shows the object
+	// deleted (a delete the apiserver carried out): long enough for the spans that come after it
+	// (its Events, a retried webhook batch), short enough that a cluster's churn of objects does
+	// not fill the ID map for relation_ttl. At most relation_ttl.
+	RelationTTLAfterDelete time.Duration `mapstructure:"relation_ttl_after_delete"`
 	// DuplicateTTL is how long an audit or Event span's duplicate mark is kept, so that the same
 	// span arriving again (a webhook retry, a Kafka message read again, an Events relist, an
 	// exporter's retry) is recognised and dropped. It bounds how late a redelivery can come, not
@@ -205,12 +210,15 @@ var resourceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Window:       model.DefaultWindow,
-		Grace:        5 * time.Minute,
-		RelationTTL:  24 * time.Hour,
-		DuplicateTTL: defaultDuplicateTTL,
-		OwnerWait:    2 * time.Second,
-		MaxHeldSpans: 10000,
+		Window:      model.DefaultWindow,
+		Grace:       5 * time.Minute,
+		RelationTTL: 24 * time.Hour,
+		// The spans about an object that follow its deletion come within duplicate_ttl's
+		// reasoning: its Events (a relist, 5 minutes), the webhook's and exporters' retries.
+		RelationTTLAfterDelete: 10 * time.Minute,
+		DuplicateTTL:           defaultDuplicateTTL,
+		OwnerWait:              2 * time.Second,
+		MaxHeldSpans:           10000,
 		// About 3 MB of OTLP at the 1.7–2.1 KB a span of the recorded scenarios takes (protobuf,
 		// diffs and snapshots included): within Tempo's default max_bytes_per_trace (5 MB) with
 		// room for the overshoot of one webhook batch per replica, and a trace Jaeger's UI draws.
@@ -242,6 +250,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RelationTTL < c.Window {
 		return fmt.Errorf("relation_ttl (%s) must be at least window (%s): ownership outlives a window", c.RelationTTL, c.Window)
+	}
+	if c.RelationTTLAfterDelete <= 0 || c.RelationTTLAfterDelete > c.RelationTTL {
+		return fmt.Errorf("relation_ttl_after_delete must be positive and at most relation_ttl (%s), got %s", c.RelationTTL, c.RelationTTLAfterDelete)
 	}
 	if c.DuplicateTTL < minDuplicateTTL {
 		return fmt.Errorf("duplicate_ttl must be at least %s (the apiserver's webhook retries take about 81 s), got %s", minDuplicateTTL, c.DuplicateTTL)

@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string // a substring naming the bad key
 	}{
 		{name: "", check: func(t *testing.T, c *Config) {
-			if c.Window != 30*time.Minute || c.DuplicateTTL != 10*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
+			if c.Window != 30*time.Minute || c.DuplicateTTL != 10*time.Minute || c.RelationTTL != 24*time.Hour || c.RelationTTLAfterDelete != 10*time.Minute || c.IDMap.Backend != BackendMemory || c.OwnerLookup.HasValue() || c.OwnerWait != 2*time.Second || c.MaxSpansPerTrace != 1500 ||
 				c.APIServerJoin != (APIServerJoinConfig{Enabled: false, TTL: 2 * time.Minute, MaxEntries: 50000, MaxBytes: 16 << 20}) ||
 				c.TraceContext != (TraceContextConfig{Nest: true, NestFor: time.Hour, FollowTraceState: true, LinkSpans: true}) ||
 				!slices.Equal(c.Doors.Identity.Services, []string{"kubelet"}) || c.Doors.Identity.Cluster != "" ||
@@ -36,7 +36,7 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{name: "redis", check: func(t *testing.T, c *Config) {
 			r := c.IDMap.Redis
-			if c.Window != time.Hour || c.DuplicateTTL != 20*time.Minute || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
+			if c.Window != time.Hour || c.DuplicateTTL != 20*time.Minute || c.RelationTTLAfterDelete != 30*time.Minute || c.IDMap.Backend != BackendRedis || r.Addresses[0] != "redis-0:6379" ||
 				r.KeyPrefix != "prod:" || r.Username != "kubetrail" || string(r.Password) != "s3cret" ||
 				r.Timeout != 250*time.Millisecond || r.TLS.Insecure || r.TLS.CAFile != "/etc/redis/ca.pem" ||
 				c.IDMap.Memory.MaxEntries != 50000 || c.MaxHeldSpans != 500 || c.MaxSpansPerTrace != 4000 ||
@@ -87,6 +87,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "zero_nest_for", wantErr: "trace_context.nest_for must be positive"},
 		{name: "small_trace_bound", wantErr: "max_spans_per_trace must be 0 (no bound) or at least 100, got 50"},
 		{name: "bad_window", wantErr: "window"},
+		{name: "long_relation_ttl_after_delete", wantErr: "relation_ttl_after_delete must be positive and at most relation_ttl (24h0m0s), got 25h0m0s"},
 		{name: "bad_backend", wantErr: "id_map.backend"},
 		{name: "redis_without_addresses", wantErr: "id_map.redis.addresses"},
 		{name: "sentinel_without_master", wantErr: "id_map.redis.sentinel_master_name"},

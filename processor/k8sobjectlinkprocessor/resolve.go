@@ -77,6 +77,7 @@ type node struct {
 	contChecked bool
 
 	direct     bool // activity spans of this batch belong to it
+	gone       bool // its last audit span in the batch deleted it (deletedBy)
 	force      bool // a span of it has waited owner_wait already: no more holding
 	dependents int
 	alias      *node
@@ -139,6 +140,8 @@ type resolver struct {
 	nodes map[nodeID]*node
 	order []*node
 	names map[string]string // name key → UID learned from this batch's spans
+	// gone are the name keys whose last audit span in this batch is a delete (deletedBy).
+	gone map[string]struct{}
 
 	ops     []idmap.Op
 	cbs     []func(*idmap.Op)
@@ -207,6 +210,7 @@ type resolverDeps struct {
 	budget *traceBudget
 
 	window, grace, relationTTL, ownerWait time.Duration
+	relationTTLAfterDelete                time.Duration
 	// markGrafts: trace_context.nest is on, so created assignments mark their derived trace and
 	// object span for the graft check.
 	markGrafts bool
@@ -233,13 +237,15 @@ func (p *objectLinkProcessor) resolverDeps() resolverDeps {
 		grace:       p.cfg.Grace,
 		relationTTL: p.cfg.RelationTTL,
 		ownerWait:   p.cfg.OwnerWait,
-		markGrafts:  p.cfg.TraceContext.Nest,
+
+		relationTTLAfterDelete: p.cfg.RelationTTLAfterDelete,
+		markGrafts:             p.cfg.TraceContext.Nest,
 	}
 }
 
 func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolver {
 	m := resolverMaps.Get().(*batchMaps)
-	return &resolver{deps: deps, ctx: ctx, now: now, nodes: m.nodes, names: m.names, order: m.order}
+	return &resolver{deps: deps, ctx: ctx, now: now, nodes: m.nodes, names: m.names, gone: m.gone, order: m.order}
 }
 
 // batchMaps are a resolver's indexes, kept from batch to batch so that a batch does not grow
@@ -247,11 +253,12 @@ func newResolver(ctx context.Context, deps resolverDeps, now time.Time) *resolve
 type batchMaps struct {
 	nodes map[nodeID]*node
 	names map[string]string
+	gone  map[string]struct{}
 	order []*node
 }
 
 var resolverMaps = sync.Pool{New: func() any {
-	return &batchMaps{nodes: make(map[nodeID]*node), names: make(map[string]string)}
+	return &batchMaps{nodes: make(map[nodeID]*node), names: make(map[string]string), gone: make(map[string]struct{})}
 }}
 
 // maxPooledNodes is the most nodes a batch's indexes may have held and still go back to
@@ -267,9 +274,10 @@ func (r *resolver) release() {
 	}
 	clear(r.nodes)
 	clear(r.names)
+	clear(r.gone)
 	clear(r.order)
-	resolverMaps.Put(&batchMaps{nodes: r.nodes, names: r.names, order: r.order[:0]})
-	r.nodes, r.names, r.order = nil, nil, nil
+	resolverMaps.Put(&batchMaps{nodes: r.nodes, names: r.names, gone: r.gone, order: r.order[:0]})
+	r.nodes, r.names, r.gone, r.order = nil, nil, nil, nil
 }
 
 // node returns the batch's node of obj in window w, creating it.
@@ -737,5 +745,38 @@ func (r *resolver) writeRelation(n *node) {
 		return
 	}
 	r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.RelationKey(n.id.key), Value: idmap.EncodeOwner(n.obj.Owner),
-		ExpireAt: r.now.Add(r.deps.relationTTL)})
+		ExpireAt: r.now.Add(r.relationTTL(n.gone))})
+}
+
+// relationTTL is the life a relation or name index record gets from a sighting: relation_ttl, or
+// relation_ttl_after_delete when the sighting was the object's deletion.
+func (r *resolver) relationTTL(gone bool) time.Duration {
+	if gone {
+		return r.deps.relationTTLAfterDelete
+	}
+	return r.deps.relationTTL
+}
+
+// sawName notes whether an audit span of the object named by the name key k deleted it: the
+// batch's last audit span of a name decides its name index record's life.
+func (r *resolver) sawName(k []byte, deleted bool) {
+	if deleted {
+		r.gone[string(k)] = struct{}{}
+	} else if len(r.gone) > 0 {
+		delete(r.gone, string(k))
+	}
+}
+
+// deletedBy says whether an audit span is a delete the apiserver carried out: the object is gone
+// or going (a graceful delete, finalizers), and what the ID map keeps of it needs to outlive it
+// only by relation_ttl_after_delete. A later write of a still-present object keeps it longer again.
+func deletedBy(attrs pcommon.Map) bool {
+	if v, ok := attrs.Get(model.AttrAuditVerb); !ok || v.Str() != "delete" {
+		return false
+	}
+	if _, ok := attrs.Get(model.AttrAuditSubresource); ok {
+		return false
+	}
+	code, ok := attrs.Get(model.AttrHTTPStatusCode)
+	return ok && code.Int() >= 200 && code.Int() < 300
 }

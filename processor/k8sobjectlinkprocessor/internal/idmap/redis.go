@@ -170,8 +170,9 @@ func (s *RedisStore) Do(ctx context.Context, ops []Op) error {
 				continue
 			}
 		case OpSet:
-			// A refresh is only worth a write once half of the record's life is gone.
-			if v, exp, ok := s.cache.peek(op.Key); ok && v == op.Value && exp.Sub(now) > op.ExpireAt.Sub(now)/2 {
+			// A refresh is only worth a write once half of the record's life is gone; a write
+			// that shortens it (a deleted object's relation) always goes.
+			if v, exp, ok := s.cache.peek(op.Key); ok && v == op.Value && exp.Sub(now) > op.ExpireAt.Sub(now)/2 && !exp.After(op.ExpireAt) {
 				op.Found = true
 				s.recent.add(op.Key, v, exp)
 				continue
