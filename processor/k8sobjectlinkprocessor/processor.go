@@ -140,6 +140,9 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces, clk
 		tel.K8sObjectLinkIDMapEvictions.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 	mem := idmap.NewMemoryStore(cfg.IDMap.Memory, clk.Now, evicted)
+	if err := registerIDMapSize(tel, mem); err != nil {
+		return nil, err
+	}
 	if cfg.MaxSpansPerTrace > 0 {
 		p.budget = newTraceBudget(cfg.MaxSpansPerTrace, cfg.Window, func(d int64) {
 			tel.K8sObjectLinkTraceCounts.Add(context.Background(), d)
@@ -270,6 +273,7 @@ func (p *objectLinkProcessor) Shutdown(ctx context.Context) error {
 	if p.store != nil {
 		err = errors.Join(err, p.store.Close(ctx))
 		p.store = nil
+		p.tel.Shutdown() // the ID map's gauges
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/metadata"
 )
 
@@ -93,4 +94,21 @@ func (t idMapTelemetry) RedisRoundTrip(ctx context.Context, took time.Duration) 
 
 func (t idMapTelemetry) RedisReconciled(result string) {
 	t.tel.K8sObjectLinkRedisReconciled.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrResult, result)))
+}
+
+// registerIDMapSize reports the in-memory ID map's records and estimated bytes (the memory
+// backend, or the cache in front of Redis) as gauges, read when the metrics are collected.
+func registerIDMapSize(tel *metadata.TelemetryBuilder, mem *idmap.MemoryStore) error {
+	if err := tel.RegisterK8sObjectLinkIDMapRecordsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		n, _ := mem.Size()
+		o.Observe(int64(n))
+		return nil
+	}); err != nil {
+		return err
+	}
+	return tel.RegisterK8sObjectLinkIDMapBytesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		_, b := mem.Size()
+		o.Observe(b)
+		return nil
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 func TestOwnTelemetryCountsWhatHappened(t *testing.T) {
@@ -84,5 +86,35 @@ func TestTheHeldSpansGaugeReturnsToZeroAfterARefusedRelease(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the held spans gauge must be reported")
+	}
+}
+
+// The ID map's gauges say what its bounds measure, read when the metrics are collected.
+func TestTheIDMapGaugesReadTheMemoryStore(t *testing.T) {
+	sink := new(consumertest.TracesSink)
+	h, reader := newMeteredHarness(t, memoryConfig(), newFakeClock(t0), sink, sink)
+	h.consume(audit(deploy, "a", t0.Add(time.Second)), audit(rsA, "b", t0.Add(time.Second)), audit(podA1, "c", t0.Add(time.Second)))
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	gauge := func(name string) int64 {
+		t.Helper()
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == name {
+					return m.Data.(metricdata.Gauge[int64]).DataPoints[0].Value
+				}
+			}
+		}
+		t.Fatalf("no %s", name)
+		return 0
+	}
+	records, bytes := h.p.store.(*idmap.MemoryStore).Size()
+	// Three assignments and graft marks, two relations, three name entries at least.
+	if records < 8 || gauge("otelcol_k8s_object_link_id_map_records") != int64(records) || gauge("otelcol_k8s_object_link_id_map_bytes") != bytes {
+		t.Fatalf("gauges %d records, %d bytes; the store holds %d, %d",
+			gauge("otelcol_k8s_object_link_id_map_records"), gauge("otelcol_k8s_object_link_id_map_bytes"), records, bytes)
 	}
 }

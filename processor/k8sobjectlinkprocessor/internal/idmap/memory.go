@@ -306,6 +306,14 @@ func (m *MemoryStore) Len() int {
 	return len(m.index) + m.dedup.count
 }
 
+// Size is the number of records held and their estimated bytes, duplicate marks apart: what
+// max_entries and max_bytes bound (expired records not swept yet included).
+func (m *MemoryStore) Size() (records int, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.index), m.bytes
+}
+
 // Record is a record as Records returns it: keys are kept as hashes, so they are not.
 type Record struct {
 	Value  string

@@ -3,10 +3,12 @@
 package metadata
 
 import (
+	"context"
 	"errors"
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/embedded"
 	"go.opentelemetry.io/otel/trace"
 
 	"go.opentelemetry.io/collector/component"
@@ -30,7 +32,9 @@ type TelemetryBuilder struct {
 	K8sObjectLinkApiserverJoins            metric.Int64Counter
 	K8sObjectLinkAssignments               metric.Int64Counter
 	K8sObjectLinkHeldSpans                 metric.Int64UpDownCounter
+	K8sObjectLinkIDMapBytes                metric.Int64ObservableGauge
 	K8sObjectLinkIDMapEvictions            metric.Int64Counter
+	K8sObjectLinkIDMapRecords              metric.Int64ObservableGauge
 	K8sObjectLinkObjectSpansEmitted        metric.Int64Counter
 	K8sObjectLinkOwnerLookups              metric.Int64Counter
 	K8sObjectLinkPendingMarks              metric.Int64Counter
@@ -63,6 +67,46 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterK8sObjectLinkIDMapBytesCallback sets callback for observable K8sObjectLinkIDMapBytes metric.
+func (builder *TelemetryBuilder) RegisterK8sObjectLinkIDMapBytesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.K8sObjectLinkIDMapBytes, obs: o})
+		return nil
+	}, builder.K8sObjectLinkIDMapBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterK8sObjectLinkIDMapRecordsCallback sets callback for observable K8sObjectLinkIDMapRecords metric.
+func (builder *TelemetryBuilder) RegisterK8sObjectLinkIDMapRecordsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.K8sObjectLinkIDMapRecords, obs: o})
+		return nil
+	}, builder.K8sObjectLinkIDMapRecords)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+type observerInt64 struct {
+	embedded.Int64Observer
+	inst metric.Int64Observable
+	obs  metric.Observer
+}
+
+func (oi *observerInt64) Observe(value int64, opts ...metric.ObserveOption) {
+	oi.obs.ObserveInt64(oi.inst, value, opts...)
 }
 
 // Shutdown unregister all registered callbacks for async instruments.
@@ -107,10 +151,22 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkIDMapBytes, err = builder.meter.Int64ObservableGauge(
+		"otelcol_k8s_object_link_id_map_bytes",
+		metric.WithDescription("Estimated bytes of the in-memory ID map's records, duplicate marks apart: what id_map.memory.max_bytes bounds. [Alpha]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapEvictions, err = builder.meter.Int64Counter(
 		"otelcol_k8s_object_link_id_map_evictions",
 		metric.WithDescription("In-memory ID map entries evicted before their TTL, by reason: max_entries, max_bytes. [Alpha]"),
 		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkIDMapRecords, err = builder.meter.Int64ObservableGauge(
+		"otelcol_k8s_object_link_id_map_records",
+		metric.WithDescription("Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]"),
+		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkObjectSpansEmitted, err = builder.meter.Int64Counter(

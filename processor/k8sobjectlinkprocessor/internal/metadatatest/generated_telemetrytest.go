@@ -85,6 +85,20 @@ func AssertEqualK8sObjectLinkHeldSpans(t *testing.T, tt *componenttest.Telemetry
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualK8sObjectLinkIDMapBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_id_map_bytes",
+		Description: "Estimated bytes of the in-memory ID map's records, duplicate marks apart: what id_map.memory.max_bytes bounds. [Alpha]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_id_map_bytes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualK8sObjectLinkIDMapEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_id_map_evictions",
@@ -97,6 +111,20 @@ func AssertEqualK8sObjectLinkIDMapEvictions(t *testing.T, tt *componenttest.Tele
 		},
 	}
 	got, err := tt.GetMetric("otelcol_k8s_object_link_id_map_evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualK8sObjectLinkIDMapRecords(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_k8s_object_link_id_map_records",
+		Description: "Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]",
+		Unit:        "{record}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_k8s_object_link_id_map_records")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
