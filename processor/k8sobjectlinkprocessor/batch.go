@@ -186,8 +186,12 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				// Its strings become ID-map keys and values: bounded as the receivers bound them,
 				// whichever trusted door the span came through.
 				obj.Bound()
-				isAudit := typ.Str() == model.SpanTypeAudit
-				deleted := isAudit && deletedBy(attrs)
+				// A write the apiserver carried out says whether the object is still there; a
+				// refused one (the kubelet's second delete of a Pod, answered 404) says nothing.
+				var carriedOut, deleted bool
+				if typ.Str() == model.SpanTypeAudit {
+					carriedOut, deleted = auditOutcome(attrs)
+				}
 				if obj.UID != "" && obj.Name != "" {
 					// Later spans of a batch are later in time: the last UID seen for a name is
 					// current. The key is built on the stack; it is a string of its own only
@@ -197,7 +201,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 					if r.names[string(k)] != obj.UID {
 						r.names[string(k)] = obj.UID
 					}
-					if isAudit {
+					if carriedOut {
 						r.sawName(k, deleted)
 					}
 				}
@@ -222,7 +226,7 @@ func (p *objectLinkProcessor) collectItems(ctx context.Context, r *resolver, td 
 				it.uidFromName = obj.UID == ""
 				n := r.node(obj, w)
 				n.direct = true
-				if isAudit {
+				if carriedOut {
 					n.gone = deleted
 				}
 				n.force = n.force || force

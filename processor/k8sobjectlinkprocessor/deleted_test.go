@@ -21,8 +21,8 @@ func request(a activity, verb string, code int64) activity {
 }
 
 // A deleted object's relation and name index records live relation_ttl_after_delete after the
-// delete; a delete the apiserver refused, or a later write of an object still there (finalizers,
-// a graceful delete), keeps them relation_ttl.
+// delete, whatever refused request follows it; a delete the apiserver refused, or a later write
+// of an object still there (finalizers, a graceful delete), keeps them relation_ttl.
 func TestADeletedObjectsRecordsLiveRelationTTLAfterDelete(t *testing.T) {
 	backends(t, func(t *testing.T, cfg func() *Config) {
 		now := time.Now()
@@ -32,6 +32,8 @@ func TestADeletedObjectsRecordsLiveRelationTTLAfterDelete(t *testing.T) {
 		h.consume(
 			request(audit(podA1, "delete-a", now.Add(time.Second)), "delete", 200),
 			request(audit(podB1, "delete-b", now.Add(time.Second)), "delete", 403),
+			// The kubelet's second delete of a Pod already gone: refused, it changes nothing.
+			request(audit(withoutOwner(withoutUID(podA1)), "delete-a-again", now.Add(time.Second)), "delete", 404),
 		)
 		life := func(value string) time.Duration {
 			t.Helper()

@@ -77,7 +77,7 @@ type node struct {
 	contChecked bool
 
 	direct     bool // activity spans of this batch belong to it
-	gone       bool // its last audit span in the batch deleted it (deletedBy)
+	gone       bool // its last audit span in the batch carried out deleted it (auditOutcome)
 	force      bool // a span of it has waited owner_wait already: no more holding
 	dependents int
 	alias      *node
@@ -140,7 +140,8 @@ type resolver struct {
 	nodes map[nodeID]*node
 	order []*node
 	names map[string]string // name key → UID learned from this batch's spans
-	// gone are the name keys whose last audit span in this batch is a delete (deletedBy).
+	// gone are the name keys whose last audit span carried out in this batch is a delete
+	// (auditOutcome).
 	gone map[string]struct{}
 
 	ops     []idmap.Op
@@ -757,8 +758,8 @@ func (r *resolver) relationTTL(gone bool) time.Duration {
 	return r.deps.relationTTL
 }
 
-// sawName notes whether an audit span of the object named by the name key k deleted it: the
-// batch's last audit span of a name decides its name index record's life.
+// sawName notes whether an audit span carried out on the object named by the name key k deleted
+// it: the batch's last such span of a name decides its name index record's life.
 func (r *resolver) sawName(k []byte, deleted bool) {
 	if deleted {
 		r.gone[string(k)] = struct{}{}
@@ -767,16 +768,18 @@ func (r *resolver) sawName(k []byte, deleted bool) {
 	}
 }
 
-// deletedBy says whether an audit span is a delete the apiserver carried out: the object is gone
-// or going (a graceful delete, finalizers), and what the ID map keeps of it needs to outlive it
-// only by relation_ttl_after_delete. A later write of a still-present object keeps it longer again.
-func deletedBy(attrs pcommon.Map) bool {
-	if v, ok := attrs.Get(model.AttrAuditVerb); !ok || v.Str() != "delete" {
-		return false
-	}
-	if _, ok := attrs.Get(model.AttrAuditSubresource); ok {
-		return false
-	}
+// auditOutcome says whether the apiserver carried out an audit span's request (a 2xx answer) and
+// whether that request deleted the object: it is gone or going (a graceful delete, finalizers),
+// and what the ID map keeps of it needs to outlive it only by relation_ttl_after_delete. A later
+// write carried out on an object still there keeps it longer again.
+func auditOutcome(attrs pcommon.Map) (carriedOut, deleted bool) {
 	code, ok := attrs.Get(model.AttrHTTPStatusCode)
-	return ok && code.Int() >= 200 && code.Int() < 300
+	if !ok || code.Int() < 200 || code.Int() >= 300 {
+		return false, false
+	}
+	if v, ok := attrs.Get(model.AttrAuditVerb); !ok || v.Str() != "delete" {
+		return true, false
+	}
+	_, sub := attrs.Get(model.AttrAuditSubresource)
+	return true, !sub
 }
