@@ -76,7 +76,7 @@ func TestTheIDMapOfAChurningClusterLevelsOff(t *testing.T) {
 		p.Name, p.UID = fmt.Sprintf("demo-a-%05d", i), fmt.Sprintf("pod-%05d", i)
 		return p
 	}
-	held := make([]int, 0, minutes)
+	held, grafts := make([]int, 0, minutes), make([]int, 0, minutes)
 	for m := range minutes {
 		at := clk.Now()
 		var acts []activity
@@ -88,18 +88,25 @@ func TestTheIDMapOfAChurningClusterLevelsOff(t *testing.T) {
 			}
 		}
 		h.consume(acts...)
-		records, _ := h.p.store.(*idmap.MemoryStore).Records()
-		held = append(held, len(records))
+		records, _ := h.p.store.(*idmap.MemoryStore).Size()
+		_, graft := h.p.store.(*idmap.MemoryStore).Marks()
+		held = append(held, records)
+		grafts = append(grafts, graft)
 		clk.Advance(time.Minute)
 	}
-	// Per Pod: its window's assignment and graft mark (trace_context.nest), at most two windows
-	// and grace, 65 minutes; its relation and name, relation_ttl_after_delete once deleted; and
-	// what the sweep has yet to reach.
-	maxHeld := perMinute * (2*65 + 2*int(afterDelete/time.Minute) + 25)
-	t.Logf("records held after 1 h %d, 2 h %d, 3 h %d, 4 h %d (%d Pods, at most %d expected)",
-		held[59], held[119], held[179], held[239], perMinute*minutes, maxHeld)
+	// Per Pod: its window's assignment, at most two windows and grace, 65 minutes; its relation
+	// and name, relation_ttl_after_delete once deleted; and what the sweep has yet to reach. Its
+	// object span's graft mark (trace_context.nest) lives as long as the assignment, in a set of
+	// its own, up to an eighth longer (a generation).
+	maxHeld := perMinute * (65 + 2*int(afterDelete/time.Minute) + 25)
+	maxGrafts := perMinute * (65 + 65/8 + 1)
+	t.Logf("records held after 1 h %d, 2 h %d, 3 h %d, 4 h %d (%d Pods, at most %d expected); graft marks %d, %d, %d, %d (at most %d)",
+		held[59], held[119], held[179], held[239], perMinute*minutes, maxHeld, grafts[59], grafts[119], grafts[179], grafts[239], maxGrafts)
 	if held[239] > maxHeld || held[179] > maxHeld {
 		t.Fatalf("%d records held after 4 h (%d after 3 h), want at most %d", held[239], held[179], maxHeld)
+	}
+	if grafts[239] > maxGrafts || grafts[179] > maxGrafts {
+		t.Fatalf("%d graft marks held after 4 h (%d after 3 h), want at most %d", grafts[239], grafts[179], maxGrafts)
 	}
 
 	h.sink.Reset()

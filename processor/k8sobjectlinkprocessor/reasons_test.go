@@ -16,6 +16,7 @@ var recordedValues = map[string][]string{
 	"join_source":          {sourceMemory, sourceRedis},
 	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused, reasonUntrustedClaim},
 	"mark_result":          {resultTakenOver, resultUnconfirmed},
+	"mark_kind":            {kindDuplicate, kindGraft},
 	"untrusted_result":     {resultFollowed, resultPassed, resultWaiting, resultLinked},
 	"continued_span":       {spanActivity, spanContinuation},
 	"trace_state_result":   {resultFollowed, resultInvalid},
@@ -29,12 +30,12 @@ var recordedValues = map[string][]string{
 // ID map's) and metadata.yaml's enums (and so documentation.md) in step.
 func TestAttributeValuesMatchMetadata(t *testing.T) {
 	enumtest.Check(t, "metadata.yaml", recordedValues)
-	isKey := map[string]bool{attrResult: true, attrSource: true, attrReason: true, attrSpan: true}
+	isKey := map[string]bool{attrResult: true, attrSource: true, attrReason: true, attrSpan: true, attrKind: true}
 	consts := enumtest.StringConsts(t, "telemetry.go")
 	enumtest.Declared(t, "telemetry.go", func(name string) bool { return !isKey[consts[name]] }, recordedValues)
 	enumtest.Declared(t, "internal/idmap/telemetry.go", func(string) bool { return true }, recordedValues)
 	var calls []enumtest.Call
-	for _, key := range []string{"attrResult", "attrSource", "attrReason", "attrSpan"} {
+	for _, key := range []string{"attrResult", "attrSource", "attrReason", "attrSpan", "attrKind"} {
 		calls = append(calls, enumtest.Call{Func: "String", Arg: 1, Key: key})
 	}
 	calls = append(calls, enumtest.Call{Func: "countGuests", Arg: 1}, enumtest.Call{Func: "metricSource"}, enumtest.Call{Func: "onEvict"},

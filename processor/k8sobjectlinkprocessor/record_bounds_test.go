@@ -65,7 +65,7 @@ func (h *harness) records() []idMapRecord {
 		out = append(out, idMapRecord{value: r.Value, expire: r.Expire})
 	}
 	for range marks {
-		out = append(out, idMapRecord{value: "(duplicate mark)"})
+		out = append(out, idMapRecord{value: "(duplicate or graft mark)"})
 	}
 	return out
 }

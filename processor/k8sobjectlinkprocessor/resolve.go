@@ -601,13 +601,13 @@ func (r *resolver) create(n *node) {
 	if r.deps.markGrafts {
 		// The object span is kubetrail's, and so is a root's derived trace (an owned object's
 		// holds none of its spans): a trace context that names either nests nothing
-		// (trace_context.go, graftTraceKey). Written by every candidate (same values whoever
+		// (idmap.GraftTraceKey). Written by every candidate (same values whoever
 		// wins), with the assignment's round trip and life.
 		exp := r.asgExpiry(n.window)
 		if n.root || n.owner == nil {
-			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
+			r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.GraftTraceKey(model.ObjectTraceID(n.id.key, n.window)), ExpireAt: exp})
 		}
-		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: graftSpanKey(cand.SpanID), ExpireAt: exp})
+		r.writes = append(r.writes, idmap.Op{Kind: idmap.OpSet, Key: idmap.GraftSpanKey(cand.SpanID), ExpireAt: exp})
 	}
 	r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.AssignmentKey(n.id.key, n.window), Value: cand.Encode(), ExpireAt: r.asgExpiry(n.window)},
 		func(op *idmap.Op) {

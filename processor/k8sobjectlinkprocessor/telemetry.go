@@ -19,6 +19,7 @@ const (
 	attrSource = "source" // owner look-ups: relation|apiserver; apiserver joins: memory|redis
 	attrReason = "reason" // every drop, release, eviction or error says why
 	attrSpan   = "span"   // trace continuations: activity|continuation
+	attrKind   = "kind"   // ID map marks: duplicate|graft
 )
 
 // The values of those attributes, per attribute of metadata.yaml. A value added here belongs in
@@ -45,6 +46,10 @@ const (
 	// trace_state_result (otelcol_k8s_object_link_trace_state_spans)
 	resultFollowed = "followed"
 	resultInvalid  = "invalid" // the kubetrail member did not decode
+
+	// mark_kind (otelcol_k8s_object_link_id_map_marks)
+	kindDuplicate = "duplicate"
+	kindGraft     = "graft"
 
 	// continued_span (otelcol_k8s_object_link_trace_continuations)
 	spanActivity     = "activity"
@@ -97,11 +102,20 @@ func (t idMapTelemetry) RedisReconciled(result string) {
 }
 
 // registerIDMapSize reports the in-memory ID map's records and estimated bytes (the memory
-// backend, or the cache in front of Redis) as gauges, read when the metrics are collected.
+// backend, or the cache in front of Redis) and its marks as gauges, read when the metrics are
+// collected.
 func registerIDMapSize(tel *metadata.TelemetryBuilder, mem *idmap.MemoryStore) error {
 	if err := tel.RegisterK8sObjectLinkIDMapRecordsCallback(func(_ context.Context, o metric.Int64Observer) error {
 		n, _ := mem.Size()
 		o.Observe(int64(n))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := tel.RegisterK8sObjectLinkIDMapMarksCallback(func(_ context.Context, o metric.Int64Observer) error {
+		duplicate, graft := mem.Marks()
+		o.Observe(int64(duplicate), metric.WithAttributes(attribute.String(attrKind, kindDuplicate)))
+		o.Observe(int64(graft), metric.WithAttributes(attribute.String(attrKind, kindGraft)))
 		return nil
 	}); err != nil {
 		return err

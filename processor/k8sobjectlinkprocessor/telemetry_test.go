@@ -99,22 +99,34 @@ func TestTheIDMapGaugesReadTheMemoryStore(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	gauge := func(name string) int64 {
+	gauge := func(name string, attrs ...attribute.KeyValue) int64 {
 		t.Helper()
+		want := attribute.NewSet(attrs...)
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
-				if m.Name == name {
-					return m.Data.(metricdata.Gauge[int64]).DataPoints[0].Value
+				if m.Name != name {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					if dp.Attributes.Equals(&want) {
+						return dp.Value
+					}
 				}
 			}
 		}
-		t.Fatalf("no %s", name)
+		t.Fatalf("no %s %v", name, attrs)
 		return 0
 	}
 	records, bytes := h.p.store.(*idmap.MemoryStore).Size()
-	// Three assignments and graft marks, two relations, three name entries at least.
+	// Three assignments, two relations, three name entries at least.
 	if records < 8 || gauge("otelcol_k8s_object_link_id_map_records") != int64(records) || gauge("otelcol_k8s_object_link_id_map_bytes") != bytes {
 		t.Fatalf("gauges %d records, %d bytes; the store holds %d, %d",
 			gauge("otelcol_k8s_object_link_id_map_records"), gauge("otelcol_k8s_object_link_id_map_bytes"), records, bytes)
+	}
+	// A duplicate mark per activity span; a graft mark per object span and the root's derived trace.
+	duplicate := gauge("otelcol_k8s_object_link_id_map_marks", attribute.String(attrKind, kindDuplicate))
+	graft := gauge("otelcol_k8s_object_link_id_map_marks", attribute.String(attrKind, kindGraft))
+	if duplicate != 3 || graft != 4 {
+		t.Fatalf("gauges %d duplicate and %d graft marks, want 3 and 4", duplicate, graft)
 	}
 }

@@ -68,15 +68,11 @@ func decodeFirstSeen(s string) (time.Time, bool) {
 // object could name another object's derived trace and object span (both follow from the cluster
 // name, the UID and the window) and have the window placed inside that object's tree, spending
 // its trace's span budget. Every created assignment therefore marks its object span, and a root's
-// also its derived trace, in the ID map ("g:" records, the assignment's life), and a context that
+// also its derived trace, in the ID map (idmap.GraftTraceKey, the assignment's life), and a context that
 // names a marked trace or span, or one of the batch's own objects, does not nest: its window gets
 // a trace of its own and links to the context. The annotated write may still nest in any trace
 // no object of the ID map owns (a CI step's, or an object's derived trace of a window the ID map
 // has not seen yet): docs/security.md, Doors, says what remains.
-
-// graftTraceKey and graftSpanKey are the marks of an object's derived trace and object span.
-func graftTraceKey(id pcommon.TraceID) string { return "g:" + string(id[:]) }
-func graftSpanKey(id pcommon.SpanID) string   { return "g:" + string(id[:]) }
 
 // contextRecordLife is how long the first sight of a context is remembered: past it, a context
 // still on an object would nest one window again.
@@ -138,7 +134,7 @@ type nodeContext struct {
 	tc    model.TraceContext
 	start time.Time
 	fresh bool
-	// graft: the context names a trace or span of an object (graftTraceKey): it never nests.
+	// graft: the context names a trace or span of an object (idmap.GraftTraceKey): it never nests.
 	graft bool
 }
 
@@ -199,7 +195,7 @@ func (p *objectLinkProcessor) queueContexts(r *resolver) {
 		var sid [16]byte
 		copy(sid[:], c.tc.SpanID[:])
 		c.graft = batchIDs[c.tc.TraceID] || batchIDs[sid]
-		for _, key := range [...]string{graftTraceKey(c.tc.TraceID), graftSpanKey(c.tc.SpanID)} {
+		for _, key := range [...]string{idmap.GraftTraceKey(c.tc.TraceID), idmap.GraftSpanKey(c.tc.SpanID)} {
 			r.queue(idmap.Op{Kind: idmap.OpGet, Key: key}, func(op *idmap.Op) {
 				if op.Found {
 					c.graft = true

@@ -70,10 +70,10 @@ type Store interface {
 var ErrClosed = errors.New("id map closed")
 
 // Record keys. One letter per record type keeps keys short in Redis and in memory. The stores
-// treat some records apart (duplicate marks in memory, the name index and the records written
-// back after a loss in Redis), so those letters are this package's; the processor adds records
-// of its own under other letters (e: continuation spans emitted, g: grafts, j: apiserver joins, k: linked traces, t: trace contexts), which the
-// stores keep like any other.
+// treat some records apart (duplicate and graft marks in memory, the name index and the records
+// written back after a loss in Redis), so those letters are this package's; the processor adds
+// records of its own under other letters (e: continuation spans emitted, j: apiserver joins, k:
+// linked traces, t: trace contexts), which the stores keep like any other.
 
 // AssignmentKey is the record of an object's assignment in one window.
 func AssignmentKey(key model.Key, window time.Time) string {
@@ -88,6 +88,15 @@ func NameKey(nameKey string) string { return "n:" + nameKey }
 
 // DedupKey is the duplicate mark of an activity span.
 func DedupKey(id pcommon.SpanID) string { return "d:" + string(id[:]) }
+
+// GraftTraceKey and GraftSpanKey are the graft marks of an object's derived trace and of its
+// object span (the processor's trace contexts: a context that names a marked ID never nests).
+// Like duplicate marks they carry no value, one or two per assignment, so the memory store keeps
+// them apart from its LRU too.
+func GraftTraceKey(id pcommon.TraceID) string { return "g:" + string(id[:]) }
+
+// GraftSpanKey is the graft mark of an object span (see GraftTraceKey).
+func GraftSpanKey(id pcommon.SpanID) string { return "g:" + string(id[:]) }
 
 // SpanCountKey is the counter of the spans put in a trace (max_spans_per_trace).
 func SpanCountKey(id pcommon.TraceID) string { return "c:" + string(id[:]) }

@@ -169,6 +169,62 @@ func TestDuplicateMarksInMemory(t *testing.T) {
 	})
 }
 
+func TestGraftMarksInMemory(t *testing.T) {
+	c := newFakeClock(t0)
+	evicted := 0
+	m := NewMemoryStore(MemoryConfig{MaxEntries: 40, MaxBytes: 1 << 20}, c.Now, func(string) { evicted++ })
+	do := func(ops ...Op) []Op {
+		t.Helper()
+		if err := m.Do(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+	trace := func(i int) string {
+		return GraftTraceKey(pcommon.TraceID{byte(i), byte(i >> 8), 9, 9, 9, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8})
+	}
+	span := func(i int) string { return GraftSpanKey(pcommon.SpanID{byte(i), byte(i >> 8), 9, 9, 9, 9, 9, 9}) }
+	ttl := 65 * time.Minute
+	do(Op{Kind: OpSet, Key: "a:assignment", Value: "x", ExpireAt: t0.Add(24 * time.Hour)})
+	// Twenty assignments' marks: twenty derived traces and twenty object spans, as OpSet writes
+	// them (resolve.go).
+	for i := range 20 {
+		do(Op{Kind: OpSet, Key: trace(i), ExpireAt: c.Now().Add(ttl)}, Op{Kind: OpSet, Key: span(i), ExpireAt: c.Now().Add(ttl)})
+	}
+	records, _ := m.Size()
+	if duplicate, graft := m.Marks(); records != 1 || graft != 40 || duplicate != 0 || evicted != 0 {
+		t.Fatalf("%d records, %d graft and %d duplicate marks, %d evicted: want the assignment alone in the LRU and 40 graft marks", records, graft, duplicate, evicted)
+	}
+	got := do(Op{Kind: OpGet, Key: trace(3)}, Op{Kind: OpGet, Key: span(3)}, Op{Kind: OpGet, Key: trace(20)}, Op{Kind: OpGet, Key: span(20)},
+		// The second half of a marked trace ID, as a span ID, is not marked.
+		Op{Kind: OpGet, Key: GraftSpanKey(pcommon.SpanID{1, 2, 3, 4, 5, 6, 7, 8})})
+	if !got[0].Found || !got[1].Found || got[2].Found || got[3].Found || got[4].Found || got[0].Value != "" {
+		t.Fatalf("marked found: %v %v; unmarked found: %v %v %v", got[0].Found, got[1].Found, got[2].Found, got[3].Found, got[4].Found)
+	}
+	if v, _, ok := m.peek(span(3)); !ok || v != "" {
+		t.Fatal("the cache in front of Redis must answer a graft mark")
+	}
+	// More marks than max_entries: the oldest generations go, the LRU's records stay.
+	for i := 20; i < 60; i++ {
+		c.Advance(time.Minute)
+		do(Op{Kind: OpSet, Key: span(i), ExpireAt: c.Now().Add(ttl)})
+	}
+	if _, graft := m.Marks(); graft > 40 || evicted == 0 {
+		t.Fatalf("graft marks must stay within max_entries: %d held, %d evicted", graft, evicted)
+	}
+	if !do(Op{Kind: OpGet, Key: "a:assignment"})[0].Found || !do(Op{Kind: OpGet, Key: span(59)})[0].Found {
+		t.Fatal("the assignment and the newest mark must survive")
+	}
+	// Past their life (and the eighth a generation may add), marks are gone.
+	c.Advance(ttl + ttl/dedupGenerations + time.Minute)
+	if do(Op{Kind: OpGet, Key: span(59)})[0].Found {
+		t.Fatal("a graft mark must be gone after its life")
+	}
+	if _, graft := m.Marks(); graft != 0 {
+		t.Fatalf("%d graft marks held after all expired", graft)
+	}
+}
+
 func TestABurstOfDuplicateMarksWithinOneGenerationStaysWithinMaxEntries(t *testing.T) {
 	// 10k spans/s for the few minutes of one generation are millions of marks: the bound must
 	// hold inside a generation too, not only once a second one begins.

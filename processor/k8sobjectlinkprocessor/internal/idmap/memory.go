@@ -2,6 +2,7 @@ package idmap
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
@@ -36,6 +37,7 @@ type MemoryStore struct {
 	bytes  int64
 	closed bool
 	dedup  dedupSet // duplicate marks, kept apart (see dedupSet)
+	grafts dedupSet // graft marks, kept apart the same way (see marks)
 }
 
 type memKey [16]byte
@@ -78,6 +80,7 @@ func NewMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(reason 
 		seed2:      maphash.MakeSeed(),
 		index:      make(map[memKey]int32),
 		dedup:      dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
+		grafts:     dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
 		free:       -1,
 		head:       -1,
 		tail:       -1,
@@ -110,8 +113,8 @@ func (m *MemoryStore) Do(_ context.Context, ops []Op) error {
 }
 
 func (m *MemoryStore) apply(op *Op, now int64) {
-	if id, ok := dedupID(op.Key); ok {
-		m.applyDedup(op, id, now)
+	if set, id, ok := m.marks(op.Key); ok {
+		applyMark(set, op, id, now, m.onEvict)
 		return
 	}
 	k := m.hash(op.Key)
@@ -168,21 +171,41 @@ func (m *MemoryStore) apply(op *Op, now int64) {
 	}
 }
 
-func (m *MemoryStore) applyDedup(op *Op, id markID, now int64) {
+// marks returns the set that keeps key's record apart from the LRU, and the record's ID there.
+// Duplicate marks (one per span) and graft marks (one or two per assignment) are as numerous as
+// the records they come with, or more, and carry no value: as LRU entries they would cost about
+// 80 bytes each, in a set 10 to 21. A graft mark names a 16-byte derived trace or an 8-byte span
+// ID, so the set keeps a keyed 64-bit hash of its key: two marks that hash alike only make a
+// trace context that names one of them link to its trace instead of nesting there (a chance of
+// about 3 in 10^8 among a million marks); a hash never hides a mark.
+func (m *MemoryStore) marks(key string) (*dedupSet, markID, bool) {
+	if id, ok := dedupID(key); ok {
+		return &m.dedup, id, true
+	}
+	var id markID
+	if len(key) < 2 || key[:2] != "g:" {
+		return nil, id, false
+	}
+	binary.LittleEndian.PutUint64(id[:], maphash.String(m.seed1, key))
+	return &m.grafts, id, true
+}
+
+// applyMark carries out op on a mark of set. Marks have no value; OpIncr does not apply to them.
+func applyMark(set *dedupSet, op *Op, id markID, now int64, onEvict func(reason string)) {
 	switch op.Kind {
 	case OpGet:
-		op.Found, op.Value = m.dedup.has(id, now), ""
+		op.Found = set.has(id, now)
 	case OpSetIfAbsent, OpSet:
-		op.Found = m.dedup.has(id, now)
+		op.Found = set.has(id, now)
 		if !op.Found || op.Kind == OpSet {
-			for range m.dedup.add(id, now, op.ExpireAt) {
-				m.onEvict(ReasonMaxEntries)
+			for range set.add(id, now, op.ExpireAt) {
+				onEvict(ReasonMaxEntries)
 			}
 		}
-		op.Value = ""
 	case OpDelete:
-		op.Found = m.dedup.remove(id)
+		op.Found = set.remove(id)
 	}
+	op.Value = ""
 }
 
 // Local implements Store: memory is the whole truth.
@@ -195,9 +218,9 @@ func (m *MemoryStore) Local(ops []Op) bool {
 func (m *MemoryStore) peek(key string) (string, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if id, ok := dedupID(key); ok {
-		// The exact expiry of a mark is not kept; "far enough" stops a refresh write.
-		return "", time.Unix(1<<40, 0), m.dedup.has(id, m.now().UnixNano())
+	if set, id, ok := m.marks(key); ok {
+		// The exact expiry of a mark is not kept: "far enough".
+		return "", time.Unix(1<<40, 0), set.has(id, m.now().UnixNano())
 	}
 	idx, ok := m.index[m.hash(key)]
 	if !ok || m.at(idx).expire <= m.now().UnixNano() {
@@ -299,15 +322,23 @@ func (m *MemoryStore) remove(idx int32) {
 	m.free = idx
 }
 
-// Len is the number of records held, duplicate marks included.
+// Len is the number of records held, duplicate and graft marks included.
 func (m *MemoryStore) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.index) + m.dedup.count
+	return len(m.index) + m.dedup.count + m.grafts.count
 }
 
-// Size is the number of records held and their estimated bytes, duplicate marks apart: what
-// max_entries and max_bytes bound (expired records not swept yet included).
+// Marks is the number of duplicate and of graft marks held (expired ones not dropped yet
+// included): each kind is bounded by max_entries apart from the records.
+func (m *MemoryStore) Marks() (duplicate, graft int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dedup.count, m.grafts.count
+}
+
+// Size is the number of records held and their estimated bytes, duplicate and graft marks
+// apart: what max_entries and max_bytes bound (expired records not swept yet included).
 func (m *MemoryStore) Size() (records int, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -321,7 +352,7 @@ type Record struct {
 }
 
 // Records returns every record held (expired ones not yet reclaimed included) and the number of
-// duplicate marks, which have no value: what a test checks the bounds of.
+// duplicate and graft marks, which have no value: what a test checks the bounds of.
 func (m *MemoryStore) Records() (records []Record, marks int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -329,7 +360,7 @@ func (m *MemoryStore) Records() (records []Record, marks int) {
 		e := m.at(idx)
 		records = append(records, Record{Value: e.val, Expire: time.Unix(0, e.expire)})
 	}
-	return records, m.dedup.count
+	return records, m.dedup.count + m.grafts.count
 }
 
 // Close implements Store.
@@ -337,6 +368,6 @@ func (m *MemoryStore) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	m.index, m.chunks, m.dedup.gens = nil, nil, nil
+	m.index, m.chunks, m.dedup.gens, m.grafts.gens = nil, nil, nil, nil
 	return nil
 }

@@ -34,6 +34,7 @@ type TelemetryBuilder struct {
 	K8sObjectLinkHeldSpans                 metric.Int64UpDownCounter
 	K8sObjectLinkIDMapBytes                metric.Int64ObservableGauge
 	K8sObjectLinkIDMapEvictions            metric.Int64Counter
+	K8sObjectLinkIDMapMarks                metric.Int64ObservableGauge
 	K8sObjectLinkIDMapRecords              metric.Int64ObservableGauge
 	K8sObjectLinkObjectSpansEmitted        metric.Int64Counter
 	K8sObjectLinkOwnerLookups              metric.Int64Counter
@@ -75,6 +76,21 @@ func (builder *TelemetryBuilder) RegisterK8sObjectLinkIDMapBytesCallback(cb metr
 		cb(ctx, &observerInt64{inst: builder.K8sObjectLinkIDMapBytes, obs: o})
 		return nil
 	}, builder.K8sObjectLinkIDMapBytes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterK8sObjectLinkIDMapMarksCallback sets callback for observable K8sObjectLinkIDMapMarks metric.
+func (builder *TelemetryBuilder) RegisterK8sObjectLinkIDMapMarksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.K8sObjectLinkIDMapMarks, obs: o})
+		return nil
+	}, builder.K8sObjectLinkIDMapMarks)
 	if err != nil {
 		return err
 	}
@@ -153,7 +169,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapBytes, err = builder.meter.Int64ObservableGauge(
 		"otelcol_k8s_object_link_id_map_bytes",
-		metric.WithDescription("Estimated bytes of the in-memory ID map's records, duplicate marks apart: what id_map.memory.max_bytes bounds. [Alpha]"),
+		metric.WithDescription("Estimated bytes of the in-memory ID map's records, duplicate and graft marks apart: what id_map.memory.max_bytes bounds. [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
@@ -163,9 +179,15 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.K8sObjectLinkIDMapMarks, err = builder.meter.Int64ObservableGauge(
+		"otelcol_k8s_object_link_id_map_marks",
+		metric.WithDescription("Marks the in-memory ID map holds apart from its records, by kind: duplicate, graft. Each kind is bounded by id_map.memory.max_entries; marks of a generation not dropped yet are counted. [Alpha]"),
+		metric.WithUnit("{mark}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapRecords, err = builder.meter.Int64ObservableGauge(
 		"otelcol_k8s_object_link_id_map_records",
-		metric.WithDescription("Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]"),
+		metric.WithDescription("Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate and graft marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
