@@ -395,7 +395,7 @@ func (p *objectLinkProcessor) continueItems(r *resolver, items []item, now time.
 	}
 	expiry := now.Add(p.cfg.Window + p.cfg.Grace)
 	for _, c := range r.conts {
-		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: continuationKey(c.span), ExpireAt: expiry}, func(op *idmap.Op) {
+		r.queue(idmap.Op{Kind: idmap.OpSetIfAbsent, Key: idmap.ContinuationKey(c.span), ExpireAt: expiry}, func(op *idmap.Op) {
 			c.emit = !op.Found
 		})
 	}

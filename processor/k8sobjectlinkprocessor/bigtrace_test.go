@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/kubetrail/kubetrail/internal/model"
+	"github.com/kubetrail/kubetrail/processor/k8sobjectlinkprocessor/internal/idmap"
 )
 
 // A DaemonSet rolled out over thousands of nodes (issue 22, item 9): its window's trace would
@@ -166,6 +167,10 @@ func TestDaemonSetOf5000PodsIsCutIntoTracesWithinTheBound(t *testing.T) {
 	conts := o.counter(t, "otelcol_k8s_object_link_trace_continuations", attribute.String(attrSpan, spanContinuation))
 	if moved == 0 || conts == 0 {
 		t.Fatalf("trace_continuations activity=%d continuation=%d, want both counted", moved, conts)
+	}
+	// Each continuation span emitted set its mark first; the memory store keeps those marks apart.
+	if marks := p.store.(*idmap.MemoryStore).Marks().Continuation; marks != int(conts) {
+		t.Fatalf("%d continuation marks held for %d continuation spans emitted", marks, conts)
 	}
 	// What a pipeline's accounting relies on: spans out = spans in + object spans emitted.
 	if emitted := o.counter(t, "otelcol_k8s_object_link_object_spans_emitted"); int(emitted) != total-activities {

@@ -89,9 +89,8 @@ func TestTheIDMapOfAChurningClusterLevelsOff(t *testing.T) {
 		}
 		h.consume(acts...)
 		records, _ := h.p.store.(*idmap.MemoryStore).Size()
-		_, graft := h.p.store.(*idmap.MemoryStore).Marks()
 		held = append(held, records)
-		grafts = append(grafts, graft)
+		grafts = append(grafts, h.p.store.(*idmap.MemoryStore).Marks().Graft)
 		clk.Advance(time.Minute)
 	}
 	// Per Pod: its window's assignment, at most two windows and grace, 65 minutes; its relation

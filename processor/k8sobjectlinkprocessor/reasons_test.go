@@ -16,7 +16,7 @@ var recordedValues = map[string][]string{
 	"join_source":          {sourceMemory, sourceRedis},
 	"drop_reason":          {reasonDuplicate, reasonOwedFull, reasonShutdownRefused, reasonUntrustedClaim},
 	"mark_result":          {resultTakenOver, resultUnconfirmed},
-	"mark_kind":            {kindDuplicate, kindGraft},
+	"mark_kind":            {kindDuplicate, kindGraft, kindContinuation},
 	"untrusted_result":     {resultFollowed, resultPassed, resultWaiting, resultLinked},
 	"continued_span":       {spanActivity, spanContinuation},
 	"trace_state_result":   {resultFollowed, resultInvalid},

@@ -165,12 +165,6 @@ type continuation struct {
 	emit  bool // this replica set its mark first: it emits the span
 }
 
-// continuationKey is the record that a continuation span was emitted, by the replica that set it
-// first. It lives for the window's records (window + grace), not duplicate_ttl, and has a letter
-// of its own ("e:") so that the memory store keeps it with the other records, out of the
-// duplicate marks' generations, which it would keep alive past their own TTL.
-func continuationKey(id pcommon.SpanID) string { return "e:" + string(id[:]) }
-
 // continueIn records that n's spans (or its owned objects') go on in trace t, and returns n's span
 // there.
 func (r *resolver) continueIn(n *node, t pcommon.TraceID) pcommon.SpanID {

@@ -19,7 +19,7 @@ const (
 	attrSource = "source" // owner look-ups: relation|apiserver; apiserver joins: memory|redis
 	attrReason = "reason" // every drop, release, eviction or error says why
 	attrSpan   = "span"   // trace continuations: activity|continuation
-	attrKind   = "kind"   // ID map marks: duplicate|graft
+	attrKind   = "kind"   // ID map marks: duplicate|graft|continuation
 )
 
 // The values of those attributes, per attribute of metadata.yaml. A value added here belongs in
@@ -48,8 +48,9 @@ const (
 	resultInvalid  = "invalid" // the kubetrail member did not decode
 
 	// mark_kind (otelcol_k8s_object_link_id_map_marks)
-	kindDuplicate = "duplicate"
-	kindGraft     = "graft"
+	kindDuplicate    = "duplicate"
+	kindGraft        = "graft"
+	kindContinuation = "continuation"
 
 	// continued_span (otelcol_k8s_object_link_trace_continuations)
 	spanActivity     = "activity"
@@ -113,9 +114,10 @@ func registerIDMapSize(tel *metadata.TelemetryBuilder, mem *idmap.MemoryStore) e
 		return err
 	}
 	if err := tel.RegisterK8sObjectLinkIDMapMarksCallback(func(_ context.Context, o metric.Int64Observer) error {
-		duplicate, graft := mem.Marks()
-		o.Observe(int64(duplicate), metric.WithAttributes(attribute.String(attrKind, kindDuplicate)))
-		o.Observe(int64(graft), metric.WithAttributes(attribute.String(attrKind, kindGraft)))
+		n := mem.Marks()
+		o.Observe(int64(n.Duplicate), metric.WithAttributes(attribute.String(attrKind, kindDuplicate)))
+		o.Observe(int64(n.Graft), metric.WithAttributes(attribute.String(attrKind, kindGraft)))
+		o.Observe(int64(n.Continuation), metric.WithAttributes(attribute.String(attrKind, kindContinuation)))
 		return nil
 	}); err != nil {
 		return err

@@ -44,15 +44,6 @@ const dedupGenerations = 8
 // bytes a slot where one keyed by uint64 takes 16 (measured, Go 1.26).
 type markID [8]byte
 
-func dedupID(key string) (markID, bool) {
-	var id markID
-	if len(key) != 2+len(id) || key[:2] != "d:" {
-		return id, false
-	}
-	copy(id[:], key[2:])
-	return id, true
-}
-
 func (id markID) u64() uint64 { return binary.LittleEndian.Uint64(id[:]) }
 
 func (d *dedupSet) expireOld(now int64) {

@@ -72,8 +72,8 @@ var ErrClosed = errors.New("id map closed")
 // Record keys. One letter per record type keeps keys short in Redis and in memory. The stores
 // treat some records apart (duplicate and graft marks in memory, the name index and the records
 // written back after a loss in Redis), so those letters are this package's; the processor adds
-// records of its own under other letters (e: continuation spans emitted, j: apiserver joins, k:
-// linked traces, t: trace contexts), which the stores keep like any other.
+// records of its own under other letters (j: apiserver joins, k: linked traces, t: trace
+// contexts), which the stores keep like any other.
 
 // AssignmentKey is the record of an object's assignment in one window.
 func AssignmentKey(key model.Key, window time.Time) string {
@@ -97,6 +97,12 @@ func GraftTraceKey(id pcommon.TraceID) string { return "g:" + string(id[:]) }
 
 // GraftSpanKey is the graft mark of an object span (see GraftTraceKey).
 func GraftSpanKey(id pcommon.SpanID) string { return "g:" + string(id[:]) }
+
+// ContinuationKey is the mark that a continuation span (an object's span in a continuation trace
+// of max_spans_per_trace) was emitted, by the replica that set it first. It lives for the
+// window's records (window + grace), not duplicate_ttl, so the memory store keeps it in a set of
+// its own: in the duplicate marks' generations it would keep them alive past their TTL.
+func ContinuationKey(id pcommon.SpanID) string { return "e:" + string(id[:]) }
 
 // SpanCountKey is the counter of the spans put in a trace (max_spans_per_trace).
 func SpanCountKey(id pcommon.TraceID) string { return "c:" + string(id[:]) }

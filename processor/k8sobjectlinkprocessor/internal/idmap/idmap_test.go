@@ -3,6 +3,7 @@ package idmap
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -192,8 +193,8 @@ func TestGraftMarksInMemory(t *testing.T) {
 		do(Op{Kind: OpSet, Key: trace(i), ExpireAt: c.Now().Add(ttl)}, Op{Kind: OpSet, Key: span(i), ExpireAt: c.Now().Add(ttl)})
 	}
 	records, _ := m.Size()
-	if duplicate, graft := m.Marks(); records != 1 || graft != 40 || duplicate != 0 || evicted != 0 {
-		t.Fatalf("%d records, %d graft and %d duplicate marks, %d evicted: want the assignment alone in the LRU and 40 graft marks", records, graft, duplicate, evicted)
+	if n := m.Marks(); records != 1 || n != (MarkCounts{Graft: 40}) || evicted != 0 {
+		t.Fatalf("%d records, marks %+v, %d evicted: want the assignment alone in the LRU and 40 graft marks", records, n, evicted)
 	}
 	got := do(Op{Kind: OpGet, Key: trace(3)}, Op{Kind: OpGet, Key: span(3)}, Op{Kind: OpGet, Key: trace(20)}, Op{Kind: OpGet, Key: span(20)},
 		// The second half of a marked trace ID, as a span ID, is not marked.
@@ -209,7 +210,7 @@ func TestGraftMarksInMemory(t *testing.T) {
 		c.Advance(time.Minute)
 		do(Op{Kind: OpSet, Key: span(i), ExpireAt: c.Now().Add(ttl)})
 	}
-	if _, graft := m.Marks(); graft > 40 || evicted == 0 {
+	if graft := m.Marks().Graft; graft > 40 || evicted == 0 {
 		t.Fatalf("graft marks must stay within max_entries: %d held, %d evicted", graft, evicted)
 	}
 	if !do(Op{Kind: OpGet, Key: "a:assignment"})[0].Found || !do(Op{Kind: OpGet, Key: span(59)})[0].Found {
@@ -220,8 +221,45 @@ func TestGraftMarksInMemory(t *testing.T) {
 	if do(Op{Kind: OpGet, Key: span(59)})[0].Found {
 		t.Fatal("a graft mark must be gone after its life")
 	}
-	if _, graft := m.Marks(); graft != 0 {
+	if graft := m.Marks().Graft; graft != 0 {
 		t.Fatalf("%d graft marks held after all expired", graft)
+	}
+}
+
+// Each kind of mark has its own life: a continuation or graft mark, which lives for the window's
+// records, must not keep a duplicate mark past duplicate_ttl, as it would in the same generation.
+func TestMarksOfEachKindAreKeptApart(t *testing.T) {
+	c := newFakeClock(t0)
+	m := NewMemoryStore(MemoryConfig{MaxEntries: 100, MaxBytes: 1 << 20}, c.Now, nil)
+	id := pcommon.SpanID{1, 2, 3, 4, 5, 6, 7, 8}
+	lives := map[string]time.Duration{DedupKey(id): 10 * time.Minute, ContinuationKey(id): 35 * time.Minute, GraftSpanKey(id): 65 * time.Minute}
+	for key, life := range lives {
+		if err := m.Do(context.Background(), []Op{{Kind: OpSetIfAbsent, Key: key, ExpireAt: c.Now().Add(life)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() (found []string) {
+		for key := range lives {
+			ops := []Op{{Kind: OpGet, Key: key}}
+			_ = m.Do(context.Background(), ops)
+			if ops[0].Found {
+				found = append(found, key[:1])
+			}
+		}
+		slices.Sort(found)
+		return found
+	}
+	if records, _ := m.Size(); records != 0 || m.Marks() != (MarkCounts{1, 1, 1}) || !slices.Equal(held(), []string{"d", "e", "g"}) {
+		t.Fatalf("%d records in the LRU, marks %+v, found %v: want one mark of each kind, apart", records, m.Marks(), held())
+	}
+	for _, step := range []struct {
+		at   time.Duration // past the life and the eighth a generation may add
+		want []string
+	}{{12 * time.Minute, []string{"e", "g"}}, {40 * time.Minute, []string{"g"}}, {74 * time.Minute, nil}} {
+		c.SetTime(t0.Add(step.at))
+		if got := held(); !slices.Equal(got, step.want) {
+			t.Fatalf("after %s: marks %v found, want %v", step.at, got, step.want)
+		}
 	}
 }
 

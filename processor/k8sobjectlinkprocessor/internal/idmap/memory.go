@@ -38,6 +38,7 @@ type MemoryStore struct {
 	closed bool
 	dedup  dedupSet // duplicate marks, kept apart (see dedupSet)
 	grafts dedupSet // graft marks, kept apart the same way (see marks)
+	conts  dedupSet // continuation marks, likewise
 }
 
 type memKey [16]byte
@@ -81,6 +82,7 @@ func NewMemoryStore(cfg MemoryConfig, now func() time.Time, onEvict func(reason 
 		index:      make(map[memKey]int32),
 		dedup:      dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
 		grafts:     dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
+		conts:      dedupSet{max: cfg.MaxEntries, key: rand.Uint64()},
 		free:       -1,
 		head:       -1,
 		tail:       -1,
@@ -172,22 +174,33 @@ func (m *MemoryStore) apply(op *Op, now int64) {
 }
 
 // marks returns the set that keeps key's record apart from the LRU, and the record's ID there.
-// Duplicate marks (one per span) and graft marks (one or two per assignment) are as numerous as
-// the records they come with, or more, and carry no value: as LRU entries they would cost about
-// 80 bytes each, in a set 10 to 21. A graft mark names a 16-byte derived trace or an 8-byte span
-// ID, so the set keeps a keyed 64-bit hash of its key: two marks that hash alike only make a
-// trace context that names one of them link to its trace instead of nesting there (a chance of
-// about 3 in 10^8 among a million marks); a hash never hides a mark.
+// Duplicate marks (one per span), graft marks (one or two per assignment) and continuation marks
+// (one per object whose spans overflow its trace) are as numerous as the records they come
+// with, or more, and carry no value: as LRU entries they would cost about 90 bytes each, in a set
+// 10 to 21. Each kind has its own set, as each has its own life. A graft mark names a 16-byte
+// derived trace or an 8-byte span ID, so its set keeps a keyed 64-bit hash of the key: two marks
+// that hash alike only make a trace context that names one of them link to its trace instead of
+// nesting there (a chance of about 3 in 10^8 among a million marks); a hash never hides a mark.
 func (m *MemoryStore) marks(key string) (*dedupSet, markID, bool) {
-	if id, ok := dedupID(key); ok {
-		return &m.dedup, id, true
-	}
 	var id markID
-	if len(key) < 2 || key[:2] != "g:" {
+	if len(key) < 2 || key[1] != ':' {
 		return nil, id, false
 	}
-	binary.LittleEndian.PutUint64(id[:], maphash.String(m.seed1, key))
-	return &m.grafts, id, true
+	switch key[0] {
+	case 'd', 'e':
+		if len(key) != 2+len(id) {
+			return nil, id, false
+		}
+		copy(id[:], key[2:])
+		if key[0] == 'd' {
+			return &m.dedup, id, true
+		}
+		return &m.conts, id, true
+	case 'g':
+		binary.LittleEndian.PutUint64(id[:], maphash.String(m.seed1, key))
+		return &m.grafts, id, true
+	}
+	return nil, id, false
 }
 
 // applyMark carries out op on a mark of set. Marks have no value; OpIncr does not apply to them.
@@ -322,23 +335,26 @@ func (m *MemoryStore) remove(idx int32) {
 	m.free = idx
 }
 
-// Len is the number of records held, duplicate and graft marks included.
+// Len is the number of records held, marks included.
 func (m *MemoryStore) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.index) + m.dedup.count + m.grafts.count
+	return len(m.index) + m.dedup.count + m.grafts.count + m.conts.count
 }
 
-// Marks is the number of duplicate and of graft marks held (expired ones not dropped yet
-// included): each kind is bounded by max_entries apart from the records.
-func (m *MemoryStore) Marks() (duplicate, graft int) {
+// MarkCounts is how many marks of each kind the memory store holds.
+type MarkCounts struct{ Duplicate, Graft, Continuation int }
+
+// Marks is the number of marks held, by kind (expired ones not dropped yet included): each kind
+// is bounded by max_entries apart from the records.
+func (m *MemoryStore) Marks() MarkCounts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.dedup.count, m.grafts.count
+	return MarkCounts{Duplicate: m.dedup.count, Graft: m.grafts.count, Continuation: m.conts.count}
 }
 
-// Size is the number of records held and their estimated bytes, duplicate and graft marks
-// apart: what max_entries and max_bytes bound (expired records not swept yet included).
+// Size is the number of records held and their estimated bytes, marks apart: what max_entries
+// and max_bytes bound (expired records not swept yet included).
 func (m *MemoryStore) Size() (records int, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -352,7 +368,7 @@ type Record struct {
 }
 
 // Records returns every record held (expired ones not yet reclaimed included) and the number of
-// duplicate and graft marks, which have no value: what a test checks the bounds of.
+// marks, which have no value: what a test checks the bounds of.
 func (m *MemoryStore) Records() (records []Record, marks int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -360,7 +376,7 @@ func (m *MemoryStore) Records() (records []Record, marks int) {
 		e := m.at(idx)
 		records = append(records, Record{Value: e.val, Expire: time.Unix(0, e.expire)})
 	}
-	return records, m.dedup.count + m.grafts.count
+	return records, m.dedup.count + m.grafts.count + m.conts.count
 }
 
 // Close implements Store.
@@ -368,6 +384,6 @@ func (m *MemoryStore) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	m.index, m.chunks, m.dedup.gens, m.grafts.gens = nil, nil, nil, nil
+	m.index, m.chunks, m.dedup.gens, m.grafts.gens, m.conts.gens = nil, nil, nil, nil, nil
 	return nil
 }

@@ -169,7 +169,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapBytes, err = builder.meter.Int64ObservableGauge(
 		"otelcol_k8s_object_link_id_map_bytes",
-		metric.WithDescription("Estimated bytes of the in-memory ID map's records, duplicate and graft marks apart: what id_map.memory.max_bytes bounds. [Alpha]"),
+		metric.WithDescription("Estimated bytes of the in-memory ID map's records, marks apart: what id_map.memory.max_bytes bounds. [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
@@ -181,13 +181,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapMarks, err = builder.meter.Int64ObservableGauge(
 		"otelcol_k8s_object_link_id_map_marks",
-		metric.WithDescription("Marks the in-memory ID map holds apart from its records, by kind: duplicate, graft. Each kind is bounded by id_map.memory.max_entries; marks of a generation not dropped yet are counted. [Alpha]"),
+		metric.WithDescription("Marks the in-memory ID map holds apart from its records, by kind: duplicate, graft, continuation. Each kind is bounded by id_map.memory.max_entries; marks of a generation not dropped yet are counted. [Alpha]"),
 		metric.WithUnit("{mark}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.K8sObjectLinkIDMapRecords, err = builder.meter.Int64ObservableGauge(
 		"otelcol_k8s_object_link_id_map_records",
-		metric.WithDescription("Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate and graft marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]"),
+		metric.WithDescription("Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)

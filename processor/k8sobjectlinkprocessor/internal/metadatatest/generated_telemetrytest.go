@@ -88,7 +88,7 @@ func AssertEqualK8sObjectLinkHeldSpans(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualK8sObjectLinkIDMapBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_id_map_bytes",
-		Description: "Estimated bytes of the in-memory ID map's records, duplicate and graft marks apart: what id_map.memory.max_bytes bounds. [Alpha]",
+		Description: "Estimated bytes of the in-memory ID map's records, marks apart: what id_map.memory.max_bytes bounds. [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -118,7 +118,7 @@ func AssertEqualK8sObjectLinkIDMapEvictions(t *testing.T, tt *componenttest.Tele
 func AssertEqualK8sObjectLinkIDMapMarks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_id_map_marks",
-		Description: "Marks the in-memory ID map holds apart from its records, by kind: duplicate, graft. Each kind is bounded by id_map.memory.max_entries; marks of a generation not dropped yet are counted. [Alpha]",
+		Description: "Marks the in-memory ID map holds apart from its records, by kind: duplicate, graft, continuation. Each kind is bounded by id_map.memory.max_entries; marks of a generation not dropped yet are counted. [Alpha]",
 		Unit:        "{mark}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -132,7 +132,7 @@ func AssertEqualK8sObjectLinkIDMapMarks(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualK8sObjectLinkIDMapRecords(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_k8s_object_link_id_map_records",
-		Description: "Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), duplicate and graft marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]",
+		Description: "Records the in-memory ID map holds (the memory backend, or the cache in front of Redis), marks apart: what id_map.memory.max_entries bounds. Expired records not swept yet are counted. [Alpha]",
 		Unit:        "{record}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
