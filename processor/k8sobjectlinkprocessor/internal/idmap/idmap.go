@@ -70,10 +70,10 @@ type Store interface {
 var ErrClosed = errors.New("id map closed")
 
 // Record keys. One letter per record type keeps keys short in Redis and in memory. The stores
-// treat some records apart (duplicate and graft marks in memory, the name index and the records
-// written back after a loss in Redis), so those letters are this package's; the processor adds
-// records of its own under other letters (j: apiserver joins, k: linked traces, t: trace
-// contexts), which the stores keep like any other.
+// treat some records apart (duplicate, graft and continuation marks in memory, the name index and
+// the records written back after a loss in Redis), so those letters are this package's; the
+// processor adds records of its own under other letters (j: apiserver joins, k: linked traces,
+// t: trace contexts), which the stores keep like any other.
 
 // AssignmentKey is the record of an object's assignment in one window.
 func AssignmentKey(key model.Key, window time.Time) string {
