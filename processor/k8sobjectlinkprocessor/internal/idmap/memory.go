@@ -339,8 +339,11 @@ func (m *MemoryStore) remove(idx int32) {
 func (m *MemoryStore) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.index) + m.dedup.count + m.grafts.count + m.conts.count
+	return len(m.index) + m.markTotal()
 }
+
+// markTotal is the number of marks of every kind; m.mu is held.
+func (m *MemoryStore) markTotal() int { return m.dedup.count + m.grafts.count + m.conts.count }
 
 // MarkCounts is how many marks of each kind the memory store holds.
 type MarkCounts struct{ Duplicate, Graft, Continuation int }
@@ -376,7 +379,7 @@ func (m *MemoryStore) Records() (records []Record, marks int) {
 		e := m.at(idx)
 		records = append(records, Record{Value: e.val, Expire: time.Unix(0, e.expire)})
 	}
-	return records, m.dedup.count + m.grafts.count + m.conts.count
+	return records, m.markTotal()
 }
 
 // Close implements Store.
