@@ -226,7 +226,7 @@ func TestAnAuditIDOverTheBoundIsNoDedupKey(t *testing.T) {
 			t.Errorf("DedupAuditID(%d bytes) = %v, want %v", len(id), got, want)
 		}
 	}
-	e := &cacheEntry{history: []write{{auditID: strings.Repeat("a", MaxAuditIDBytes)}}}
+	e := &cacheEntry{history: []write{newWrite(strings.Repeat("a", MaxAuditIDBytes), "", "", pcommon.TraceID{}, pcommon.SpanID{})}}
 	if e.wrote(strings.Repeat("a", MaxAuditIDBytes) + "b") {
 		t.Fatal("a long auditID taken for the redelivery of the write whose cut auditID it shares")
 	}

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
-
 	"github.com/kubetrail/kubetrail/internal/auditconv/internal/jsonscan"
 )
 
@@ -19,20 +17,6 @@ const (
 	// reasonEvictedTooLarge: a body larger on its own than diff_cache_max_bytes was not kept.
 	reasonEvictedTooLarge = "too_large"
 )
-
-// historyLen is how many successful writes per object are kept for conflict links. A 409 is
-// linked to the write that moved the resourceVersion the loser had read, which in practice is
-// one of the last few writes: controllers retry conflicts within milliseconds.
-const historyLen = 8
-
-// write is a successful write of an object, kept so that a later 409 Conflict can link to it.
-type write struct {
-	auditID string
-	baseRV  string // the resourceVersion the request was based on (objectRef.resourceVersion)
-	newRV   string // the resourceVersion in the response, when the body was audited
-	traceID pcommon.TraceID
-	spanID  pcommon.SpanID
-}
 
 // cacheEntry is everything the receiver remembers about one object: its last audited body
 // (for diffs) and its last few writes (for conflict links).
@@ -208,11 +192,10 @@ func (c *objectCache) evicted(reason string) {
 // Sizes in bytes, for the byte bound. entryOverhead is the entry itself plus its share of the
 // map (key header, pointer and the swiss table's control byte and slack, 64 bytes) and the
 // bytes of its resourceVersion (an etcd revision: at most 20 digits, 16 bytes rounded up; the
-// converter sets it after the body, so it is not measured per entry); writeSize one write in
-// the history; changeSize one change of a kept diff.
+// converter sets it after the body, so it is not measured per entry); changeSize one change of
+// a kept diff. A write in the history is writeSize (history.go).
 var (
 	entryOverhead = int64(unsafe.Sizeof(cacheEntry{})) + 64 + 16
-	writeSize     = int64(unsafe.Sizeof(write{}))
 	changeSize    = int64(unsafe.Sizeof(change{}))
 )
 
@@ -220,8 +203,8 @@ var (
 // and its body.
 func (e *cacheEntry) footprint() int64 {
 	n := entryOverhead + int64(len(e.key)+len(e.uid)) + int64(cap(e.history))*writeSize
-	for _, w := range e.history {
-		n += int64(len(w.auditID) + len(w.baseRV) + len(w.newRV))
+	for i := range e.history {
+		n += e.history[i].footprint()
 	}
 	if d := e.lastDiff; d != nil {
 		n += int64(cap(d.Changes)) * changeSize
@@ -397,51 +380,6 @@ func (c *objectCache) size(delta int64) {
 	if c.onSize != nil {
 		c.onSize(delta)
 	}
-}
-
-// record appends a successful write to the entry's history.
-func (e *cacheEntry) record(w write) {
-	for _, h := range e.history {
-		if h.auditID == w.auditID {
-			return // redelivered
-		}
-	}
-	if len(e.history) == historyLen {
-		copy(e.history, e.history[1:])
-		e.history = e.history[:historyLen-1]
-	}
-	e.history = append(e.history, w)
-	e.charge()
-	if e.c != nil {
-		e.c.fit(e)
-	}
-}
-
-// conflictWinner finds the write that moved the object away from resourceVersion rv, which
-// a request that failed with 409 Conflict had read. In order of confidence: a successful
-// write based on the same rv (both read rv, it committed first); the write right after the
-// one that produced rv; the earliest write with a larger rv. resourceVersions are opaque by
-// contract, but every apiserver backed by etcd makes them increasing integers, and the last
-// rule only applies where they are.
-func (e *cacheEntry) conflictWinner(rv string) (write, bool) {
-	for _, w := range e.history {
-		if w.baseRV == rv {
-			return w, true
-		}
-	}
-	for i, w := range e.history {
-		if w.newRV == rv && i+1 < len(e.history) {
-			return e.history[i+1], true
-		}
-	}
-	if n, ok := rvNumber(rv); ok {
-		for _, w := range e.history {
-			if m, ok := rvNumber(w.newRV); ok && m > n {
-				return w, true
-			}
-		}
-	}
-	return write{}, false
 }
 
 func rvNumber(rv string) (uint64, bool) {

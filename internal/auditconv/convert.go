@@ -691,7 +691,7 @@ func (c *Converter) remember(s *eventSpan) (deletedBody string) {
 	span, obj := s.span, &s.obj
 	// The history keeps the auditID as the span shows it: bounded (wrote never matches a cut one).
 	auditID, _ := clipText(ev.AuditID, MaxAuditIDBytes)
-	w := write{auditID: auditID, baseRV: s.baseRV, newRV: newRV, traceID: span.TraceID(), spanID: span.SpanID()}
+	w := newWrite(auditID, s.baseRV, newRV, span.TraceID(), span.SpanID())
 
 	if ev.Verb == "create" && s.ref.Subresource == "" {
 		// A create is a new object even when the name was used before.
@@ -851,8 +851,8 @@ func (c *Converter) linkConflict(s *eventSpan, key string) {
 	link.SetSpanID(w.spanID)
 	la := link.Attributes()
 	la.PutStr(model.AttrLinkType, model.LinkTypeConflict)
-	la.PutStr(model.AttrAuditID, w.auditID)
-	putNonEmpty(la, model.AttrObjectNewRV, w.newRV)
+	la.PutStr(model.AttrAuditID, w.auditIDString())
+	putNonEmpty(la, model.AttrObjectNewRV, w.newRVString())
 }
 
 // describes reports whether a body is the audited object itself. Subresources answer with
@@ -949,21 +949,6 @@ func stillExists(f *flatBody) bool {
 	if g := f.member(md, "deletionGracePeriodSeconds"); g >= 0 && f.nodes[g].kind == '0' {
 		n, err := strconv.ParseInt(string(f.raw(g)), 10, 64)
 		return err == nil && n > 0
-	}
-	return false
-}
-
-// wrote reports whether the entry's history holds the write with this auditID: the event is a
-// redelivery (a batch retried, or read from both the webhook and a log file). Callers hold the
-// cache's lock.
-func (e *cacheEntry) wrote(auditID string) bool {
-	if !DedupAuditID(auditID) {
-		return false // malformed: never taken for another request's redelivery
-	}
-	for _, w := range e.history {
-		if w.auditID == auditID {
-			return true
-		}
 	}
 	return false
 }
