@@ -132,10 +132,10 @@ func TestHistoryCompact(t *testing.T) {
 			t.Errorf("uuidCode(%q) formats back as %q", s, formatUUID(id))
 		}
 	}
-	max := strconv.FormatUint(^uint64(0), 10)
+	maxRV := strconv.FormatUint(^uint64(0), 10)
 	for s, want := range map[string]bool{
 		"": true, "0": true, "1": true, "123456789": true, "18446744073709551614": true,
-		max: false, "18446744073709551616": false, "00": false, "007": false, "+1": false,
+		maxRV: false, "18446744073709551616": false, "00": false, "007": false, "+1": false,
 		"-1": false, "1a": false, " 1": false, "123456789012345678901": false,
 	} {
 		c, ok := rvCode(s)
@@ -164,11 +164,11 @@ func TestHistoryCompact(t *testing.T) {
 		{testUUID, "05", "6"},
 		{"", "7", "8"},
 		{"", "8", "9"},
-		{strings.Repeat("a", MaxAuditIDBytes), "9", max},
+		{strings.Repeat("a", MaxAuditIDBytes), "9", maxRV},
 		{testUUID[:35] + "b", "opaque", ""},
 		{testUUID, "6", "7"},
 	}
-	checkHistory(t, odd, []string{testUUID, strings.ToUpper(testUUID), "", "5", "05", "6", "7", "8", max, "opaque", "4"})
+	checkHistory(t, odd, []string{testUUID, strings.ToUpper(testUUID), "", "5", "05", "6", "7", "8", maxRV, "opaque", "4"})
 	if e := (&cacheEntry{history: []write{newWrite("id", "1", "2", pcommon.TraceID{}, pcommon.SpanID{})}}); e.history[0].footprint() != oddWriteSize+4 {
 		t.Errorf("an odd write is charged %d bytes, want %d", e.history[0].footprint(), oddWriteSize+4)
 	}
