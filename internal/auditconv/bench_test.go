@@ -2,8 +2,10 @@ package auditconv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -229,4 +231,94 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkHistoryMemory keeps objects with a full write history (a create and seven updates,
+// each with the apiserver's UUID auditID and decimal resourceVersions) and, in "tombstones",
+// then deletes them: what each kept object costs the heap and what the cache charges for it.
+func BenchmarkHistoryMemory(b *testing.B) {
+	const objects, updates = 2000, 7
+	for _, deleted := range []bool{false, true} {
+		name := "live"
+		if deleted {
+			name = "tombstones"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var bodies [][]byte
+			for i := range objects {
+				bodies = append(bodies, historyEvents(i, updates, deleted)...)
+			}
+			var heap, charged int64
+			for b.Loop() {
+				before := heapAfterGC()
+				c := New(Options{Settings: *defaultSettings(), ScopeName: goldenScope})
+				for _, body := range bodies {
+					pooled := GetEvents()
+					events, err := c.DecodeBody(body, *pooled)
+					if err != nil {
+						b.Fatal(err)
+					}
+					var st Stats
+					c.Convert("testbed", events, &st)
+					PutEvents(pooled, events)
+				}
+				heap = heapAfterGC() - before
+				c.cache.mu.Lock()
+				var n int
+				charged, n = c.cache.bytes, len(c.cache.entries)
+				c.cache.mu.Unlock()
+				if n != objects {
+					b.Fatalf("cache holds %d objects, want %d", n, objects)
+				}
+				runtime.KeepAlive(c)
+			}
+			b.ReportMetric(float64(heap)/objects, "heap-B/object")
+			b.ReportMetric(float64(charged)/objects, "charged-B/object")
+		})
+	}
+}
+
+// historyEvents is ConfigMap i's create, its updates and, when deleted, its deletion, one
+// audit event per body.
+func historyEvents(i, updates int, deleted bool) [][]byte {
+	uid := fmt.Sprintf("6f1c2a3b-4d5e-4f60-8a7b-%012x", i)
+	rv := 1000 + i*100
+	obj := func(rv int) string {
+		return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d","namespace":"ns","uid":%q,"resourceVersion":"%d"},"data":{"k":"v%d"}}`,
+			i, uid, rv, rv)
+	}
+	event := func(n int, verb, uri, req, resp string, code int) []byte {
+		s := fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"0b6c1e2f-3a4d-4e5f-9a6b-%06x%06x","stage":"ResponseComplete","requestURI":%q,"verb":%q,
+"user":{"username":"alice"},"sourceIPs":["10.0.0.7"],"userAgent":"test/v1",
+"objectRef":{"resource":"configmaps","namespace":"ns","name":"cm-%d","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":%d},`,
+			i, n, uri, verb, i, code)
+		if req != "" {
+			s += `"requestObject":` + req + `,`
+		}
+		if resp != "" {
+			s += `"responseObject":` + resp + `,`
+		}
+		return []byte(s + `"requestReceivedTimestamp":"2026-11-21T10:45:54.106207Z","stageTimestamp":"2026-11-21T10:45:54.109001Z"}`)
+	}
+	item := fmt.Sprintf("/api/v1/namespaces/ns/configmaps/cm-%d", i)
+	out := [][]byte{event(0, "create", "/api/v1/namespaces/ns/configmaps", "", obj(rv), 201)}
+	for n := 1; n <= updates; n++ {
+		out = append(out, event(n, "update", item, obj(rv), obj(rv+1), 200))
+		rv++
+	}
+	if deleted {
+		out = append(out, event(updates+1, "delete", item, "", "", 200))
+	}
+	return out
+}
+
+// heapAfterGC is the live heap after two collections (the second frees what the first's
+// finalizers let go).
+func heapAfterGC() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
