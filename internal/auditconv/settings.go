@@ -65,8 +65,8 @@ type Settings struct {
 
 const (
 	defaultDiffCacheSize = 100_000
-	// 64 MiB holds about 20,000 live Pods (a body of 1.7–2.5 KB as JSON without managedFields,
-	// and about 1.1 KB for the entry and its last writes, measured on the fixtures), and keeps
+	// 64 MiB holds 20,000–26,000 live Pods (a body of 1.7–2.5 KB as JSON without managedFields,
+	// and about 0.85 KB for the entry and its last 8 writes, BenchmarkHistoryMemory), and keeps
 	// a component within the memory of a small collector however large the objects: 1,200
 	// ConfigMaps near etcd's 1.5 MiB limit took the count-bounded cache alone to 3.26 GB.
 	defaultDiffCacheMaxBytes = 64 << 20
