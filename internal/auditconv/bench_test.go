@@ -254,14 +254,7 @@ func BenchmarkHistoryMemory(b *testing.B) {
 				before := heapAfterGC()
 				c := New(Options{Settings: *defaultSettings(), ScopeName: goldenScope})
 				for _, body := range bodies {
-					pooled := GetEvents()
-					events, err := c.DecodeBody(body, *pooled)
-					if err != nil {
-						b.Fatal(err)
-					}
-					var st Stats
-					c.Convert("testbed", events, &st)
-					PutEvents(pooled, events)
+					feed(b, c, body)
 				}
 				heap = heapAfterGC() - before
 				c.cache.mu.Lock()

@@ -30,7 +30,7 @@ func configMapEvent(i, size int) string {
 }
 
 // feed decodes and converts one body, as a door would.
-func feed(t *testing.T, c *Converter, body []byte) {
+func feed(t testing.TB, c *Converter, body []byte) {
 	t.Helper()
 	pooled := GetEvents()
 	events, err := c.DecodeBody(body, *pooled)
