@@ -31,32 +31,54 @@ default_capture() {
   fi
 }
 
+# metric_sum NAME DIVISOR: the sum of every series of the Prometheus metric NAME on stdin (its
+# labels aside, so a gauge of several instances adds up), divided by DIVISOR; "-" when there is
+# none. Integers when DIVISOR is 1, else one decimal.
+metric_sum() {
+  awk -v name="$1" -v div="$2" '
+    { split($1, f, "{") } f[1] == name { s += $NF; n++ }
+    END { if (!n) print "-"; else if (div == 1) printf "%d\n", s; else printf "%.1f\n", s / div }'
+}
+
 # sample_loop PID FILE METRICS_PORT [PPROF_PORT [LABEL]]: every SAMPLE seconds while PID lives, one
 # row into FILE and on stdout (there after LABEL, which tells concurrent samplers apart): seconds
 # since start, RSS (MiB, VmRSS), Go heap in use (MiB, the collector's
 # otelcol_process_runtime_heap_alloc_bytes), goroutines (the pprof extension's count; "-" without
 # it), open file descriptors, then where the RSS is: anonymous memory (RssAnon), pages of mapped
 # files such as the binary's code (RssFile), and what the Go runtime holds from the OS (MiB,
-# otelcol_process_runtime_total_sys_memory_bytes). `make soak` (bench-audit.sh, bench-kafka.sh).
+# otelcol_process_runtime_total_sys_memory_bytes), then what the bounded caches say they hold,
+# from their own metrics ("-" in a process without them): the diff cache (MiB it charges, objects;
+# diff_cache_max_bytes), the redelivery set of the k8s_audit connector (MiB it charges;
+# dedup_max_bytes), the ID map (MiB and records it charges, marks; id_map.memory). Each is the
+# component's estimate, summed over its instances. `make soak` (bench-audit.sh, bench-kafka.sh).
 sample_loop() {
   local pid=$1 file=$2 metrics=$3 pprof=${4:-} label=${5:-} t0=$SECONDS
   : >"$file"
-  printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s\n' "${label:+$label }" seconds "RSS MiB" "heap MiB" goroutines fds "anon MiB" "file MiB" "Go sys"
+  printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s %10s %8s %10s %10s %8s %8s\n' "${label:+$label }" seconds "RSS MiB" "heap MiB" goroutines fds "anon MiB" "file MiB" "Go sys" \
+    "diff MiB" objects "dedup MiB" "idmap MiB" records marks
   while kill -0 "$pid" 2>/dev/null; do
     sleep "$SAMPLE"
     kill -0 "$pid" 2>/dev/null || break
-    local rss heap gor fds anon filemap sys m
+    local rss heap gor fds anon filemap sys m diff objs dedup idmap recs marks
     rss=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
     anon=$(awk '/^RssAnon:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
     filemap=$(awk '/^RssFile:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
     m=$(curl -fsS "http://127.0.0.1:$metrics/metrics" 2>/dev/null || true)
     heap=$(awk '/^otelcol_process_runtime_heap_alloc_bytes/ { printf "%.1f", $NF / 1048576; exit }' <<<"$m")
     sys=$(awk '/^otelcol_process_runtime_total_sys_memory_bytes/ { printf "%.1f", $NF / 1048576; exit }' <<<"$m")
+    diff=$(metric_sum otelcol_k8s_audit_diff_cache_bytes 1048576 <<<"$m")
+    objs=$(metric_sum otelcol_k8s_audit_diff_cache_objects 1 <<<"$m")
+    dedup=$(metric_sum otelcol_k8s_audit_dedup_bytes 1048576 <<<"$m")
+    idmap=$(metric_sum otelcol_k8s_object_link_id_map_bytes 1048576 <<<"$m")
+    recs=$(metric_sum otelcol_k8s_object_link_id_map_records 1 <<<"$m")
+    marks=$(metric_sum otelcol_k8s_object_link_id_map_marks 1 <<<"$m")
     gor=-
     [[ -n $pprof ]] && gor=$(curl -fsS "http://127.0.0.1:$pprof/debug/pprof/goroutine?debug=1" 2>/dev/null | sed -n '1s/.*total \([0-9]*\).*/\1/p')
     fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}" >>"$file"
-    printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s\n' "${label:+$label }" "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}" \
+      "$diff" "$objs" "$dedup" "$idmap" "$recs" "$marks" >>"$file"
+    printf '   %s%8s %9s %9s %11s %5s %9s %9s %9s %10s %8s %10s %10s %8s %8s\n' "${label:+$label }" "$((SECONDS - t0))" "$rss" "${heap:--}" "${gor:--}" "$fds" "$anon" "$filemap" "${sys:--}" \
+      "$diff" "$objs" "$dedup" "$idmap" "$recs" "$marks"
   done
 }
 
