@@ -72,6 +72,8 @@
 #   WORKLOAD          fresh (default: new objects every pass) or replay
 #   COLLECTOR         default bin/otelcol-kubetrail (`make bench-kafka` builds it)
 #   REDIS             the Redis of the ID map (default 127.0.0.1:6379; `make bench-kafka` starts one)
+#   ID_MAP_ENTRIES    the processing tier's id_map.memory.max_entries, the records its copy of the ID
+#                     map in memory keeps in front of Redis (default: the processor's, 1,000,000)
 #   SAMPLE            seconds: in each lag run, every SAMPLE seconds print the edge's and the first
 #                     processing replica's RSS, Go heap, goroutines and open fds, and at the end the
 #                     RSS slope of each from SAMPLE_FROM seconds (default 120) on: `make soak`
@@ -109,6 +111,7 @@ PARTITIONS=${PARTITIONS:-4}
 BATCH=${BATCH:-0}
 WORKLOAD=${WORKLOAD:-fresh}
 REDIS=${REDIS:-127.0.0.1:6379}
+ID_MAP_ENTRIES=${ID_MAP_ENTRIES:-}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-20}
 TOPIC=kube-audit
@@ -130,7 +133,7 @@ seconds_of() { # seconds_of 90 | 20s | 5m | 1h
 }
 [[ -x $COLLECTOR ]] || die "$COLLECTOR is missing: run make build first"
 OUTAGE_S=$(seconds_of "$OUTAGE")
-for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS SAMPLE_FROM ${SAMPLE:+SAMPLE}; do
+for v in RUN_SECONDS RATE CATCHUP_REPLICAS CONNS PARTITIONS PROFILE_SECONDS SAMPLE_FROM ${SAMPLE:+SAMPLE} ${ID_MAP_ENTRIES:+ID_MAP_ENTRIES}; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: want a positive number"
 done
 [[ $BATCH =~ ^[0-9]+$ ]] || die "BATCH=$BATCH: want 0 or a number of events"
@@ -288,7 +291,7 @@ processors:
       backend: redis
       redis:
         addresses: ["$REDIS"]
-        key_prefix: "$PREFIX"
+        key_prefix: "$PREFIX"$([[ -n $ID_MAP_ENTRIES ]] && printf '\n      memory: {max_entries: %s}' "$ID_MAP_ENTRIES")
 exporters:
   otlp_grpc:
     endpoint: 127.0.0.1:$SINK_PORT
@@ -479,7 +482,7 @@ lag_run() { # lag_run RATE REPLICAS QUEUE
   local name label
   N=$((N + 1))
   name="lag-$1-$2-$3-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW-order-$ORDER_NOW"
-  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW"
+  label="$1/s, $(replicas "$2"), queue $3, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW${ID_MAP_ENTRIES:+, ID map in memory $ID_MAP_ENTRIES records}"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   local profile="" prof_pids=() samplers=() what pid
@@ -551,7 +554,7 @@ catchup_run() { # catchup_run REPLICAS QUEUE
   local name label
   N=$((N + 1))
   name="catchup-$OUTAGE_S-$1-$2-merge-$MERGE_NOW-shards-$EDGE_SHARDS_NOW-$COMPRESSION-inflight-$IN_FLIGHT_NOW-order-$ORDER_NOW"
-  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW"
+  label="catch-up after $OUTAGE at $RATE/s, $(replicas "$1"), queue $2, merge $MERGE_NOW, edge shards $EDGE_SHARDS_NOW, export $COMPRESSION, in flight $IN_FLIGHT_NOW, offset order $ORDER_NOW${ID_MAP_ENTRIES:+, ID map in memory $ID_MAP_ENTRIES records}"
   PREFIX="bench-kafka-$RUN_ID-$N:"
   free_port SINK_PORT
   start_broker "$name"
