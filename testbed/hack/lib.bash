@@ -31,13 +31,13 @@ default_capture() {
   fi
 }
 
-# metric_sum NAME DIVISOR: the sum of every series of the Prometheus metric NAME on stdin (its
-# labels aside, so a gauge of several instances adds up), divided by DIVISOR; "-" when there is
-# none. Integers when DIVISOR is 1, else one decimal.
+# metric_sum NAME DIVISOR [ABSENT]: the sum of every series of the Prometheus metric NAME on stdin
+# (its labels aside, so a gauge of several instances adds up), divided by DIVISOR; ABSENT ("-" if
+# not given) when there is none. Whole numbers when DIVISOR is 1, else one decimal.
 metric_sum() {
-  awk -v name="$1" -v div="$2" '
+  awk -v name="$1" -v div="$2" -v absent="${3:--}" '
     { split($1, f, "{") } f[1] == name { s += $NF; n++ }
-    END { if (!n) print "-"; else if (div == 1) printf "%d\n", s; else printf "%.1f\n", s / div }'
+    END { if (!n) print absent; else if (div == 1) printf "%.0f\n", s; else printf "%.1f\n", s / div }'
 }
 
 # sample_loop PID FILE METRICS_PORT [PPROF_PORT [LABEL]]: every SAMPLE seconds while PID lives, one

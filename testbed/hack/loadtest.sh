@@ -78,10 +78,7 @@ CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 # metric NAME: the sum of every series of NAME on the collector's Prometheus endpoint.
-metric() {
-  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null |
-    awk -v n="$1" 'index($1, n "{") == 1 || $1 == n {s += $2} END {printf "%.0f\n", s}'
-}
+metric() { curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null | metric_sum "$1" 1 0; }
 
 write_config() { # write_config FILE BACKEND
   local idmap="{backend: memory}"
